@@ -1,0 +1,208 @@
+"""Exceptions raised by the SDK, all rooted at `SandboxError`.
+
+Each class also derives from the builtin exception with the same meaning, so existing
+``except LookupError`` / ``except TimeoutError`` / ``except FileNotFoundError`` clauses work::
+
+    SandboxError (Exception)
+    ├── SandboxNotFound (LookupError)
+    ├── SandboxAlreadyExists
+    ├── SandboxNotRunning
+    ├── SandboxInitFailed
+    ├── CommandExecutionFailed
+    ├── ResourceLimitExceeded
+    ├── SecurityViolation (PermissionError)
+    │   └── NetworkAccessDenied
+    ├── FileOperationFailed
+    │   ├── SandboxFileNotFound (FileNotFoundError)
+    │   ├── SandboxIsADirectory (IsADirectoryError)
+    │   └── SandboxPermissionDenied (PermissionError)
+    ├── TimeoutExceeded (TimeoutError)
+    ├── EngineUnavailable (ConnectionError), retryable by default
+    └── ConfigError (ValueError)
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import ClassVar
+
+__all__ = [
+    "CommandExecutionFailed",
+    "ConfigError",
+    "EngineUnavailable",
+    "FileOperationFailed",
+    "NetworkAccessDenied",
+    "ResourceLimitExceeded",
+    "SandboxAlreadyExists",
+    "SandboxError",
+    "SandboxFileNotFound",
+    "SandboxInitFailed",
+    "SandboxIsADirectory",
+    "SandboxNotFound",
+    "SandboxNotRunning",
+    "SandboxPermissionDenied",
+    "SecurityViolation",
+    "TimeoutExceeded",
+]
+
+
+class SandboxError(Exception):
+    """Base class of every error raised by the SDK.
+
+    Attributes:
+        code: Stable machine-readable error code, e.g. ``"SANDBOX_NOT_FOUND"``.
+        message: Short human-readable summary.
+        details: Extra context (engine message, offending value); may be empty.
+        retryable: Whether repeating the same call may succeed.
+        cause: The underlying exception, also available as ``__cause__``.
+    """
+
+    code: ClassVar[str] = "SANDBOX_ERROR"
+    #: Class-level default for ``retryable``; instances may override it.
+    retryable: bool = False
+    #: errno reported by the subclasses that are also OSErrors.
+    _os_errno: ClassVar[int | None] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: str = "",
+        retryable: bool | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        if retryable is not None:
+            self.retryable = retryable
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+        if isinstance(self, OSError):
+            _fill_os_error(self, self._os_errno, message)
+
+    def __str__(self) -> str:
+        # Listed before OSError in every subclass's MRO, so this wins over OSError.__str__.
+        return f"{self.message}: {self.details}" if self.details else self.message
+
+
+def _fill_os_error(
+    err: OSError, code: int | None, message: str, filename: str | None = None
+) -> None:
+    """Set the OSError slots that code catching the builtin error may inspect."""
+    # OSError.__new__ skips argument parsing when a subclass overrides __init__.
+    err.errno = code
+    err.strerror = message
+    err.filename = filename
+
+
+class SandboxNotFound(SandboxError, LookupError):
+    """Raised when the sandbox (container) does not exist."""
+
+    code = "SANDBOX_NOT_FOUND"
+
+
+class SandboxAlreadyExists(SandboxError):
+    """Raised when creating a sandbox whose name is already taken."""
+
+    code = "SANDBOX_ALREADY_EXISTS"
+
+
+class SandboxNotRunning(SandboxError):
+    """Raised when an operation needs a running sandbox and it is not."""
+
+    code = "SANDBOX_NOT_RUNNING"
+
+
+class SandboxInitFailed(SandboxError):
+    """Raised when creating or starting the sandbox fails."""
+
+    code = "SANDBOX_INIT_FAILED"
+
+
+class CommandExecutionFailed(SandboxError):
+    """Raised when a command cannot be started or its execution breaks down."""
+
+    code = "COMMAND_EXECUTION_FAILED"
+
+
+class ResourceLimitExceeded(SandboxError):
+    """Raised when a resource limit (memory, output size, processes) is exceeded."""
+
+    code = "RESOURCE_LIMIT_EXCEEDED"
+
+
+class SecurityViolation(SandboxError, PermissionError):
+    """Raised when an operation is refused by the sandbox security policy."""
+
+    code = "SECURITY_VIOLATION"
+    _os_errno = errno.EPERM
+
+
+class NetworkAccessDenied(SecurityViolation):
+    """Raised when network access is attempted while the policy forbids it."""
+
+    code = "NETWORK_ACCESS_DENIED"
+
+
+class FileOperationFailed(SandboxError):
+    """Raised when reading, writing, copying or listing files in the sandbox fails.
+
+    Attributes:
+        path: The path inside the sandbox the operation failed on, if known.
+    """
+
+    code = "FILE_OPERATION_FAILED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        details: str = "",
+        retryable: bool | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, details=details, retryable=retryable, cause=cause)
+        self.path = path
+        if isinstance(self, OSError):
+            _fill_os_error(self, self._os_errno, message, path)
+
+
+class SandboxFileNotFound(FileOperationFailed, FileNotFoundError):
+    """Raised when a path does not exist in the sandbox."""
+
+    _os_errno = errno.ENOENT
+
+
+class SandboxIsADirectory(FileOperationFailed, IsADirectoryError):
+    """Raised when a file operation is given a directory."""
+
+    _os_errno = errno.EISDIR
+
+
+class SandboxPermissionDenied(FileOperationFailed, PermissionError):
+    """Raised when the sandbox user may not access a path."""
+
+    _os_errno = errno.EACCES
+
+
+class TimeoutExceeded(SandboxError, TimeoutError):
+    """Raised when a command or engine operation runs past its timeout."""
+
+    code = "TIMEOUT_EXCEEDED"
+    _os_errno = errno.ETIMEDOUT
+
+
+class EngineUnavailable(SandboxError, ConnectionError):
+    """Raised when the container engine cannot be reached or is not responding."""
+
+    code = "ENGINE_UNAVAILABLE"
+    retryable = True
+
+
+class ConfigError(SandboxError, ValueError):
+    """Raised when a configuration value or a JSON document is invalid."""
+
+    code = "CONFIG_ERROR"

@@ -1,0 +1,258 @@
+"""JSON encoding of the public models, compatible with the Go SDK's ``encoding/json`` output."""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory, mapping_structure_factory
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from ._errors import ConfigError
+from ._models import Command, CommandResult
+
+__all__ = ["configure_converter", "from_json", "to_json"]
+
+T = TypeVar("T")
+
+#: Fields that exist only in Python (streams and raw bytes) and never appear in JSON.
+_EXCLUDED: dict[type, tuple[str, ...]] = {
+    Command: ("stdin",),
+    CommandResult: ("stdout_bytes", "stderr_bytes"),
+}
+
+_RFC3339 = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt](?P<time>\d{2}:\d{2}:\d{2})"
+    r"(?:\.(?P<frac>\d+))?(?P<offset>[Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def _type_name(value: object) -> str:
+    """Name a JSON value's type the way error messages show it."""
+    return type(value).__name__
+
+
+def _strict_primitive(tp: type) -> Callable[[Any, type], Any]:
+    """Build a structure hook accepting only JSON values of exactly `tp` (ints for float)."""
+
+    def structure(value: Any, cl: type) -> Any:
+        if cl is not tp and issubclass(cl, enum.Enum):
+            # Singledispatch sends str-based enums to the str hook.
+            return _structure_enum(value, cl)
+        if tp is float and type(value) is int:
+            return float(value)
+        if type(value) is not tp:
+            raise TypeError(f"expected {tp.__name__}, got {_type_name(value)} {value!r}")
+        return value
+
+    return structure
+
+
+def _structure_enum(value: Any, cl: type[enum.Enum]) -> enum.Enum:
+    """Structure an enum from its value, listing the allowed values on error."""
+    allowed = [member.value for member in cl]
+    if type(value) not in {type(v) for v in allowed}:
+        raise TypeError(f"expected {cl.__name__} string, got {_type_name(value)} {value!r}")
+    try:
+        return cl(value)
+    except ValueError:
+        choices = ", ".join(str(v) for v in allowed)
+        raise ValueError(f"expected one of {choices}, got {value!r}") from None
+
+
+def _unstructure_datetime(value: datetime) -> str:
+    """Format like Go's time.RFC3339Nano: trailing fraction zeros trimmed, UTC as Z."""
+    if value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r} has no offset")
+    text = value.isoformat()
+    if value.microsecond:
+        head, _, tail = text.partition(".")
+        text = f"{head}.{tail[:6].rstrip('0')}{tail[6:]}"
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _structure_datetime(value: Any, _: type) -> datetime:
+    """Parse RFC 3339 with an offset; digits past microseconds are truncated."""
+    if type(value) is not str:
+        raise TypeError(f"expected RFC 3339 string, got {_type_name(value)} {value!r}")
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise ValueError(f"expected RFC 3339 time with offset, got {value!r}")
+    frac = f".{match['frac'][:6]}" if match["frac"] else ""
+    offset = "+00:00" if match["offset"] in "Zz" else match["offset"]
+    return datetime.fromisoformat(f"{match['date']}T{match['time']}{frac}{offset}")
+
+
+def _unstructure_timedelta(value: timedelta) -> int:
+    """Encode as Go's time.Duration: integer nanoseconds."""
+    return (value.days * 86_400 + value.seconds) * 1_000_000_000 + value.microseconds * 1_000
+
+
+def _structure_timedelta(value: Any, _: type) -> timedelta:
+    """Decode integer nanoseconds; the sub-microsecond part is truncated toward zero."""
+    if type(value) is not int:
+        raise TypeError(f"expected integer nanoseconds, got {_type_name(value)} {value!r}")
+    micros = abs(value) // 1_000
+    return timedelta(microseconds=micros if value >= 0 else -micros)
+
+
+def _structure_bytes(value: Any, _: type) -> bytes:
+    """Decode standard base64, as Go encodes []byte."""
+    if type(value) is not str:
+        raise TypeError(f"expected base64 string, got {_type_name(value)} {value!r}")
+    return base64.b64decode(value, validate=True)
+
+
+def _is_homogeneous_tuple(tp: Any) -> bool:
+    args = get_args(tp)
+    return get_origin(tp) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _is_dict(tp: Any) -> bool:
+    return get_origin(tp) is dict
+
+
+def _require(kind: type, label: str, hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """Wrap `hook` to first check the JSON value is a `kind` (a JSON `label`)."""
+
+    def structure(value: Any, cl: Any) -> Any:
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {label}, got {_type_name(value)} {value!r}")
+        return hook(value, cl)
+
+    return structure
+
+
+def configure_converter(converter: cattrs.Converter) -> None:
+    """Configure `converter` for JSON compatible with Go's encoding/json.
+
+    Rules:
+
+    * int, str and bool accept only that exact JSON type ("5", 1.9 and true are not ints);
+      float also accepts ints.
+    * Enums are their string values; unknown values are errors listing the allowed ones.
+    * datetime is RFC 3339 with an offset (UTC written as "Z", fraction trimmed like Go's
+      RFC3339Nano); naive times are refused both ways.
+    * timedelta is integer nanoseconds (Go's time.Duration); sub-microsecond parts truncate.
+    * bytes are standard base64 strings (Go's []byte).
+    * Tuples are JSON arrays and dicts JSON objects; anything else is an error.
+    * attrs classes are JSON objects keyed by attribute name. Unknown keys are ignored,
+      missing keys take the default, None-valued fields are omitted on output (Go's
+      omitempty for pointers) and zero values are kept. Python-only fields (Command.stdin,
+      CommandResult.stdout_bytes and stderr_bytes) are never read or written.
+    """
+    for primitive in (int, float, str, bool):
+        converter.register_structure_hook(primitive, _strict_primitive(primitive))
+    converter.register_unstructure_hook(enum.Enum, lambda member: member.value)
+    converter.register_structure_hook(enum.Enum, _structure_enum)
+    converter.register_unstructure_hook(datetime, _unstructure_datetime)
+    converter.register_structure_hook(datetime, _structure_datetime)
+    converter.register_unstructure_hook(timedelta, _unstructure_timedelta)
+    converter.register_structure_hook(timedelta, _structure_timedelta)
+    converter.register_unstructure_hook(bytes, lambda data: base64.b64encode(data).decode())
+    converter.register_structure_hook(bytes, _structure_bytes)
+
+    def tuple_hook(tp: Any) -> Callable[[Any, Any], Any]:
+        return _require(list, "array", homogenous_tuple_structure_factory(tp, converter))
+
+    def dict_hook(tp: Any) -> Callable[[Any, Any], Any]:
+        return _require(dict, "object", mapping_structure_factory(tp, converter))
+
+    def attrs_structure(cls: type) -> Callable[[Any, Any], Any]:
+        skip: dict[str, Any] = {name: override(omit=True) for name in _EXCLUDED.get(cls, ())}
+        return _require(dict, "object", make_dict_structure_fn(cls, converter, **skip))
+
+    def attrs_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
+        skip: dict[str, Any] = {name: override(omit=True) for name in _EXCLUDED.get(cls, ())}
+        base: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cls, converter, **skip)
+        return lambda obj: {k: v for k, v in base(obj).items() if v is not None}
+
+    converter.register_structure_hook_factory(_is_homogeneous_tuple, tuple_hook)
+    converter.register_structure_hook_factory(_is_dict, dict_hook)
+    converter.register_structure_hook_factory(attrs.has, attrs_structure)
+    converter.register_unstructure_hook_factory(attrs.has, attrs_unstructure)
+
+
+_converter = cattrs.Converter()
+configure_converter(_converter)
+
+
+def to_json(obj: Any, *, indent: int | None = None) -> str:
+    """Encode a model (or a list/dict of models) as JSON; compact unless `indent` is given."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(
+        _converter.unstructure(obj),
+        indent=indent,
+        separators=separators,
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def from_json(text: str | bytes, cls: type[T]) -> T:
+    """Decode JSON into `cls`.
+
+    Raises:
+        ConfigError: The text is not JSON or does not describe a valid `cls`; the details
+            list every problem with its field path, separated by "; ".
+    """
+    what = f"invalid {getattr(cls, '__name__', repr(cls))} JSON"
+    try:
+        raw = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
+        raise ConfigError(what, details=f"malformed JSON: {exc}", cause=exc) from exc
+    try:
+        return _converter.structure(raw, cls)
+    except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+        problems: list[str] = []
+        _describe(exc, "", problems)
+        raise ConfigError(what, details="; ".join(problems), cause=exc) from exc
+
+
+def _reject_constant(name: str) -> Any:
+    """Refuse NaN and Infinity, which Python's json accepts but JSON (and Go) do not."""
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _describe(exc: BaseException, path: str, out: list[str]) -> None:
+    """Append one "path: problem" line per leaf error of a cattrs error tree."""
+    if isinstance(exc, ClassValidationError):
+        with_notes, without = exc.group_exceptions()
+        for sub, note in with_notes:
+            _describe(sub, _join(path, note), out)
+        for sub in without:
+            _describe(sub, path, out)
+    elif isinstance(exc, IterableValidationError):
+        items, rest = exc.group_exceptions()
+        for sub, item in items:
+            _describe(sub, _join(path, item), out)
+        for sub in rest:
+            _describe(sub, path, out)
+    elif isinstance(exc, ConfigError):
+        # Raised by a model validator; its message starts with the field name.
+        out.append(f"{path}.{exc}" if path else str(exc))
+    elif isinstance(exc, KeyError):
+        out.append(f"{path or '$'}: required field missing")
+    else:
+        out.append(f"{path}: {exc}" if path else str(exc))
+
+
+def _join(path: str, note: AttributeValidationNote | IterableValidationNote) -> str:
+    """Extend a field path with an attribute name, list index or mapping key."""
+    if isinstance(note, AttributeValidationNote):
+        return f"{path}.{note.name}" if path else note.name
+    index = note.index
+    return f"{path}[{index}]" if isinstance(index, int) else f"{path}[{json.dumps(index)}]"

@@ -1,0 +1,678 @@
+"""Value types for sandbox configuration, commands and results.
+
+All are frozen attrs classes with keyword-only constructors. Sizes are int bytes, durations are
+`datetime.timedelta` (constructors also accept int/float seconds), times are timezone-aware
+datetimes. Invalid values raise `ConfigError` (a `ValueError`) whose message starts with the
+field name. Collections are stored as tuples; mappings as private `dict` copies.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import attrs
+
+from ._constants import (
+    DEFAULT_IMAGE,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_PULL_POLICY,
+    DEFAULT_RUNTIME,
+    DEFAULT_STATS_INTERVAL,
+    DEFAULT_TYPE,
+    DEFAULT_WORKING_DIR,
+)
+from ._errors import ConfigError
+
+__all__ = [
+    "Command",
+    "CommandResult",
+    "FileInfo",
+    "GitConfig",
+    "NetworkConfig",
+    "OutputChunk",
+    "PortMapping",
+    "RepositoryConfig",
+    "ResourceLimits",
+    "ResourceUsage",
+    "SandboxConfig",
+    "SandboxInfo",
+    "SandboxStatus",
+    "SecurityPolicy",
+]
+
+_PULL_POLICIES = ("missing", "always", "never")
+_PROTOCOLS = ("tcp", "udp")
+_OCTAL_MODE = re.compile(r"[0-7]{3,4}")
+_ZERO = timedelta(0)
+
+
+class SandboxStatus(enum.StrEnum):
+    """Lifecycle state of a sandbox."""
+
+    CREATING = "creating"
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    DESTROYED = "destroyed"
+
+
+# Converters. attrs passes no field name to converters, so messages name the expected type.
+
+
+def _to_timedelta(value: timedelta | float) -> timedelta:
+    """Accept a timedelta or a number of seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected timedelta or seconds, got {type(value).__name__} {value!r}")
+    return timedelta(seconds=value)
+
+
+def _to_float(value: float) -> float:
+    """Accept an int or float (not bool or str)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _to_str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    """Copy an iterable of strings to a tuple, refusing a lone string."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"expected an iterable of str, got {type(value).__name__} {value!r}")
+    return tuple(value)
+
+
+def _to_int_tuple(value: Iterable[int]) -> tuple[int, ...]:
+    """Copy an iterable of ints to a tuple."""
+    return tuple(value)
+
+
+def _to_port_tuple(value: Iterable[PortMapping]) -> tuple[PortMapping, ...]:
+    """Copy an iterable of port mappings to a tuple."""
+    return tuple(value)
+
+
+def _to_str_dict(value: Mapping[str, str]) -> dict[str, str]:
+    """Copy a mapping so the frozen instance does not share it with the caller."""
+    return dict(value)
+
+
+def _to_status(value: SandboxStatus | str) -> SandboxStatus:
+    """Accept a status member or its string value."""
+    try:
+        return SandboxStatus(value)
+    except ValueError:
+        allowed = ", ".join(s.value for s in SandboxStatus)
+        raise ConfigError(f"status must be one of {allowed}, got {value!r}") from None
+
+
+# Validators. Messages start with the field name; `_json` prefixes the parent path.
+# Fields with converters spell out attrs.field(...) in the class bodies because mypy's
+# attrs plugin only sees converters written in place.
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """Require a non-negative int, float or timedelta."""
+    name = attribute.name
+    if isinstance(value, timedelta):
+        if value < _ZERO:
+            raise ConfigError(f"{name} must be >= 0, got {value!r}")
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be finite, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{name} must be >= 0, got {value!r}")
+
+
+def _aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -> None:
+    """Require a timezone-aware datetime (or None)."""
+    if value is not None and value.utcoffset() is None:
+        raise ConfigError(f"{attribute.name} must be timezone-aware, got naive {value!r}")
+
+
+def _check_port(name: str, value: int, *, allow_zero: bool) -> None:
+    lowest = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= 65535:
+        raise ConfigError(f"{name} must be in {lowest}..65535, got {value!r}")
+
+
+def _port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    _check_port(attribute.name, value, allow_zero=False)
+
+
+def _host_port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    _check_port(attribute.name, value, allow_zero=True)
+
+
+def _ports(_: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
+    for i, port in enumerate(value):
+        _check_port(f"{attribute.name}[{i}]", port, allow_zero=False)
+
+
+def _one_of(*allowed: str) -> Any:
+    """Build a validator requiring the value to be one of `allowed`."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in allowed:
+            raise ConfigError(
+                f"{attribute.name} must be one of {', '.join(allowed)}, got {value!r}"
+            )
+
+    return check
+
+
+def _no_nul(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if "\0" in value:
+        raise ConfigError(f"{attribute.name} must not contain NUL bytes")
+
+
+def _no_nul_items(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for i, item in enumerate(value):
+        if "\0" in item:
+            raise ConfigError(f"{attribute.name}[{i}] must not contain NUL bytes")
+
+
+def _env(_: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
+    """Require variable names that can be passed to exec: non-empty, no '=' or NUL."""
+    for key, val in value.items():
+        if not key or "=" in key or "\0" in key:
+            raise ConfigError(
+                f"{attribute.name} key {key!r} must be non-empty without '=' or NUL bytes"
+            )
+        if "\0" in val:
+            raise ConfigError(f"{attribute.name}[{key!r}] must not contain NUL bytes")
+
+
+def _octal(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value and not _OCTAL_MODE.fullmatch(value):
+        raise ConfigError(f"{attribute.name} must be empty or octal like '0755', got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ResourceLimits:
+    """Resource limits and requests for a sandbox; 0 means unlimited / engine default.
+
+    Attributes:
+        cpu_limit: CPU cores the sandbox may use (fractions allowed).
+        cpu_request: CPU cores reserved for the sandbox.
+        memory_limit: Memory limit in bytes.
+        memory_request: Memory reservation in bytes.
+        disk_limit: Writable-layer size limit in bytes.
+        disk_request: Disk space reservation in bytes.
+        network_in_limit: Inbound bandwidth limit in bytes per second.
+        network_out_limit: Outbound bandwidth limit in bytes per second.
+        process_limit: Maximum number of processes; 0 uses the SDK default.
+        file_limit: Maximum number of open files.
+        wall_time_limit: Maximum lifetime of the sandbox.
+        cpu_time_limit: Maximum CPU time per process.
+    """
+
+    cpu_limit: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
+    cpu_request: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
+    memory_limit: int = attrs.field(default=0, validator=_non_negative)
+    memory_request: int = attrs.field(default=0, validator=_non_negative)
+    disk_limit: int = attrs.field(default=0, validator=_non_negative)
+    disk_request: int = attrs.field(default=0, validator=_non_negative)
+    network_in_limit: int = attrs.field(default=0, validator=_non_negative)
+    network_out_limit: int = attrs.field(default=0, validator=_non_negative)
+    process_limit: int = attrs.field(default=0, validator=_non_negative)
+    file_limit: int = attrs.field(default=0, validator=_non_negative)
+    wall_time_limit: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    cpu_time_limit: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+
+
+@attrs.frozen(kw_only=True)
+class SecurityPolicy:
+    """Security settings applied to the sandbox container; defaults are restrictive.
+
+    Attributes:
+        run_as_user: User (name or uid) commands run as; empty uses the image default.
+        run_as_group: Group (name or gid) commands run as.
+        read_only_root: Mount the root filesystem read-only.
+        no_new_privileges: Forbid gaining privileges through setuid binaries.
+        prevent_escalation: Refuse options that grant privileges (privileged mode, host PID).
+        add_capabilities: Linux capabilities to add, e.g. ``"NET_BIND_SERVICE"``.
+        drop_capabilities: Linux capabilities to drop, e.g. ``"ALL"``.
+        selinux_context: SELinux label for the container.
+        apparmor_profile: AppArmor profile name.
+        seccomp_profile: Seccomp profile (path or JSON); empty uses the engine default.
+        allow_networking: Allow network access from the sandbox.
+        isolate_network: Give the sandbox its own network namespace.
+        isolate_process: Give the sandbox its own PID namespace.
+        allow_host_pid: Share the host PID namespace (needs ``isolate_process=False``).
+        read_only_paths: Paths mounted read-only inside the sandbox.
+        masked_paths: Paths hidden inside the sandbox.
+        tmpfs_paths: Paths backed by tmpfs inside the sandbox.
+        enable_audit_log: Record every operation in an audit log.
+        log_security_events: Log refused operations.
+    """
+
+    run_as_user: str = ""
+    run_as_group: str = ""
+    read_only_root: bool = False
+    no_new_privileges: bool = True
+    prevent_escalation: bool = True
+    add_capabilities: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    drop_capabilities: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    selinux_context: str = ""
+    apparmor_profile: str = ""
+    seccomp_profile: str = ""
+    allow_networking: bool = False
+    isolate_network: bool = True
+    isolate_process: bool = True
+    allow_host_pid: bool = False
+    read_only_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    masked_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    tmpfs_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    enable_audit_log: bool = False
+    log_security_events: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class GitConfig:
+    """Git identity and settings applied to a cloned repository.
+
+    Attributes:
+        user_name: Value for ``user.name``.
+        user_email: Value for ``user.email``.
+        signing_key: Value for ``user.signingkey``.
+        config_values: Further ``git config`` keys and values.
+    """
+
+    user_name: str = ""
+    user_email: str = ""
+    signing_key: str = ""
+    config_values: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+
+
+@attrs.frozen(kw_only=True)
+class RepositoryConfig:
+    """A repository to clone or copy into the sandbox.
+
+    Attributes:
+        url: Remote to clone; empty when ``local_path`` is used.
+        branch: Branch to check out; empty uses the remote default.
+        commit_hash: Commit to check out after cloning.
+        local_path: Host directory to copy instead of cloning.
+        mount_point: Where the repository appears in the sandbox.
+        read_only: Make the repository read-only in the sandbox.
+        git_config: Git identity and settings.
+        include_files: Glob patterns to copy (empty means all).
+        exclude_files: Glob patterns to leave out.
+        permissions: Octal mode for the checkout root, e.g. ``"0755"``; empty keeps it.
+        owner: Owner (user) of the checkout.
+        group: Group of the checkout.
+    """
+
+    url: str = ""
+    branch: str = ""
+    commit_hash: str = ""
+    local_path: str = ""
+    mount_point: str = DEFAULT_WORKING_DIR
+    read_only: bool = False
+    git_config: GitConfig = attrs.field(factory=GitConfig)
+    include_files: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    exclude_files: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    permissions: str = attrs.field(default="", validator=_octal)
+    owner: str = ""
+    group: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class PortMapping:
+    """A container port published on the host.
+
+    Attributes:
+        host_port: Host port; 0 lets the engine pick a free one.
+        container_port: Port inside the sandbox (required).
+        protocol: ``"tcp"`` or ``"udp"``.
+        host_ip: Host address to bind; loopback by default.
+    """
+
+    host_port: int = attrs.field(default=0, validator=_host_port)
+    container_port: int = attrs.field(validator=_port)
+    protocol: str = attrs.field(default="tcp", validator=_one_of(*_PROTOCOLS))
+    host_ip: str = "127.0.0.1"
+
+
+@attrs.frozen(kw_only=True)
+class NetworkConfig:
+    """Network settings of the sandbox; isolated by default.
+
+    Attributes:
+        isolated: Run without any network (no interfaces except loopback).
+        bridge: Engine network to attach to; empty uses the default bridge.
+        dns_servers: DNS server addresses.
+        dns_search: DNS search domains.
+        http_proxy: Value for ``HTTP_PROXY`` in the sandbox.
+        https_proxy: Value for ``HTTPS_PROXY`` in the sandbox.
+        no_proxy: Value for ``NO_PROXY`` in the sandbox.
+        port_mappings: Ports published on the host.
+        allowed_hosts: Hosts the sandbox may reach.
+        blocked_hosts: Hosts the sandbox may not reach.
+        allowed_ports: Destination ports the sandbox may reach.
+        ingress_limit: Inbound bandwidth limit in bytes per second.
+        egress_limit: Outbound bandwidth limit in bytes per second.
+    """
+
+    isolated: bool = True
+    bridge: str = ""
+    dns_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    dns_search: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    http_proxy: str = ""
+    https_proxy: str = ""
+    no_proxy: str = ""
+    port_mappings: tuple[PortMapping, ...] = attrs.field(factory=tuple, converter=_to_port_tuple)
+    allowed_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    blocked_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    allowed_ports: tuple[int, ...] = attrs.field(
+        factory=tuple, converter=_to_int_tuple, validator=_ports
+    )
+    ingress_limit: int = attrs.field(default=0, validator=_non_negative)
+    egress_limit: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
+class SandboxConfig:
+    """Everything needed to create a sandbox.
+
+    ``SandboxConfig()`` describes an isolated sandbox (no network, no new privileges) running
+    the default image in ``/workspace``. Derive variants with ``attrs.evolve``.
+
+    Attributes:
+        type: Backend kind; ``"docker"``.
+        image: Image reference to run.
+        runtime: OCI runtime, e.g. ``"runc"`` or ``"runsc"``.
+        architecture: Image platform architecture, e.g. ``"amd64"``; empty uses the engine's.
+        pull_policy: When to pull the image: ``"missing"``, ``"always"`` or ``"never"``.
+        resources: Resource limits.
+        security: Security policy.
+        repository: Repository to put into the sandbox, if any.
+        network: Network settings.
+        environment: Environment variables for every command.
+        working_dir: Initial working directory of commands.
+        tools: Tool names to make available in the sandbox.
+        mcp_servers: MCP server names to make available in the sandbox.
+        timeout: Default command timeout; 0 means none.
+        cleanup_delay: Delay before removing the sandbox on cleanup.
+        stats_interval: Interval between resource-usage samples.
+        labels: Engine labels for the container.
+        annotations: Free-form annotations kept with the sandbox.
+        name: Container name; empty generates one.
+    """
+
+    type: str = DEFAULT_TYPE
+    image: str = DEFAULT_IMAGE
+    runtime: str = DEFAULT_RUNTIME
+    architecture: str = ""
+    pull_policy: str = attrs.field(default=DEFAULT_PULL_POLICY, validator=_one_of(*_PULL_POLICIES))
+    resources: ResourceLimits = attrs.field(factory=ResourceLimits)
+    security: SecurityPolicy = attrs.field(factory=SecurityPolicy)
+    repository: RepositoryConfig | None = None
+    network: NetworkConfig = attrs.field(factory=NetworkConfig)
+    environment: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict, validator=_env)
+    working_dir: str = DEFAULT_WORKING_DIR
+    tools: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    mcp_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    timeout: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    cleanup_delay: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    stats_interval: timedelta = attrs.field(
+        default=DEFAULT_STATS_INTERVAL, converter=_to_timedelta, validator=_non_negative
+    )
+    labels: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    annotations: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    name: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Command:
+    """A command to run in the sandbox.
+
+    Build one directly, or with `Command.shell` / `Command.argv`.
+
+    Attributes:
+        executable: Program to run (a path or a name looked up in ``PATH``).
+        args: Arguments after the executable.
+        working_dir: Working directory; empty uses the sandbox's.
+        environment: Variables added to the sandbox environment.
+        stdin_content: Text fed to standard input (serialisable form of ``stdin``).
+        timeout: Kill the command after this long; 0 uses the sandbox default.
+        idle_timeout: Kill the command after this long without output; 0 means none.
+        user: User to run as; empty uses the sandbox's.
+        allow_network: Request network access for this command.
+        allow_write: Allow writing outside temporary directories.
+        restrict_paths: Paths the command may touch (empty means no restriction).
+        max_output_bytes: Output kept per stream; the rest is dropped and flagged.
+        stdin: Standard input as bytes, text or an async byte stream; never serialised.
+    """
+
+    executable: str = attrs.field(default="", validator=_no_nul)
+    args: tuple[str, ...] = attrs.field(
+        factory=tuple, converter=_to_str_tuple, validator=_no_nul_items
+    )
+    working_dir: str = ""
+    environment: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict, validator=_env)
+    stdin_content: str = ""
+    timeout: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    idle_timeout: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    user: str = ""
+    allow_network: bool = False
+    allow_write: bool = True
+    restrict_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    max_output_bytes: int = attrs.field(default=DEFAULT_MAX_OUTPUT_BYTES, validator=_non_negative)
+    stdin: bytes | str | AsyncIterable[bytes] | None = attrs.field(default=None, eq=False)
+
+    @classmethod
+    def shell(cls, script: str, **kwargs: Any) -> Command:
+        """Build a command running `script` with ``/bin/sh -c``."""
+        return cls(executable="/bin/sh", args=("-c", script), **kwargs)
+
+    @classmethod
+    def argv(cls, argv: Sequence[str], **kwargs: Any) -> Command:
+        """Build a command from an argument vector, executable first."""
+        if isinstance(argv, str | bytes):
+            raise TypeError("argv must be a sequence of str, not a single string")
+        if not argv:
+            raise ConfigError("argv must not be empty")
+        return cls(executable=argv[0], args=tuple(argv[1:]), **kwargs)
+
+
+@attrs.frozen(kw_only=True)
+class ResourceUsage:
+    """A resource-usage sample of a sandbox or command.
+
+    Attributes:
+        timestamp: When the sample was taken.
+        cpu_usage: CPU usage in percent of one core (may exceed 100).
+        cpu_time: CPU time consumed.
+        memory_usage: Memory in use, in bytes.
+        memory_percent: Memory in use, in percent of the limit.
+        memory_peak: Highest memory use seen, in bytes.
+        disk_usage: Disk space used, in bytes.
+        disk_reads: Bytes read from block devices.
+        disk_writes: Bytes written to block devices.
+        network_in: Bytes received.
+        network_out: Bytes sent.
+        process_count: Number of processes.
+        thread_count: Number of threads.
+        file_handles: Number of open files.
+        uptime: Time since the sandbox started.
+    """
+
+    timestamp: datetime | None = attrs.field(default=None, validator=_aware)
+    cpu_usage: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
+    cpu_time: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    memory_usage: int = attrs.field(default=0, validator=_non_negative)
+    memory_percent: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
+    memory_peak: int = attrs.field(default=0, validator=_non_negative)
+    disk_usage: int = attrs.field(default=0, validator=_non_negative)
+    disk_reads: int = attrs.field(default=0, validator=_non_negative)
+    disk_writes: int = attrs.field(default=0, validator=_non_negative)
+    network_in: int = attrs.field(default=0, validator=_non_negative)
+    network_out: int = attrs.field(default=0, validator=_non_negative)
+    process_count: int = attrs.field(default=0, validator=_non_negative)
+    thread_count: int = attrs.field(default=0, validator=_non_negative)
+    file_handles: int = attrs.field(default=0, validator=_non_negative)
+    uptime: timedelta = attrs.field(default=_ZERO, converter=_to_timedelta, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
+class CommandResult:
+    """The outcome of a finished command.
+
+    Attributes:
+        exit_code: Exit status; -1 when unknown (e.g. never started).
+        success: True when the command exited with status 0 in time.
+        stdout: Standard output decoded as UTF-8 (invalid bytes replaced).
+        stderr: Standard error decoded as UTF-8 (invalid bytes replaced).
+        combined: Both streams interleaved in arrival order.
+        start_time: When the command started.
+        end_time: When the command ended.
+        duration: Wall-clock run time.
+        resource_usage: Resource usage of the sandbox at the end of the command.
+        error: Description of what went wrong, if anything.
+        signal: Name of the signal that ended the command, e.g. ``"SIGKILL"``.
+        process_id: PID of the command inside the sandbox.
+        metadata: Free-form extra information.
+        timed_out: The command was killed by its timeout.
+        oom_killed: The command was killed for running out of memory.
+        truncated: Output exceeded ``max_output_bytes`` and was cut.
+        stdout_bytes: Raw standard output; never serialised.
+        stderr_bytes: Raw standard error; never serialised.
+    """
+
+    exit_code: int = -1
+    success: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    combined: str = ""
+    start_time: datetime | None = attrs.field(default=None, validator=_aware)
+    end_time: datetime | None = attrs.field(default=None, validator=_aware)
+    duration: timedelta = attrs.field(
+        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    resource_usage: ResourceUsage = attrs.field(factory=ResourceUsage)
+    error: str = ""
+    signal: str = ""
+    process_id: int = attrs.field(default=0, validator=_non_negative)
+    metadata: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    timed_out: bool = False
+    oom_killed: bool = False
+    truncated: bool = False
+    stdout_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
+    stderr_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class FileInfo:
+    """Metadata of a file in the sandbox.
+
+    Attributes:
+        name: Base name.
+        path: Absolute path in the sandbox.
+        size: Size in bytes.
+        mode: Permission and type bits, as in ``st_mode``.
+        mod_time: Last modification time.
+        is_dir: The entry is a directory.
+        owner: Owner user name or uid.
+        group: Owner group name or gid.
+        permissions: Symbolic permissions, e.g. ``"-rw-r--r--"``.
+        is_symlink: The entry is a symbolic link.
+        link_target: Target of the symbolic link.
+    """
+
+    name: str
+    path: str
+    size: int = attrs.field(default=0, validator=_non_negative)
+    mode: int = attrs.field(default=0, validator=_non_negative)
+    mod_time: datetime | None = attrs.field(default=None, validator=_aware)
+    is_dir: bool = False
+    owner: str = ""
+    group: str = ""
+    permissions: str = ""
+    is_symlink: bool = False
+    link_target: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SandboxInfo:
+    """A snapshot of a sandbox's identity and state.
+
+    Attributes:
+        id: Engine identifier of the sandbox.
+        name: Container name.
+        type: Backend kind.
+        status: Lifecycle state.
+        created_at: When the sandbox was created.
+        started_at: When the sandbox was last started.
+        runtime: OCI runtime in use.
+        image: Image reference.
+        platform: Platform of the image, e.g. ``"linux/amd64"``.
+        ip_address: IP address of the sandbox, if networked.
+        mac_address: MAC address of the sandbox, if networked.
+        hostname: Host name inside the sandbox.
+        allocated_resources: Limits actually applied by the engine.
+        config: Configuration the sandbox was created with.
+        labels: Engine labels.
+        annotations: Free-form annotations.
+        status_reason: Why the sandbox failed or stopped.
+        exit_code: Exit status of the sandbox's main process, once it ended.
+        oom_killed: The main process was killed for running out of memory.
+    """
+
+    id: str
+    name: str = ""
+    type: str = DEFAULT_TYPE
+    status: SandboxStatus = attrs.field(converter=_to_status)
+    created_at: datetime | None = attrs.field(default=None, validator=_aware)
+    started_at: datetime | None = attrs.field(default=None, validator=_aware)
+    runtime: str = ""
+    image: str = ""
+    platform: str = ""
+    ip_address: str = ""
+    mac_address: str = ""
+    hostname: str = ""
+    allocated_resources: ResourceLimits = attrs.field(factory=ResourceLimits)
+    config: SandboxConfig = attrs.field(factory=SandboxConfig)
+    labels: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    annotations: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    status_reason: str = ""
+    exit_code: int | None = None
+    oom_killed: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class OutputChunk:
+    """A piece of a command's output as it arrives.
+
+    Attributes:
+        stream: Which stream the bytes came from.
+        data: The raw bytes.
+    """
+
+    stream: Literal["stdout", "stderr"] = attrs.field(validator=_one_of("stdout", "stderr"))
+    data: bytes

@@ -1,0 +1,82 @@
+"""The `ExecutionSandbox` protocol: what every sandbox implementation offers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from ._models import Command, CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo
+
+__all__ = ["CommandLike", "ExecutionSandbox", "OutputCallback"]
+
+#: A command: a `Command`, a shell script string (run with ``/bin/sh -c``), or an argv sequence.
+CommandLike: TypeAlias = Command | str | Sequence[str]
+#: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
+OutputCallback: TypeAlias = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
+
+
+@runtime_checkable
+class ExecutionSandbox(Protocol):
+    """An isolated environment that runs commands and holds files.
+
+    Only operations that talk to the engine are async; the working directory and the
+    environment are local state and are read and replaced synchronously.
+    """
+
+    async def initialize(self, config: SandboxConfig | None = None) -> None:
+        """Create and start the sandbox, using `config` or the one given at construction."""
+        ...
+
+    async def execute_command(
+        self,
+        cmd: CommandLike,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandResult:
+        """Run `cmd` to completion and collect its result, streaming output to the callbacks."""
+        ...
+
+    async def copy_files(self, source: str, dest: str) -> None:
+        """Copy a host file or directory `source` to `dest` in the sandbox."""
+        ...
+
+    async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
+        """Write `content` (text is UTF-8 encoded) to `path` in the sandbox."""
+        ...
+
+    async def read_file(self, path: str) -> bytes:
+        """Return the contents of the file at `path` in the sandbox."""
+        ...
+
+    async def list_files(self, path: str) -> list[FileInfo]:
+        """List the entries of the directory at `path` in the sandbox."""
+        ...
+
+    def get_working_directory(self) -> str:
+        """Return the working directory used for commands that do not set one."""
+        ...
+
+    async def set_working_directory(self, path: str) -> None:
+        """Use `path` as working directory after checking it exists in the sandbox."""
+        ...
+
+    def get_environment(self) -> dict[str, str]:
+        """Return a copy of the environment applied to every command."""
+        ...
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        """Replace the environment applied to every command."""
+        ...
+
+    async def get_resource_usage(self) -> ResourceUsage:
+        """Return a current resource-usage sample of the sandbox."""
+        ...
+
+    async def cleanup(self) -> None:
+        """Stop and remove the sandbox; safe to call more than once."""
+        ...
+
+    async def get_info(self) -> SandboxInfo:
+        """Return the sandbox's identity and current state."""
+        ...

@@ -1,0 +1,148 @@
+"""The exception tree: codes, builtin bases, message format, causes and retryability."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from sandbox._errors import (
+    CommandExecutionFailed,
+    ConfigError,
+    EngineUnavailable,
+    FileOperationFailed,
+    NetworkAccessDenied,
+    ResourceLimitExceeded,
+    SandboxAlreadyExists,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxInitFailed,
+    SandboxIsADirectory,
+    SandboxNotFound,
+    SandboxNotRunning,
+    SandboxPermissionDenied,
+    SecurityViolation,
+    TimeoutExceeded,
+)
+
+CODES: list[tuple[type[SandboxError], str]] = [
+    (SandboxError, "SANDBOX_ERROR"),
+    (SandboxNotFound, "SANDBOX_NOT_FOUND"),
+    (SandboxAlreadyExists, "SANDBOX_ALREADY_EXISTS"),
+    (SandboxNotRunning, "SANDBOX_NOT_RUNNING"),
+    (SandboxInitFailed, "SANDBOX_INIT_FAILED"),
+    (CommandExecutionFailed, "COMMAND_EXECUTION_FAILED"),
+    (ResourceLimitExceeded, "RESOURCE_LIMIT_EXCEEDED"),
+    (SecurityViolation, "SECURITY_VIOLATION"),
+    (NetworkAccessDenied, "NETWORK_ACCESS_DENIED"),
+    (FileOperationFailed, "FILE_OPERATION_FAILED"),
+    (SandboxFileNotFound, "FILE_OPERATION_FAILED"),
+    (SandboxIsADirectory, "FILE_OPERATION_FAILED"),
+    (SandboxPermissionDenied, "FILE_OPERATION_FAILED"),
+    (TimeoutExceeded, "TIMEOUT_EXCEEDED"),
+    (EngineUnavailable, "ENGINE_UNAVAILABLE"),
+    (ConfigError, "CONFIG_ERROR"),
+]
+
+BUILTIN_BASES: list[tuple[type[SandboxError], type[BaseException]]] = [
+    (SandboxNotFound, LookupError),
+    (SecurityViolation, PermissionError),
+    (NetworkAccessDenied, PermissionError),
+    (NetworkAccessDenied, SecurityViolation),
+    (SandboxFileNotFound, FileNotFoundError),
+    (SandboxIsADirectory, IsADirectoryError),
+    (SandboxPermissionDenied, PermissionError),
+    (TimeoutExceeded, TimeoutError),
+    (EngineUnavailable, ConnectionError),
+    (ConfigError, ValueError),
+]
+
+
+@pytest.mark.parametrize(("cls", "code"), CODES)
+def test_code_and_root(cls: type[SandboxError], code: str) -> None:
+    err = cls("boom")
+    assert err.code == code
+    assert isinstance(err, SandboxError)
+    assert isinstance(err, Exception)
+
+
+@pytest.mark.parametrize(("cls", "base"), BUILTIN_BASES)
+def test_builtin_bases(cls: type[SandboxError], base: type[BaseException]) -> None:
+    with pytest.raises(base):
+        raise cls("boom")
+
+
+@pytest.mark.parametrize(("cls", "code"), CODES)
+def test_str_and_attributes(cls: type[SandboxError], code: str) -> None:
+    plain = cls("it failed")
+    assert str(plain) == "it failed"
+    assert plain.message == "it failed"
+    assert plain.details == ""
+    assert plain.cause is None
+    assert plain.__cause__ is None
+    assert plain.args == ("it failed",)
+    detailed = cls("it failed", details="engine said no")
+    assert str(detailed) == "it failed: engine said no"
+    assert detailed.details == "engine said no"
+
+
+@pytest.mark.parametrize(("cls", "code"), CODES)
+def test_cause(cls: type[SandboxError], code: str) -> None:
+    root = OSError("socket closed")
+    err = cls("wrapped", cause=root)
+    assert err.cause is root
+    assert err.__cause__ is root
+    assert err.__suppress_context__
+
+
+def test_retryable_defaults() -> None:
+    assert EngineUnavailable("down").retryable is True
+    assert EngineUnavailable("down", retryable=False).retryable is False
+    assert SandboxError("x").retryable is False
+    assert TimeoutExceeded("x").retryable is False
+    assert SandboxNotRunning("x", retryable=True).retryable is True
+    # An instance override does not leak into the class default.
+    assert EngineUnavailable("again").retryable is True
+
+
+@pytest.mark.parametrize(
+    ("cls", "code"),
+    [
+        (SandboxFileNotFound, errno.ENOENT),
+        (SandboxIsADirectory, errno.EISDIR),
+        (SandboxPermissionDenied, errno.EACCES),
+    ],
+)
+def test_file_errors_are_oserrors(cls: type[FileOperationFailed], code: int) -> None:
+    err = cls("cannot read", path="/workspace/a.txt", details="stat failed")
+    assert isinstance(err, OSError)
+    assert isinstance(err, FileOperationFailed)
+    assert err.path == "/workspace/a.txt"
+    assert err.filename == "/workspace/a.txt"
+    assert err.errno == code
+    assert err.strerror == "cannot read"
+    assert str(err) == "cannot read: stat failed"
+    assert err.args == ("cannot read",)
+
+
+def test_file_operation_failed_path() -> None:
+    err = FileOperationFailed("copy failed", path="/x")
+    assert err.path == "/x"
+    assert not isinstance(err, OSError)
+    assert FileOperationFailed("copy failed").path is None
+
+
+def test_oserror_subclasses_keep_their_str() -> None:
+    assert str(TimeoutExceeded("too slow", details="30s")) == "too slow: 30s"
+    assert TimeoutExceeded("too slow").errno == errno.ETIMEDOUT
+    assert str(SecurityViolation("refused")) == "refused"
+    assert str(EngineUnavailable("down")) == "down"
+
+
+def test_catch_by_builtin() -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        raise SandboxFileNotFound("missing", path="/nope")
+    assert isinstance(info.value, SandboxFileNotFound)
+    assert info.value.filename == "/nope"
+    with pytest.raises(LookupError):
+        raise SandboxNotFound("no such sandbox")

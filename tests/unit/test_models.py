@@ -1,0 +1,269 @@
+"""Model construction: defaults, conversions and validation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+import pytest
+
+from sandbox._constants import (
+    DEFAULT_IMAGE,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_STATS_INTERVAL,
+    DEFAULT_WORKING_DIR,
+)
+from sandbox._errors import ConfigError
+from sandbox._models import (
+    Command,
+    CommandResult,
+    FileInfo,
+    GitConfig,
+    NetworkConfig,
+    OutputChunk,
+    PortMapping,
+    RepositoryConfig,
+    ResourceLimits,
+    ResourceUsage,
+    SandboxConfig,
+    SandboxInfo,
+    SandboxStatus,
+    SecurityPolicy,
+)
+
+
+def test_default_config_is_isolated() -> None:
+    config = SandboxConfig()
+    assert config.type == "docker"
+    assert config.image == DEFAULT_IMAGE
+    assert config.runtime == "runc"
+    assert config.pull_policy == "missing"
+    assert config.working_dir == DEFAULT_WORKING_DIR == "/workspace"
+    assert config.network.isolated
+    assert config.security.no_new_privileges
+    assert config.security.isolate_network
+    assert not config.security.allow_networking
+    assert config.repository is None
+    assert config.timeout == timedelta(0)
+    assert config.stats_interval == DEFAULT_STATS_INTERVAL
+    assert config == SandboxConfig()
+
+
+def test_command_defaults() -> None:
+    cmd = Command()
+    assert cmd.max_output_bytes == DEFAULT_MAX_OUTPUT_BYTES
+    assert cmd.allow_write
+    assert not cmd.allow_network
+    assert cmd.stdin is None
+
+
+def test_frozen() -> None:
+    config = SandboxConfig()
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        config.image = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("seconds", [5, 2.5, 0])
+def test_timedelta_accepts_seconds(seconds: float) -> None:
+    expected = timedelta(seconds=seconds)
+    assert Command(timeout=seconds).timeout == expected
+    assert SandboxConfig(timeout=seconds, cleanup_delay=seconds).cleanup_delay == expected
+    assert ResourceLimits(wall_time_limit=seconds).wall_time_limit == expected
+    assert CommandResult(duration=seconds).duration == expected
+
+
+def test_timedelta_rejects_other_types() -> None:
+    with pytest.raises(TypeError, match="seconds"):
+        Command(timeout="5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Command(timeout=True)
+
+
+def test_float_fields_convert_ints() -> None:
+    limits = ResourceLimits(cpu_limit=2)
+    assert limits.cpu_limit == 2.0
+    assert isinstance(limits.cpu_limit, float)
+    with pytest.raises(TypeError):
+        ResourceLimits(cpu_limit="2")  # type: ignore[arg-type]
+
+
+def test_lists_become_tuples_and_dicts_are_copied() -> None:
+    caps = ["NET_ADMIN"]
+    env = {"A": "1"}
+    config = SandboxConfig(
+        tools=["git"],
+        environment=env,
+        security=SecurityPolicy(add_capabilities=caps),
+        network=NetworkConfig(
+            dns_servers=["1.1.1.1"],
+            port_mappings=[PortMapping(container_port=80)],
+            allowed_ports=[443],
+        ),
+    )
+    assert config.tools == ("git",)
+    assert config.security.add_capabilities == ("NET_ADMIN",)
+    assert config.network.port_mappings == (PortMapping(container_port=80),)
+    assert config.network.allowed_ports == (443,)
+    env["B"] = "2"
+    assert config.environment == {"A": "1"}
+
+
+def test_single_string_is_not_a_list() -> None:
+    with pytest.raises(TypeError, match="str"):
+        SandboxConfig(tools="git")
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: ResourceLimits(memory_limit=-1), "memory_limit"),
+        (lambda: ResourceLimits(cpu_limit=-0.5), "cpu_limit"),
+        (lambda: ResourceLimits(cpu_limit=float("nan")), "cpu_limit"),
+        (lambda: ResourceLimits(process_limit=-1), "process_limit"),
+        (lambda: ResourceLimits(wall_time_limit=-1), "wall_time_limit"),
+        (lambda: ResourceLimits(cpu_time_limit=timedelta(seconds=-1)), "cpu_time_limit"),
+        (lambda: NetworkConfig(ingress_limit=-1), "ingress_limit"),
+        (lambda: NetworkConfig(allowed_ports=[80, 0]), "allowed_ports[1]"),
+        (lambda: NetworkConfig(allowed_ports=[65536]), "allowed_ports[0]"),
+        (lambda: PortMapping(container_port=0), "container_port"),
+        (lambda: PortMapping(container_port=70000), "container_port"),
+        (lambda: PortMapping(container_port=80, host_port=-1), "host_port"),
+        (lambda: PortMapping(container_port=80, host_port=65536), "host_port"),
+        (lambda: PortMapping(container_port=80, protocol="sctp"), "protocol"),
+        (lambda: SandboxConfig(pull_policy="sometimes"), "pull_policy"),
+        (lambda: SandboxConfig(timeout=-1), "timeout"),
+        (lambda: SandboxConfig(stats_interval=-0.1), "stats_interval"),
+        (lambda: SandboxConfig(environment={"A=B": "1"}), "environment"),
+        (lambda: SandboxConfig(environment={"": "1"}), "environment"),
+        (lambda: RepositoryConfig(permissions="rwx"), "permissions"),
+        (lambda: RepositoryConfig(permissions="0955"), "permissions"),
+        (lambda: Command(executable="ls\0"), "executable"),
+        (lambda: Command(args=["ok", "bad\0"]), "args[1]"),
+        (lambda: Command(environment={"K\0": "v"}), "environment"),
+        (lambda: Command(environment={"K": "v\0"}), "environment['K']"),
+        (lambda: Command(max_output_bytes=-1), "max_output_bytes"),
+        (lambda: Command(idle_timeout=-5), "idle_timeout"),
+        (lambda: ResourceUsage(memory_usage=-1), "memory_usage"),
+        (lambda: ResourceUsage(process_count=-1), "process_count"),
+        (lambda: CommandResult(process_id=-1), "process_id"),
+        (lambda: FileInfo(name="a", path="/a", size=-1), "size"),
+        (lambda: SandboxInfo(id="x", status="zombie"), "status"),
+        (lambda: OutputChunk(stream="stdin", data=b""), "stream"),  # type: ignore[arg-type]
+    ],
+)
+def test_validation_names_the_field(build: Any, field: str) -> None:
+    with pytest.raises(ValueError) as info:
+        build()
+    assert isinstance(info.value, ConfigError)
+    assert str(info.value).startswith(field)
+
+
+def test_validation_message() -> None:
+    with pytest.raises(ValueError, match=r"^memory_limit must be >= 0, got -1$"):
+        ResourceLimits(memory_limit=-1)
+
+
+def test_valid_edges() -> None:
+    assert PortMapping(container_port=65535, host_port=0).host_port == 0
+    assert PortMapping(container_port=1, host_port=65535, protocol="udp").protocol == "udp"
+    assert RepositoryConfig(permissions="0755").permissions == "0755"
+    assert RepositoryConfig(permissions="644").permissions == "644"
+    for policy in ("missing", "always", "never"):
+        assert SandboxConfig(pull_policy=policy).pull_policy == policy
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda t: ResourceUsage(timestamp=t),
+        lambda t: CommandResult(start_time=t),
+        lambda t: CommandResult(end_time=t),
+        lambda t: FileInfo(name="a", path="/a", mod_time=t),
+        lambda t: SandboxInfo(id="x", status="running", created_at=t),
+        lambda t: SandboxInfo(id="x", status="running", started_at=t),
+    ],
+)
+def test_naive_datetime_rejected(build: Any) -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        build(datetime(2024, 1, 1, 12, 0))
+    aware = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
+    build(aware)
+
+
+def test_status_accepts_strings() -> None:
+    info = SandboxInfo(id="abc", status="running")
+    assert info.status is SandboxStatus.RUNNING
+    assert isinstance(info.status, str)
+    assert info.status.value == "running"
+    assert str(SandboxStatus.FAILED) == "failed"
+    assert [s.value for s in SandboxStatus] == [
+        "creating",
+        "starting",
+        "running",
+        "paused",
+        "stopping",
+        "stopped",
+        "failed",
+        "destroyed",
+    ]
+
+
+def test_required_fields() -> None:
+    with pytest.raises(TypeError):
+        PortMapping()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        SandboxInfo(status="running")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        FileInfo(name="a")  # type: ignore[call-arg]
+
+
+def test_command_shell() -> None:
+    cmd = Command.shell("echo hi && ls", timeout=3, working_dir="/tmp")
+    assert cmd.executable == "/bin/sh"
+    assert cmd.args == ("-c", "echo hi && ls")
+    assert cmd.timeout == timedelta(seconds=3)
+    assert cmd.working_dir == "/tmp"
+
+
+def test_command_argv() -> None:
+    cmd = Command.argv(["python3", "-c", "print(1)"], user="nobody")
+    assert cmd.executable == "python3"
+    assert cmd.args == ("-c", "print(1)")
+    assert cmd.user == "nobody"
+    assert Command.argv(("true",)).args == ()
+    with pytest.raises(ValueError, match="argv must not be empty"):
+        Command.argv([])
+    with pytest.raises(TypeError):
+        Command.argv("ls -l")
+    with pytest.raises(ValueError, match=r"args\[0\]"):
+        Command.argv(["echo", "a\0b"])
+
+
+def test_stdin_not_compared() -> None:
+    assert Command(stdin=b"abc") == Command(stdin="xyz")
+    assert Command(stdin_content="a") != Command(stdin_content="b")
+
+
+def test_raw_output_not_compared_or_shown() -> None:
+    result = CommandResult(stdout="hi\n", stdout_bytes=b"hi\n", stderr_bytes=b"err")
+    assert result == CommandResult(stdout="hi\n")
+    assert "stdout_bytes" not in repr(result)
+    assert "stderr_bytes" not in repr(result)
+    assert result.stdout_bytes == b"hi\n"
+
+
+def test_git_config_in_repository() -> None:
+    repo = RepositoryConfig(
+        url="https://example.com/r.git",
+        git_config=GitConfig(user_name="bot", config_values={"core.autocrlf": "false"}),
+    )
+    assert repo.mount_point == "/workspace"
+    assert repo.git_config.config_values == {"core.autocrlf": "false"}
+
+
+def test_evolve_revalidates() -> None:
+    config = SandboxConfig()
+    assert attrs.evolve(config, image="alpine:3").image == "alpine:3"
+    with pytest.raises(ValueError, match="pull_policy"):
+        attrs.evolve(config, pull_policy="bad")
