@@ -1,0 +1,85 @@
+"""sandbox: run AI-agent work inside Docker containers, safe by default.
+
+Example:
+    async with Sandbox(SandboxConfig()) as sb:
+        result = await sb.execute_command("echo hello")
+"""
+
+from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
+from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
+from ._errors import CommandExecutionFailed as CommandExecutionFailed
+from ._errors import ConfigError as ConfigError
+from ._errors import EngineUnavailable as EngineUnavailable
+from ._errors import FileOperationFailed as FileOperationFailed
+from ._errors import NetworkAccessDenied as NetworkAccessDenied
+from ._errors import ResourceLimitExceeded as ResourceLimitExceeded
+from ._errors import SandboxAlreadyExists as SandboxAlreadyExists
+from ._errors import SandboxError as SandboxError
+from ._errors import SandboxFileNotFound as SandboxFileNotFound
+from ._errors import SandboxInitFailed as SandboxInitFailed
+from ._errors import SandboxIsADirectory as SandboxIsADirectory
+from ._errors import SandboxNotFound as SandboxNotFound
+from ._errors import SandboxNotRunning as SandboxNotRunning
+from ._errors import SandboxPermissionDenied as SandboxPermissionDenied
+from ._errors import SecurityViolation as SecurityViolation
+from ._errors import TimeoutExceeded as TimeoutExceeded
+from ._json import from_json as from_json
+from ._json import to_json as to_json
+from ._models import Command as Command
+from ._models import CommandResult as CommandResult
+from ._models import FileInfo as FileInfo
+from ._models import GitConfig as GitConfig
+from ._models import NetworkConfig as NetworkConfig
+from ._models import OutputChunk as OutputChunk
+from ._models import PortMapping as PortMapping
+from ._models import RepositoryConfig as RepositoryConfig
+from ._models import ResourceLimits as ResourceLimits
+from ._models import ResourceUsage as ResourceUsage
+from ._models import SandboxConfig as SandboxConfig
+from ._models import SandboxInfo as SandboxInfo
+from ._models import SandboxStatus as SandboxStatus
+from ._models import SecurityPolicy as SecurityPolicy
+from ._protocol import CommandLike as CommandLike
+from ._protocol import ExecutionSandbox as ExecutionSandbox
+from ._protocol import OutputCallback as OutputCallback
+from ._sandbox import Sandbox as Sandbox
+
+__all__ = [
+    "IMAGE_BUSYBOX",
+    "IMAGE_PYTHON",
+    "Command",
+    "CommandExecutionFailed",
+    "CommandLike",
+    "CommandResult",
+    "ConfigError",
+    "EngineUnavailable",
+    "ExecutionSandbox",
+    "FileInfo",
+    "FileOperationFailed",
+    "GitConfig",
+    "NetworkAccessDenied",
+    "NetworkConfig",
+    "OutputCallback",
+    "OutputChunk",
+    "PortMapping",
+    "RepositoryConfig",
+    "ResourceLimitExceeded",
+    "ResourceLimits",
+    "ResourceUsage",
+    "Sandbox",
+    "SandboxAlreadyExists",
+    "SandboxConfig",
+    "SandboxError",
+    "SandboxFileNotFound",
+    "SandboxInfo",
+    "SandboxInitFailed",
+    "SandboxIsADirectory",
+    "SandboxNotFound",
+    "SandboxNotRunning",
+    "SandboxPermissionDenied",
+    "SandboxStatus",
+    "SecurityPolicy",
+    "TimeoutExceeded",
+    "from_json",
+    "to_json",
+]

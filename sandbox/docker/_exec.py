@@ -1,0 +1,418 @@
+"""Streaming exec: output as it arrives, stdin with a real EOF, and a kill that reaches every
+process the command started.
+
+Facts this relies on (measured on Docker 20.10, see the project's engine notes):
+- closing the attach stream does not stop an exec, and the engine has no API to kill one; so
+  each exec carries a marker variable and a second exec, run as the same user (root cannot
+  read another uid's environ without CAP_SYS_PTRACE), stops and kills every process whose
+  environment holds it;
+- aiodocker cannot half-close stdin (``Stream.close`` drops the output too), so EOF is sent with
+  ``write_eof`` on the hijacked transport;
+- stream EOF means the exec's first process exited; its exit code is then read by inspect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiodocker
+import anyio
+from aiodocker.execs import Exec
+from aiodocker.stream import Stream
+from anyio.abc import TaskGroup
+
+from .._errors import CommandExecutionFailed, SandboxError, SandboxNotRunning
+from .._models import CommandResult, OutputChunk, ResourceUsage
+from .._output import OutputCapture, StreamName
+from .._signals import signal_name
+from ._engine import Engine, mapped_errors
+
+MARKER_VAR = "SANDBOX_EXEC_ID"
+STDIN_CHUNK = 1 << 20
+#: How long a killed command may take to close its output before we stop waiting for it.
+DRAIN_AFTER_KILL = 5.0
+
+# POSIX sh (busybox ash, dash, bash): STOP then KILL every process whose environment holds the
+# marker until none is left. STOP first so a fork loop cannot outrun the sweep.
+_SWEEP_SH = r"""m="$1"; sig="$2"; i=0
+while [ $i -lt 100 ]; do
+  pids=""
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$$" ] && continue
+    case "$(tr '\0' '\n' < "$d/environ" 2>/dev/null)" in
+      *"$m"*) pids="$pids $p";;
+    esac
+  done
+  [ -z "$pids" ] && exit 0
+  if [ "$sig" = KILL ]; then kill -STOP $pids 2>/dev/null; fi
+  kill -"$sig" $pids 2>/dev/null
+  [ "$sig" = KILL ] || exit 0
+  i=$((i+1)); sleep 0.02
+done
+exit 1"""
+
+Callback = Callable[[bytes], Any]
+
+
+async def _call(callback: Callback | None, data: bytes) -> None:
+    if callback is None:
+        return
+    result = callback(data)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _start_failure(output: str) -> bool:
+    return "OCI runtime exec failed" in output or "unable to find user" in output
+
+
+class ExecProcess:
+    """A command running in the sandbox.
+
+    Iterate it for :class:`OutputChunk` values as they are produced, write to its stdin, send it
+    signals, and ``await wait()`` for its :class:`CommandResult`.
+    """
+
+    def __init__(
+        self, *, engine: Engine, container_id: str, exec_id: str, stream: Stream, marker: str,
+        user: str, argv: Sequence[str], max_output_bytes: int, timeout: float | None,
+        idle_timeout: float | None, on_stdout: Callback | None, on_stderr: Callback | None,
+        iterate: bool,
+    ) -> None:
+        self._engine = engine
+        self.container_id = container_id
+        self.exec_id = exec_id
+        self._stream = stream
+        self._marker = marker
+        self._user = user
+        self.argv = tuple(argv)
+        self._capture = OutputCapture(max_output_bytes)
+        self._timeout = timeout
+        self._idle_timeout = idle_timeout
+        self._callbacks: dict[StreamName, Callback | None] = {
+            "stdout": on_stdout, "stderr": on_stderr,
+        }
+        self._iterate = iterate
+        send, receive = anyio.create_memory_object_stream[OutputChunk](16)
+        self._send = send
+        self._receive = receive
+        self._eof = anyio.Event()
+        self._done = anyio.Event()
+        self._stdin_closed = False
+        self._stdin_lock = anyio.Lock()
+        self._last_output = time.monotonic()
+        self._kill_reason = ""
+        self._killed = False
+        self._pump_error: BaseException | None = None
+        self._result: CommandResult | None = None
+        self.start_time = datetime.now(UTC)
+        self._t0 = time.monotonic()
+        self.resource_usage: ResourceUsage | None = None
+        self.oom_killed = False
+
+    # -- public handle -------------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[OutputChunk]:
+        async for chunk in self._receive:
+            yield chunk
+
+    @property
+    def running(self) -> bool:
+        """True until the command's output has ended."""
+        return not self._eof.is_set()
+
+    async def write_stdin(self, data: bytes | str) -> None:
+        """Send bytes to the command's stdin."""
+        if isinstance(data, str):
+            data = data.encode()
+        async with self._stdin_lock:
+            if self._stdin_closed:
+                raise CommandExecutionFailed("stdin of this command is already closed")
+            with mapped_errors("write to the command's stdin"):
+                for off in range(0, len(data), STDIN_CHUNK):
+                    await self._stream.write_in(data[off : off + STDIN_CHUNK])
+
+    async def close_stdin(self) -> None:
+        """Send EOF: the command sees the end of its input and ``cat`` ends."""
+        async with self._stdin_lock:
+            if self._stdin_closed:
+                return
+            self._stdin_closed = True
+            resp = self._stream._resp
+            transport = resp.connection.transport if resp and resp.connection else None
+            if transport is not None and transport.can_write_eof() and not transport.is_closing():
+                transport.write_eof()
+
+    async def kill(self, signal: str = "KILL") -> None:
+        """Send a signal to the command and every process it started.
+
+        With KILL (the default) the sweep repeats until none of them is left.
+        """
+        name = signal.upper().removeprefix("SIG")
+        if name in ("KILL", "9"):
+            self._killed = True
+        await self._sweep(name)
+
+    async def wait(self) -> CommandResult:
+        """Wait for the command to end and return its result.
+
+        Output not yet read through iteration is still captured in the result.
+        """
+        if self._iterate:
+            async for _ in self._receive:
+                pass
+        await self._done.wait()
+        if self._pump_error is not None:
+            raise self._pump_error
+        assert self._result is not None
+        return self._result
+
+    # -- machinery -------------------------------------------------------------------------------
+
+    def start(self, tg: TaskGroup, stdin: bytes | AsyncIterable[bytes] | None) -> None:
+        tg.start_soon(self._pump)
+        if stdin is not None:
+            tg.start_soon(self._feed, stdin)
+        if self._timeout is not None or self._idle_timeout is not None:
+            tg.start_soon(self._watchdog)
+
+    async def _feed(self, stdin: bytes | AsyncIterable[bytes]) -> None:
+        try:
+            if isinstance(stdin, bytes):
+                await self.write_stdin(stdin)
+            else:
+                async for piece in stdin:
+                    if self._eof.is_set():
+                        break
+                    await self.write_stdin(piece)
+        except (SandboxError, OSError, RuntimeError):
+            # The command ended or closed its stdin before reading it all; like a pipe, the
+            # rest is dropped and the result tells what the command did.
+            pass
+        finally:
+            await self.close_stdin()
+
+    async def _pump(self) -> None:
+        try:
+            while True:
+                try:
+                    with mapped_errors("read the command's output"):
+                        msg = await self._stream.read_out()
+                except SandboxError as exc:
+                    if not self._killed:
+                        self._pump_error = exc
+                    break
+                if msg is None:
+                    break
+                name: StreamName = "stderr" if msg.stream == 2 else "stdout"
+                data = bytes(msg.data)
+                self._last_output = time.monotonic()
+                self._capture.feed(name, data)
+                await _call(self._callbacks[name], data)
+                if self._iterate:
+                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        await self._send.send(OutputChunk(stream=name, data=data))
+        finally:
+            self._eof.set()
+            self._send.close()
+
+    async def _watchdog(self) -> None:
+        deadline = math.inf if self._timeout is None else self._t0 + self._timeout
+        while not self._eof.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                assert self._timeout is not None
+                self._kill_reason = f"command timed out after {self._timeout:g} s"
+                break
+            wake = deadline
+            if self._idle_timeout is not None:
+                idle_at = self._last_output + self._idle_timeout
+                if now >= idle_at:
+                    self._kill_reason = (
+                        f"command produced no output for {self._idle_timeout:g} s (idle timeout)"
+                    )
+                    break
+                wake = min(wake, idle_at)
+            with anyio.move_on_after(max(wake - now, 0.01)):
+                await self._eof.wait()
+        else:
+            return
+        self._killed = True
+        await self._sweep("KILL")
+
+    async def _sweep(self, signal: str) -> None:
+        """Run the marker sweep in a second exec as the same user; fall back to nothing."""
+        docker = self._engine.docker
+        with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+            try:
+                with mapped_errors("kill the command"):
+                    data = await docker._query_json(
+                        f"containers/{self.container_id}/exec", "POST",
+                        data=json.dumps({
+                            "Cmd": ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
+                                    f"{MARKER_VAR}={self._marker}", signal],
+                            "User": self._user, "AttachStdout": True, "AttachStderr": True,
+                        }),
+                    )
+                    killer = Exec(docker, data["Id"], tty=False)
+                    async with killer.start(detach=False) as s:
+                        while await s.read_out() is not None:
+                            pass
+            except SandboxError:
+                return
+
+    async def finish(self) -> None:
+        """Wait for EOF, read the exit code and build the result."""
+        try:
+            await self._eof.wait()
+            if self._killed:
+                with anyio.move_on_after(DRAIN_AFTER_KILL):
+                    await self._eof.wait()
+            self._capture.finish()
+            info = await self._exit_info()
+            self._result = self._build(info)
+        except SandboxError as exc:
+            self._pump_error = self._pump_error or exc
+        finally:
+            self._done.set()
+
+    async def _exit_info(self) -> dict[str, Any]:
+        with anyio.move_on_after(5):
+            while True:
+                info: dict[str, Any] = await self._engine.query_json(
+                    "inspect the command", f"exec/{self.exec_id}/json"
+                )
+                if not info.get("Running") and info.get("ExitCode") is not None:
+                    return info
+                await anyio.sleep(0.05)
+        return {"ExitCode": None, "Pid": 0}
+
+    def _build(self, info: Mapping[str, Any]) -> CommandResult:
+        end = datetime.now(UTC)
+        cap = self._capture
+        stdout, stderr = cap.text("stdout"), cap.text("stderr")
+        code_raw = info.get("ExitCode")
+        pid = int(info.get("Pid") or 0)
+        if pid == 0 and code_raw in (126, 127) and _start_failure(stdout + stderr):
+            raise CommandExecutionFailed(
+                f"could not start {self.argv[0]!r} in the sandbox",
+                details=(stdout + stderr).strip(),
+            )
+        timed_out = bool(self._kill_reason)
+        exit_code = -1 if code_raw is None else int(code_raw)
+        sig = signal_name(exit_code)
+        if self._killed and not sig:
+            sig = "SIGKILL"
+        error = self._kill_reason
+        if code_raw is None and not error:
+            error = "the engine did not report an exit code"
+        if self.oom_killed and not error:
+            error = "killed by the out-of-memory killer (memory limit reached)"
+        if cap.truncated:
+            error = (error + "; " if error else "") + "output truncated at max_output_bytes"
+        return CommandResult(
+            exit_code=exit_code,
+            success=exit_code == 0 and not timed_out,
+            stdout=stdout,
+            stderr=stderr,
+            combined=cap.combined(),
+            start_time=self.start_time,
+            end_time=end,
+            duration=timedelta(seconds=time.monotonic() - self._t0),
+            resource_usage=self.resource_usage or ResourceUsage(),
+            error=error,
+            signal=sig,
+            process_id=pid,
+            metadata={"container_id": self.container_id, "exec_id": self.exec_id},
+            timed_out=timed_out,
+            oom_killed=self.oom_killed,
+            truncated=cap.truncated,
+            stdout_bytes=cap.raw("stdout"),
+            stderr_bytes=cap.raw("stderr"),
+        )
+
+
+@contextlib.asynccontextmanager
+async def _single_errors() -> AsyncIterator[None]:
+    """Raise a task group's lone error as itself, so callers can ``except`` our error types."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        errors = group.exceptions
+        if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
+            raise errors[0] from errors[0].__cause__
+        raise
+
+
+@contextlib.asynccontextmanager
+async def open_exec(
+    engine: Engine, container_id: str, *, argv: Sequence[str], env: Mapping[str, str],
+    workdir: str, user: str, stdin: bytes | AsyncIterable[bytes] | None, attach_stdin: bool,
+    max_output_bytes: int, time_limit: float | None, idle_timeout: float | None,
+    on_stdout: Callback | None = None, on_stderr: Callback | None = None, iterate: bool = False,
+) -> AsyncIterator[ExecProcess]:
+    """Start ``argv`` in the container; on leaving, kill it if it still runs and close up."""
+    marker = uuid.uuid4().hex
+    body = {
+        "Cmd": list(argv),
+        "Env": [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"],
+        "WorkingDir": workdir,
+        "User": user,
+        "AttachStdin": attach_stdin,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Tty": False,
+    }
+    try:
+        created = await engine.query_json(
+            "start a command", f"containers/{container_id}/exec", "POST", data=body
+        )
+    except SandboxError as exc:
+        cause = exc.cause
+        if isinstance(cause, aiodocker.DockerError) and cause.status in (404, 409):
+            raise SandboxNotRunning(
+                "the sandbox's container is not running", details=str(cause.message), cause=exc
+            ) from exc
+        raise
+    exec_id = created["Id"]
+    stream = Exec(engine.docker, exec_id, tty=False).start(detach=False)
+    try:
+        with mapped_errors("attach to the command"), anyio.fail_after(engine.timeout):
+            await stream._init()
+        proc = ExecProcess(
+            engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
+            marker=marker, user=user, argv=argv, max_output_bytes=max_output_bytes,
+            timeout=time_limit, idle_timeout=idle_timeout, on_stdout=on_stdout,
+            on_stderr=on_stderr, iterate=iterate,
+        )
+        async with _single_errors(), anyio.create_task_group() as tg:
+            proc.start(tg, stdin)
+            if stdin is None and attach_stdin and not iterate:
+                await proc.close_stdin()
+            tg.start_soon(proc.finish)
+            try:
+                yield proc
+            finally:
+                if proc.running:
+                    # Leaving the block (normally, by an error or by cancellation) must not
+                    # leave the command running in the sandbox.
+                    proc._killed = True
+                    with anyio.CancelScope(shield=True):
+                        await proc._sweep("KILL")
+                proc._receive.close()
+    finally:
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await stream.close()
+

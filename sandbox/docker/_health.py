@@ -1,0 +1,282 @@
+"""Notice from the engine's event stream when a sandbox container stops, is paused or OOMs.
+
+`watch_container` follows ``GET /events`` for one container, so a ``docker kill`` from
+outside, the main process exiting, or a removal reaches the sandbox within tens of
+milliseconds instead of at its next command.
+
+Facts this relies on (Docker 20.10, API 1.41, measured):
+    * ``docker kill`` gives ``kill`` (``signal`` attribute) then ``die`` (``exitCode``
+      attribute) ~30 ms later; ``docker rm -f`` gives ``kill``, ``die``, ``destroy``.
+    * An exec'd process killed by the OOM killer gives ``oom`` then ``exec_die`` with exit
+      code 137; the container keeps running.
+    * After any OOM in the container, including an exec'd process's, 20.10 reports
+      ``State.OOMKilled: true`` for the rest of the container's life. So the flag is trusted
+      for a ``die`` only when no ``kill`` came just before it and no older ``oom`` explains it.
+    * The engine sends the response headers at once, before any event, so the subscription is
+      live when the request returns; an inspect made then cannot miss a later change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import aiodocker
+import aiohttp
+import anyio
+
+from .._errors import SandboxError
+from ._engine import Engine, mapped_errors
+
+__all__ = ["StopCallback", "watch_container"]
+
+log = logging.getLogger("sandbox.health")
+
+#: Called once with (reason, exit code or None, whether the OOM killer ended the container).
+StopCallback = Callable[[str, int | None, bool], object]
+
+#: Consecutive connection failures tolerated before the watcher gives up (logged, not raised).
+EVENT_RETRIES: Final = 5
+#: Seconds to wait before each reconnect; the last value repeats.
+EVENT_BACKOFF: Final = (0.2, 0.5, 1.0, 2.0, 5.0)
+#: A connection that lasted this long counts as healthy and resets the failure count.
+HEALTHY_AFTER: Final = 10.0
+#: A ``kill`` this close before ``die`` caused it; ``docker stop`` waits 10 s before SIGKILL.
+KILL_WINDOW_NS: Final = 15 * 10**9
+#: An ``oom`` this close before ``die`` explains it; older ones were exec'd processes.
+OOM_WINDOW_NS: Final = 5 * 10**9
+INSPECT_TIMEOUT: Final = 10.0
+
+
+def _is_gone(exc: SandboxError) -> bool:
+    return isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404
+
+
+def _signal_name(value: Any) -> str:
+    text = str(value or "").strip()
+    if text.isdigit():
+        with contextlib.suppress(ValueError):
+            return signal.Signals(int(text)).name
+        return f"signal {text}"
+    return text or "a signal"
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+async def _call(what: str, callback: Callable[..., object] | None, *args: Any) -> None:
+    """Run a callback, sync or async; its failure is logged so watching goes on."""
+    if callback is None:
+        return
+    try:
+        result = callback(*args)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("the %s callback failed", what)
+
+
+class _Watcher:
+    """State of one watch: what was seen so far, to explain a ``die`` and replay gaps."""
+
+    def __init__(self, engine: Engine, container_id: str, on_stop: StopCallback,
+                 on_oom: Callable[[], object] | None,
+                 on_pause: Callable[[bool], object] | None) -> None:
+        self.engine = engine
+        self.id = container_id
+        self.on_stop = on_stop
+        self.on_oom = on_oom
+        self.on_pause = on_pause
+        self.paused = False
+        self.kill: tuple[int, str] | None = None  # (timeNano, signal name) of the last kill
+        self.oom_ns: int | None = None
+        self.last_ns = 0  # engine time of the newest event handled, for `since` on reconnect
+        self.keys_at_last: set[str] = set()
+        self.handled = 0
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            opened, handled = time.monotonic(), self.handled
+            try:
+                if await self._follow():
+                    return
+                problem = "the engine ended the event stream"
+            except SandboxError as exc:
+                problem = f"{exc.message}: {exc.details}" if exc.details else exc.message
+            if self.handled > handled or time.monotonic() - opened >= HEALTHY_AFTER:
+                failures = 0  # the stream worked: start the backoff over
+            if failures >= EVENT_RETRIES:
+                log.error("events for container %s: %s; gave up after %d retries, so a stop "
+                          "from outside will only be noticed by the next command",
+                          self.id[:12], problem, failures)
+                return
+            delay = EVENT_BACKOFF[min(failures, len(EVENT_BACKOFF) - 1)]
+            failures += 1
+            log.warning("events for container %s: %s; reconnecting in %g s",
+                        self.id[:12], problem, delay)
+            await anyio.sleep(delay)
+
+    async def _follow(self) -> bool:
+        """Read one event stream; return True once the container's end was reported."""
+        params = {"filters": json.dumps({"container": [self.id], "type": ["container"]})}
+        replay = self.last_ns > 0
+        if replay:
+            # Ask the engine to replay what happened while disconnected (its own clock).
+            params["since"] = f"{self.last_ns // 10**9}.{self.last_ns % 10**9:09d}"
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
+        with mapped_errors("watch the container's events"):
+            async with self.engine.docker._query("events", params=params,
+                                                 timeout=timeout) as resp:
+                try:
+                    if await self._check_state(with_pause=not replay):
+                        return True
+                    async for line in resp.content:
+                        if not line.strip():
+                            continue
+                        try:
+                            event = json.loads(line)
+                        except ValueError:
+                            raise SandboxError("the event stream sent a broken line",
+                                               details=line[:200].decode(errors="replace"),
+                                               retryable=True) from None
+                        if isinstance(event, Mapping) and await self._handle(event):
+                            return True
+                finally:
+                    # aiodocker's _query does not release the connection; this does.
+                    resp.close()
+        return False
+
+    async def _inspect(self) -> Mapping[str, Any] | None:
+        """The container's State, or None when it no longer exists."""
+        try:
+            data = await self.engine.query_json("inspect the container",
+                                                f"containers/{self.id}/json",
+                                                deadline=INSPECT_TIMEOUT)
+        except SandboxError as exc:
+            if _is_gone(exc):
+                return None
+            raise
+        state = data.get("State") if isinstance(data, Mapping) else None
+        return state if isinstance(state, Mapping) else {}
+
+    async def _check_state(self, *, with_pause: bool) -> bool:
+        """Catch what happened before the stream was open; True if the container ended."""
+        state = await self._inspect()
+        if state is None:
+            await self._removed()
+            return True
+        status = state.get("Status")
+        if status in ("exited", "dead"):
+            await self._died(_int_or_none(state.get("ExitCode")), None, state)
+            return True
+        paused = bool(state.get("Paused"))
+        if with_pause and paused != self.paused:
+            self.paused = paused
+            await _call("on_pause", self.on_pause, paused)
+        return False
+
+    def _fresh(self, event: Mapping[str, Any], action: str) -> bool:
+        """Drop events a replay (``since``) sends twice."""
+        ns = _int_or_none(event.get("timeNano")) or 0
+        key = f"{action}/{event.get('status', '')}"
+        if ns < self.last_ns or (ns == self.last_ns and key in self.keys_at_last):
+            return False
+        if ns > self.last_ns:
+            self.last_ns, self.keys_at_last = ns, set()
+        self.keys_at_last.add(key)
+        return True
+
+    async def _handle(self, event: Mapping[str, Any]) -> bool:
+        action = str(event.get("Action") or event.get("status") or "")
+        if not self._fresh(event, action):
+            return False
+        self.handled += 1
+        # Exec events read "exec_start: cmd args"; health checks "health_status: healthy".
+        kind = action.split(":", 1)[0].strip()
+        actor = event.get("Actor")
+        attributes = actor.get("Attributes") if isinstance(actor, Mapping) else None
+        attrs = attributes if isinstance(attributes, Mapping) else {}
+        ns = _int_or_none(event.get("timeNano")) or 0
+        if kind == "oom":
+            self.oom_ns = ns
+            await _call("on_oom", self.on_oom)
+        elif kind == "kill":
+            self.kill = (ns, _signal_name(attrs.get("signal")))
+        elif kind == "die":
+            state = await self._inspect()
+            code = _int_or_none(attrs.get("exitCode"))
+            if code is None and state:
+                code = _int_or_none(state.get("ExitCode"))
+            await self._died(code, ns, state or {})
+            return True
+        elif kind == "destroy":
+            await self._removed()
+            return True
+        elif kind in ("pause", "unpause"):
+            paused = kind == "pause"
+            if paused != self.paused:
+                self.paused = paused
+                await _call("on_pause", self.on_pause, paused)
+        return False
+
+    async def _died(self, code: int | None, die_ns: int | None, state: Mapping[str, Any]) -> None:
+        """Explain a stop: a kill from outside, the OOM killer, or the process exiting."""
+        killed = self.kill is not None and (
+            die_ns is None or die_ns - self.kill[0] <= KILL_WINDOW_NS
+        )
+        oom_explains = self.oom_ns is None or (
+            die_ns is not None and die_ns - self.oom_ns <= OOM_WINDOW_NS
+        )
+        oom = bool(state.get("OOMKilled")) and not killed and oom_explains
+        exited = "its main process exited" if code is None else \
+            f"its main process exited with code {code}"
+        if killed:
+            assert self.kill is not None
+            reason = f"the container was sent {self.kill[1]} from outside and {exited}"
+        elif code is None:
+            reason = "the container's main process exited"
+        else:
+            reason = f"the container's main process exited with code {code}"
+        if oom:
+            reason += " (OOMKilled)"
+        await _call("on_stop", self.on_stop, reason, code, oom)
+
+    async def _removed(self) -> None:
+        await _call("on_stop", self.on_stop, "the container was removed from outside", None, False)
+
+
+async def watch_container(
+    engine: Engine,
+    container_id: str,
+    on_stop: StopCallback,
+    *,
+    on_oom: Callable[[], object] | None = None,
+    on_pause: Callable[[bool], object] | None = None,
+) -> None:
+    """Watch a container's events and report its end, OOM kills and pauses.
+
+    Returns after calling ``on_stop`` once (the container exited or was removed), or after
+    the event stream failed `EVENT_RETRIES` times in a row (logged); run it in a task and
+    cancel it at cleanup. Callbacks may be sync or async; their errors are logged.
+
+    Args:
+        engine: The engine client.
+        container_id: The container to watch.
+        on_stop: ``(reason, exit_code, oom_killed)`` when the container stops or is removed,
+            also when that happened before the watch began.
+        on_oom: Called on every ``oom`` event. Without a following ``die`` it means an exec'd
+            process (most likely the running command) was killed for memory.
+        on_pause: Called with True on pause and False on unpause.
+    """
+    await _Watcher(engine, container_id, on_stop, on_oom, on_pause).run()

@@ -1,0 +1,92 @@
+"""Make sure the sandbox's image is present, pulling it as the pull policy says."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiodocker
+import anyio
+
+from .._errors import SandboxError, SandboxInitFailed
+from .._image_ref import ImageRef
+from ._engine import Engine, mapped_errors
+
+#: A pull that makes no progress for this long is given up.
+PULL_IDLE_TIMEOUT = 120.0
+
+PullProgress = Callable[[Mapping[str, Any]], object]
+
+
+async def image_exists(engine: Engine, name: str) -> bool:
+    try:
+        await engine.query_json("inspect the image", f"images/{name}/json")
+    except SandboxError as exc:
+        if isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404:
+            return False
+        raise
+    return True
+
+
+async def ensure_image(
+    engine: Engine, ref: ImageRef, policy: str, on_progress: PullProgress | None, *,
+    platform: str = "",
+) -> None:
+    """Apply the pull policy: "missing" pulls when absent, "always" pulls, "never" never does."""
+    name = ref.engine_name
+    if policy != "always" and await image_exists(engine, name):
+        return
+    if policy == "never":
+        raise SandboxInitFailed(
+            f"image {name!r} is not on the engine and pull_policy is 'never'",
+            details="build or load the image first (make images builds the test images), "
+            "or set pull_policy='missing'",
+        )
+    await pull(engine, ref, on_progress, platform=platform)
+
+
+async def pull(engine: Engine, ref: ImageRef, on_progress: PullProgress | None, *,
+               platform: str = "") -> None:
+    """Pull an image, reporting each progress record; a failed pull names the reference."""
+    repo, _, _ = ref.engine_name.partition("@")
+    params: dict[str, str] = {"fromImage": ref.repository_name}
+    if ref.digest:
+        params["fromImage"] = f"{ref.repository_name}@{ref.digest}"
+    else:
+        params["tag"] = ref.tag or "latest"
+    if platform:
+        params["platform"] = platform if "/" in platform else f"linux/{platform}"
+    error = ""
+    try:
+        with mapped_errors(f"pull image {ref.engine_name!r}"):
+            async with engine.docker._query(
+                "images/create", "POST", params=params, timeout=None,
+            ) as resp:
+                while True:
+                    with anyio.fail_after(PULL_IDLE_TIMEOUT):
+                        line = await resp.content.readline()
+                    if not line:
+                        break
+                    if not line.strip():
+                        continue
+                    record = json.loads(line)
+                    if "error" in record:
+                        error = str(record.get("error"))
+                        break
+                    if on_progress is not None:
+                        result = on_progress(record)
+                        if inspect.isawaitable(result):
+                            await result
+    except TimeoutError as exc:
+        raise SandboxInitFailed(
+            f"pulling image {ref.engine_name!r} made no progress for {PULL_IDLE_TIMEOUT:g} s",
+            cause=exc,
+        ) from exc
+    except SandboxError as exc:
+        raise SandboxInitFailed(f"could not pull image {ref.engine_name!r}",
+                                details=str(exc), cause=exc) from exc
+    if error:
+        raise SandboxInitFailed(f"could not pull image {ref.engine_name!r}", details=error)
+    _ = repo

@@ -1,0 +1,628 @@
+"""DockerSandbox: one container per sandbox, driven through the Engine API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import anyio
+import attrs
+
+from .._constants import (
+    DEFAULT_CLEANUP_TIMEOUT,
+    LABEL_CREATED,
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
+    LABEL_OWNER_BOOT_ID,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_START,
+    LABEL_SANDBOX_ID,
+)
+from .._errors import (
+    ConfigError,
+    EngineUnavailable,
+    FileOperationFailed,
+    NetworkAccessDenied,
+    ResourceLimitExceeded,
+    SandboxAlreadyExists,
+    SandboxError,
+    SandboxInitFailed,
+    SandboxNotRunning,
+    SecurityViolation,
+)
+from .._image_ref import parse_image_ref
+from .._models import (
+    Command,
+    CommandResult,
+    FileInfo,
+    ResourceLimits,
+    ResourceUsage,
+    SandboxConfig,
+    SandboxInfo,
+    SandboxStatus,
+)
+from .._protocol import CommandLike, OutputCallback
+from . import _files
+from ._create import EngineFacts, plan_container
+from ._engine import Engine, new_client
+from ._exec import ExecProcess, open_exec
+from ._health import watch_container
+from ._images import ensure_image
+from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
+
+#: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
+KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
+SANDBOX_SCHEME = "sandbox:"
+
+PullProgress = Callable[[Mapping[str, Any]], object]
+
+
+def _owner_labels() -> dict[str, str]:
+    """Labels naming the process that owns a resource, so leaks can be collected later."""
+    labels = {
+        LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE,
+        LABEL_OWNER_HOST: socket.gethostname(),
+        LABEL_OWNER_PID: str(os.getpid()),
+        LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    with contextlib.suppress(OSError):
+        labels[LABEL_OWNER_BOOT_ID] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        # Field 22 of /proc/self/stat: start time in clock ticks since boot; with the boot id it
+        # tells a live owner from a later process that reused the pid.
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        labels[LABEL_OWNER_START] = stat.rsplit(")", 1)[1].split()[19]
+    return labels
+
+
+def to_command(cmd: CommandLike) -> Command:
+    """Accept a Command, a shell string or an argv sequence."""
+    if isinstance(cmd, Command):
+        if not cmd.executable:
+            raise ConfigError("Command.executable is empty: say what to run")
+        return cmd
+    if isinstance(cmd, str):
+        if not cmd.strip():
+            raise ConfigError("the command string is empty: say what to run")
+        return Command.shell(cmd)
+    return Command.argv(list(cmd))
+
+
+def _seconds(value: timedelta) -> float | None:
+    s = value.total_seconds()
+    return s if s > 0 else None
+
+
+def _is_root(user: str) -> bool:
+    return user.split(":", 1)[0] in ("0", "root")
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value or value.startswith("0001-"):
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(value)
+    return None
+
+
+class DockerSandbox:
+    """A sandbox backed by one Docker container.
+
+    Use it through :class:`sandbox.Sandbox`, which picks the backend from ``config.type``.
+    """
+
+    def __init__(
+        self, config: SandboxConfig | None = None, *, docker: aiodocker.Docker | None = None,
+        on_pull_progress: PullProgress | None = None,
+        on_sample: Callable[[ResourceUsage], object] | None = None,
+    ) -> None:
+        self._config = config or SandboxConfig()
+        self._docker = docker
+        self._owns_docker = docker is None
+        self._engine: Engine | None = None
+        self._on_pull_progress = on_pull_progress
+        self.id = uuid.uuid4().hex[:12]
+        self._name = self._config.name or f"sandbox-{self.id}"
+        self._container_id: str | None = None
+        self._created_resources = False
+        self._status = SandboxStatus.CREATING
+        self._initialized = False
+        self._status_reason = ""
+        self._exit_code: int | None = None
+        self._oom_killed = False
+        self._cwd = self._config.working_dir
+        self._env: dict[str, str] = dict(self._config.environment)
+        self._lock = anyio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._facts: EngineFacts | None = None
+        self._user = ""
+        self._created_at: datetime | None = None
+        self._started_at: datetime | None = None
+        self._sampler: StatsSampler | None = None
+        self._oom_events = 0
+        self._oom_seen = anyio.Event()
+        self._on_sample = on_sample
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> SandboxStatus:
+        """Where the sandbox is in its lifecycle."""
+        return self._status
+
+    @property
+    def config(self) -> SandboxConfig:
+        return self._config
+
+    @property
+    def container_id(self) -> str | None:
+        """The engine's id of the container, once created."""
+        return self._container_id
+
+    def _require_running(self) -> Engine:
+        if self._status is SandboxStatus.RUNNING and self._engine is not None:
+            return self._engine
+        if not self._initialized:
+            raise SandboxNotRunning("the sandbox was never initialized: call initialize() or "
+                                    "use `async with Sandbox(...)`")
+        if self._oom_killed:
+            raise ResourceLimitExceeded(
+                "the sandbox's main process was killed by the out-of-memory killer",
+                details=self._status_reason,
+            )
+        reason = f" ({self._status_reason})" if self._status_reason else ""
+        raise SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
+
+    def mark_failed(self, reason: str, *, exit_code: int | None = None,
+                    oom_killed: bool = False) -> None:
+        """Record that the container stopped by itself or was stopped by a limit."""
+        if self._status in (SandboxStatus.DESTROYED, SandboxStatus.STOPPING):
+            return
+        self._status = SandboxStatus.FAILED
+        self._status_reason = reason
+        self._exit_code = exit_code
+        self._oom_killed = self._oom_killed or oom_killed
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> DockerSandbox:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._status is not SandboxStatus.DESTROYED:
+            await self.cleanup()
+
+    async def initialize(self, config: SandboxConfig | None = None) -> None:
+        """Create and start the container; on any failure remove what was created."""
+        async with self._lock:
+            if self._initialized:
+                raise SandboxAlreadyExists("this sandbox was already initialized; "
+                                           "create a new Sandbox for another container")
+            self._initialized = True
+            if config is not None:
+                self._config = config
+                self._name = config.name or self._name
+                self._cwd = config.working_dir
+                self._env = dict(config.environment)
+            try:
+                await self._initialize()
+            except BaseException as exc:
+                self._status = SandboxStatus.FAILED
+                with anyio.CancelScope(shield=True):
+                    await self._remove_everything()
+                if isinstance(exc, SandboxInitFailed | EngineUnavailable | SecurityViolation):
+                    self._status_reason = exc.message
+                    raise
+                if isinstance(exc, SandboxError | ConfigError):
+                    self._status_reason = str(exc)
+                    raise SandboxInitFailed(
+                        f"sandbox {self._name} could not be started", details=str(exc), cause=exc
+                    ) from exc
+                if isinstance(exc, Exception):
+                    raise SandboxInitFailed(
+                        f"sandbox {self._name} could not be started",
+                        details=f"{type(exc).__name__}: {exc}", cause=exc,
+                    ) from exc
+                raise
+
+    async def _initialize(self) -> None:
+        cfg = self._config
+        if cfg.type != "docker":
+            raise SandboxInitFailed(f"unknown sandbox type {cfg.type!r}; available: 'docker'")
+        try:
+            ref = parse_image_ref(cfg.image)
+        except ConfigError as exc:
+            raise SandboxInitFailed(f"invalid image reference {cfg.image!r}",
+                                    details=str(exc), cause=exc) from exc
+        if self._docker is None:
+            self._docker = new_client()
+        engine = self._engine = Engine(self._docker)
+        try:
+            await engine.ping()
+        except EngineUnavailable:
+            raise
+        except SandboxError as exc:
+            raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
+        self._facts = EngineFacts.from_info(await engine.info())
+        await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
+                           platform=cfg.architecture)
+        labels = {**_owner_labels(), LABEL_SANDBOX_ID: self.id}
+        plan = plan_container(cfg, name=self._name, labels=labels, engine=self._facts,
+                              command=list(KEEPALIVE))
+        # The main process stays root; every command runs as the sandbox user instead. On this
+        # engine a container whose User is non-root gives even root execs no capabilities,
+        # which would leave the SDK unable to prepare the workspace or kill another uid's tree.
+        body = dict(plan.body)
+        self._user = body.pop("User", "") or ""
+        self._created_resources = True
+        created = await engine.query_json(
+            "create the sandbox container", "containers/create", "POST",
+            params=plan.params, data=body,
+        )
+        self._container_id = created["Id"]
+        self._created_at = datetime.now(UTC)
+        self._status = SandboxStatus.STARTING
+        await engine.request("start the sandbox container",
+                             f"containers/{self._container_id}/start", "POST")
+        self._started_at = datetime.now(UTC)
+        self._status = SandboxStatus.RUNNING
+        await self._prepare_workdir()
+        self._start_background()
+
+    async def _prepare_workdir(self) -> None:
+        """Create the working directory, owned by the sandbox user, if the image lacks it."""
+        if not self._user:
+            return
+        user = self._user
+        script = ('d="$1"; u="$2"; mkdir -p -- "$d"; '
+                  'if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then '
+                  'chown -- "$u" "$d"; fi')
+        await self._run_internal(["/bin/sh", "-c", script, "sandbox-init", self._cwd, user],
+                                 user="0:0")
+
+    def _start_background(self) -> None:
+        """Start the sandbox's own tasks; cleanup cancels and awaits every one of them."""
+        assert self._engine is not None and self._container_id is not None
+        wall = _seconds(self._config.resources.wall_time_limit)
+        if wall is not None:
+            self._tasks.append(asyncio.ensure_future(self._wall_clock(wall)))
+        self._tasks.append(asyncio.ensure_future(watch_container(
+            self._engine, self._container_id, self._on_container_stop,
+            on_oom=self._on_oom, on_pause=self._on_pause,
+        )))
+        interval = self._config.stats_interval.total_seconds()
+        if interval > 0:
+            self._sampler = StatsSampler(
+                self._engine, self._container_id, interval=max(interval, 1.0),
+                on_sample=self._on_sample, proc_reader=self._read_proc_counts,
+                started_at=time.monotonic(),
+                host_mem=self._facts.mem_total if self._facts else 0,
+            )
+            self._tasks.append(asyncio.ensure_future(self._sampler.run()))
+
+    async def _read_proc_counts(self) -> tuple[int, int, int]:
+        # As root, so it can count the fds of processes of any user.
+        result = await self._run_internal(["/bin/sh", "-c", PROC_SCRIPT], user="0:0")
+        return parse_proc_counts(result.stdout)
+
+    def _on_container_stop(self, reason: str, exit_code: int | None, oom_killed: bool) -> None:
+        if self._status is not SandboxStatus.FAILED:
+            self.mark_failed(reason, exit_code=exit_code, oom_killed=oom_killed)
+
+    def _on_oom(self) -> None:
+        self._oom_events += 1
+        self._oom_seen.set()
+        self._oom_seen = anyio.Event()
+
+    def _on_pause(self, paused: bool) -> None:
+        if paused and self._status is SandboxStatus.RUNNING:
+            self._status = SandboxStatus.PAUSED
+            self._status_reason = "the container was paused from outside"
+        elif not paused and self._status is SandboxStatus.PAUSED:
+            self._status = SandboxStatus.RUNNING
+            self._status_reason = ""
+
+    async def _wall_clock(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        if self._status is not SandboxStatus.RUNNING:
+            return
+        self.mark_failed(f"TimeoutExceeded: wall_time_limit of {seconds:g} s reached")
+        assert self._engine is not None
+        with contextlib.suppress(SandboxError):
+            await self._engine.request("stop the sandbox at its wall time limit",
+                                       f"containers/{self._container_id}/kill", "POST")
+
+    async def cleanup(self) -> None:
+        """Remove the container and everything created for it; safe to call twice.
+
+        Shielded from cancellation, so a cancelled caller still leaves nothing behind.
+        """
+        if not self._initialized:
+            raise SandboxNotRunning("the sandbox was never initialized; nothing to clean up")
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                if self._status is SandboxStatus.DESTROYED:
+                    return
+                delay = self._config.cleanup_delay.total_seconds()
+                if delay > 0:
+                    await anyio.sleep(delay)
+                self._status = SandboxStatus.STOPPING
+                await self._remove_everything()
+                self._status = SandboxStatus.DESTROYED
+
+    async def _remove_everything(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks.clear()
+        errors: list[str] = []
+        if self._engine is not None and self._created_resources:
+            target = self._container_id or self._name
+            with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT):
+                try:
+                    await self._engine.request(
+                        "remove the sandbox container", f"containers/{target}", "DELETE",
+                        params={"force": "1", "v": "1"},
+                    )
+                except SandboxError as exc:
+                    cause = exc.cause
+                    if not (isinstance(cause, aiodocker.DockerError) and cause.status == 404):
+                        errors.append(str(exc))
+        if self._owns_docker and self._docker is not None:
+            with contextlib.suppress(Exception):
+                await self._docker.close()
+            self._docker = None
+        if errors:
+            raise SandboxError("cleanup could not remove everything", details="; ".join(errors),
+                               retryable=True)
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def _exec_params(self, command: Command) -> dict[str, Any]:
+        cfg = self._config
+        if command.allow_network and not self._networked():
+            raise NetworkAccessDenied(
+                "Command.allow_network asks for network access, but this sandbox is isolated",
+                details="set network.isolated=False and security.allow_networking=True "
+                        "in the SandboxConfig to give the sandbox a network",
+            )
+        if command.restrict_paths:
+            raise SecurityViolation(
+                "Command.restrict_paths cannot be enforced for a single command",
+                details="use SecurityPolicy.read_only_paths / masked_paths for the sandbox",
+            )
+        if command.user and self._user and not _is_root(self._user) and _is_root(command.user):
+            raise SecurityViolation(
+                f"Command.user={command.user!r} would run as root in a sandbox that runs as "
+                f"{self._user!r}", details="per-command settings may only narrow the sandbox's")
+        user = command.user or self._user
+        if not command.allow_write:
+            user = "65534:65534"
+        workdir = _files.resolve(self._cwd, command.working_dir) if command.working_dir \
+            else self._cwd
+        timeout = _seconds(command.timeout) or _seconds(cfg.timeout)
+        stdin: bytes | Any = command.stdin
+        if isinstance(stdin, str):
+            stdin = stdin.encode()
+        if stdin is None and command.stdin_content:
+            stdin = command.stdin_content.encode()
+        return {
+            "argv": [command.executable, *command.args],
+            "env": {**self._env, **command.environment},
+            "workdir": workdir,
+            "user": user,
+            "stdin": stdin,
+            "max_output_bytes": command.max_output_bytes,
+            "time_limit": timeout,
+            "idle_timeout": _seconds(command.idle_timeout),
+        }
+
+    def _networked(self) -> bool:
+        cfg = self._config
+        return not cfg.network.isolated and cfg.security.allow_networking \
+            and not cfg.security.isolate_network
+
+    async def execute_command(
+        self, cmd: CommandLike, *, on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandResult:
+        """Run a command to its end and return what it did.
+
+        A non-zero exit, a signal or a timeout is a result, not an exception.
+        """
+        engine = self._require_running()
+        command = to_command(cmd)
+        params = self._exec_params(command)
+        assert self._container_id is not None
+        start, ooms = time.monotonic(), self._oom_events
+        async with open_exec(
+            engine, self._container_id, attach_stdin=params["stdin"] is not None,
+            on_stdout=on_stdout, on_stderr=on_stderr, **params,
+        ) as proc:
+            result = await proc.wait()
+        return await self._finish_result(result, start, ooms)
+
+    async def _finish_result(self, result: CommandResult, start: float, ooms: int) -> CommandResult:
+        """Add what only the sandbox knows: usage during the command, and OOM kills."""
+        end = time.monotonic()
+        changes: dict[str, Any] = {}
+        if self._sampler is not None:
+            changes["resource_usage"] = self._sampler.usage_between(start, end)
+        if result.exit_code == 137 and not result.timed_out:
+            if self._oom_events == ooms and self._config.resources.memory_limit:
+                # The oom event may trail the exec's end by a moment.
+                with anyio.move_on_after(0.5):
+                    await self._oom_seen.wait()
+            if self._oom_events > ooms:
+                changes["oom_killed"] = True
+                changes["error"] = "killed by the out-of-memory killer (memory limit reached)"
+        return attrs.evolve(result, **changes) if changes else result
+
+    @contextlib.asynccontextmanager
+    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[ExecProcess]:
+        """Start a command and yield a live handle; leaving the block kills it if still running.
+
+        Example:
+            async with sb.stream_command("make test") as proc:
+                async for chunk in proc:
+                    print(chunk.stream, chunk.data)
+                result = await proc.wait()
+        """
+        engine = self._require_running()
+        command = to_command(cmd)
+        params = self._exec_params(command)
+        assert self._container_id is not None
+        async with open_exec(engine, self._container_id, attach_stdin=True, iterate=True,
+                             **params) as proc:
+            yield proc
+
+    async def _run_internal(
+        self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
+        on_stdout: Callable[[bytes], object] | None = None, user: str | None = None,
+    ) -> CommandResult:
+        engine = self._require_running()
+        assert self._container_id is not None
+        async with open_exec(
+            engine, self._container_id, argv=argv, env={}, workdir="/",
+            user=self._user if user is None else user, stdin=stdin,
+            attach_stdin=stdin is not None, max_output_bytes=1 << 20, time_limit=None,
+            idle_timeout=None, on_stdout=on_stdout,
+        ) as proc:
+            return await proc.wait()
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        return _files.resolve(self._cwd, path)
+
+    async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
+        """Write a file, creating parent directories."""
+        if isinstance(content, str):
+            content = content.encode()
+        await _files.write_file(self._run_internal, self._path(path), content, mode)
+
+    async def read_file(self, path: str) -> bytes:
+        """Read a whole file (up to 1 GiB; use copy_files for larger ones)."""
+        return await _files.read_file(self._run_internal, self._path(path))
+
+    async def list_files(self, path: str = ".") -> list[FileInfo]:
+        """List a directory (or describe one file)."""
+        return await _files.list_files(self._run_internal, self._path(path))
+
+    async def copy_files(self, source: str, dest: str) -> None:
+        """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`."""
+        src_in = source.startswith(SANDBOX_SCHEME)
+        dst_in = dest.startswith(SANDBOX_SCHEME)
+        if src_in == dst_in:
+            raise FileOperationFailed(
+                "copy_files needs exactly one side in the sandbox, written 'sandbox:/path'",
+                path=source, details=f"source={source!r} dest={dest!r}",
+            )
+        if dst_in:
+            await _files.copy_to_sandbox(self._run_internal, Path(source),
+                                         self._path(dest.removeprefix(SANDBOX_SCHEME)))
+        else:
+            await _files.copy_from_sandbox(self._run_internal,
+                                           self._path(source.removeprefix(SANDBOX_SCHEME)),
+                                           Path(dest))
+
+    # -- working directory and environment -------------------------------------------------------
+
+    def get_working_directory(self) -> str:
+        return self._cwd
+
+    async def set_working_directory(self, path: str) -> None:
+        """Make later commands run in ``path``; it must be a directory in the sandbox."""
+        target = self._path(path)
+        kind = await _files.path_kind(self._run_internal, target)
+        if kind != "dir":
+            reason = "does not exist" if kind == "none" else "is not a directory"
+            raise FileOperationFailed(f"cannot change to {target!r}: it {reason}", path=target)
+        self._cwd = target
+
+    def get_environment(self) -> dict[str, str]:
+        return dict(self._env)
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        """Merge variables into the environment of later commands."""
+        for key, value in env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ConfigError(f"environment variable {key!r}: names must be non-empty and "
+                                  "free of '=' and NUL, values free of NUL")
+        self._env.update(env)
+
+    # -- info --------------------------------------------------------------------------------------
+
+    async def get_resource_usage(self) -> ResourceUsage:
+        """Return the latest sample at once; take one only if none exists yet."""
+        self._require_running()
+        if self._sampler is None:
+            assert self._engine is not None and self._container_id is not None
+            self._sampler = StatsSampler(self._engine, self._container_id, interval=1.0,
+                                         host_mem=self._facts.mem_total if self._facts else 0)
+        return self._sampler.latest or await self._sampler.sample_now()
+
+    def usage_history(self) -> list[ResourceUsage]:
+        """The samples kept so far (the last 600), oldest first."""
+        return self._sampler.history() if self._sampler else []
+
+    def _platform(self, data: Mapping[str, Any]) -> str:
+        arch = self._config.architecture or (self._facts.architecture if self._facts else "")
+        return f"{data.get('Platform') or 'linux'}/{arch}" if arch else "linux"
+
+    async def get_info(self) -> SandboxInfo:
+        """Describe the sandbox as the engine sees it now."""
+        data: dict[str, Any] = {}
+        if self._engine is not None and self._container_id and \
+                self._status is not SandboxStatus.DESTROYED:
+            with contextlib.suppress(SandboxError):
+                data = await self._engine.query_json(
+                    "inspect the sandbox", f"containers/{self._container_id}/json")
+        host = data.get("HostConfig", {})
+        cfg_data = data.get("Config", {})
+        net = data.get("NetworkSettings", {})
+        ip, mac = net.get("IPAddress", ""), net.get("MacAddress", "")
+        for n in (net.get("Networks") or {}).values():
+            ip, mac = ip or n.get("IPAddress", ""), mac or n.get("MacAddress", "")
+        state = data.get("State", {})
+        cpus = (host.get("NanoCpus") or 0) / 1e9
+        allocated = ResourceLimits(
+            cpu_limit=cpus, memory_limit=host.get("Memory") or 0,
+            memory_request=host.get("MemoryReservation") or 0,
+            process_limit=host.get("PidsLimit") or 0,
+        ) if host else self._config.resources
+        return SandboxInfo(
+            id=self.id,
+            name=self._name,
+            type="docker",
+            status=self._status,
+            created_at=_parse_time(data.get("Created")) or self._created_at,
+            started_at=_parse_time(state.get("StartedAt")) or self._started_at,
+            runtime=host.get("Runtime", self._config.runtime),
+            image=self._config.image,
+            platform=self._platform(data),
+            ip_address=ip,
+            mac_address=mac,
+            hostname=cfg_data.get("Hostname", ""),
+            allocated_resources=allocated,
+            config=self._config,
+            labels=cfg_data.get("Labels") or {},
+            annotations=dict(self._config.annotations),
+            status_reason=self._status_reason,
+            exit_code=self._exit_code,
+            oom_killed=self._oom_killed,
+        )
+

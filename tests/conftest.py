@@ -1,0 +1,54 @@
+"""Shared test set-up: the real engine is part of the suite, so missing it fails, not skips."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from sandbox._constants import IMAGE_BUSYBOX, IMAGE_PYTHON, LABEL_MANAGED_BY
+
+LABEL = f"{LABEL_MANAGED_BY}=sandbox-sdk"
+
+
+def docker_cli(*args: str, check: bool = True) -> str:
+    """Run the docker CLI for checks made from outside the SDK."""
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed: {proc.stderr}")
+    return proc.stdout
+
+
+def our_containers() -> list[str]:
+    return docker_cli("ps", "-aq", "--filter", f"label={LABEL}").split()
+
+
+def engine_ok() -> str | None:
+    try:
+        docker_cli("version")
+        for image in (IMAGE_BUSYBOX, IMAGE_PYTHON):
+            docker_cli("image", "inspect", image)
+    except (AssertionError, OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[None]:
+    """Fail (never skip) when the engine or the test images are missing."""
+    problem = engine_ok()
+    if problem:
+        pytest.fail(f"the Docker engine or test images are not ready ({problem}); run `make test`",
+                    pytrace=False)
+    yield
+    leftovers = our_containers()
+    if leftovers:
+        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True, timeout=120)
+
+
+def container_exists(name_or_id: str) -> bool:
+    out = docker_cli("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{json .}}")
+    ids = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return any(c["ID"].startswith(name_or_id[:12]) or c["Names"] == name_or_id for c in ids)

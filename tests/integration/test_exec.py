@@ -1,0 +1,240 @@
+"""Commands in a real container: streaming, stdin, timeouts, exit codes, output limits."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from sandbox import (
+    IMAGE_BUSYBOX,
+    IMAGE_PYTHON,
+    Command,
+    CommandExecutionFailed,
+    ConfigError,
+    NetworkAccessDenied,
+    OutputChunk,
+    Sandbox,
+    SandboxConfig,
+    SecurityViolation,
+)
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+
+def busybox(**kw: object) -> Sandbox:
+    return Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, **kw))  # type: ignore[arg-type]
+
+
+async def test_output_arrives_while_command_runs() -> None:
+    async with busybox() as sb:
+        arrivals: list[tuple[float, bytes]] = []
+        start = time.monotonic()
+        result = await sb.execute_command(
+            "echo first; sleep 1.5; echo second",
+            on_stdout=lambda b: arrivals.append((time.monotonic() - start, b)),
+        )
+        assert result.success
+        assert result.stdout == "first\nsecond\n"
+        assert arrivals[0][1] == b"first\n"
+        # The first chunk came well before the command ended.
+        assert arrivals[0][0] < result.duration.total_seconds() - 1.0
+
+
+async def test_stream_command_yields_chunks_before_end() -> None:
+    async with busybox() as sb, sb.stream_command("echo one; sleep 1; echo two >&2") as proc:
+        chunks: list[OutputChunk] = []
+        async for chunk in proc:
+            chunks.append(chunk)
+            if len(chunks) == 1:
+                assert proc.running
+        result = await proc.wait()
+    assert [c.stream for c in chunks] == ["stdout", "stderr"]
+    assert result.stdout == "one\n" and result.stderr == "two\n"
+
+
+async def test_stdin_round_trips_and_cat_ends() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    async with busybox() as sb:
+        result = await sb.execute_command(Command(executable="cat", stdin=payload, timeout=30))
+        assert result.success and not result.timed_out
+        assert result.stdout_bytes == payload
+        result = await sb.execute_command(Command(executable="wc", args=["-l"],
+                                                  stdin_content="a\nb\nc\n"))
+        assert result.stdout.strip() == "3"
+
+
+async def test_stdin_from_async_iterator_and_interactive_handle() -> None:
+    async def gen():  # type: ignore[no-untyped-def]
+        for i in range(3):
+            yield f"line{i}\n".encode()
+
+    async with busybox() as sb:
+        result = await sb.execute_command(Command(executable="cat", stdin=gen()))
+        assert result.stdout == "line0\nline1\nline2\n"
+        async with sb.stream_command(["cat"]) as proc:
+            await proc.write_stdin(b"ping\n")
+            await proc.close_stdin()
+            result = await proc.wait()
+        assert result.stdout == "ping\n" and result.success
+
+
+async def test_timeout_kills_every_process() -> None:
+    async with busybox() as sb:
+        result = await sb.execute_command(
+            Command.shell("sleep 1000 & sleep 1000", timeout=1, environment={"TAG": "victim"}))
+        assert result.timed_out and not result.success
+        assert result.signal == "SIGKILL"
+        assert "timed out" in result.error
+        assert result.duration.total_seconds() < 10
+        ps = await sb.execute_command("ps -o pid,args")
+        assert "sleep 1000" not in ps.stdout, ps.stdout
+
+
+async def test_timeout_keeps_output_so_far_and_kills_setsid_children() -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+        result = await sb.execute_command(Command.shell(
+            "echo started; setsid sleep 1000 >/dev/null 2>&1 & sleep 1000", timeout=1.5))
+        assert result.timed_out and result.stdout == "started\n"
+        ps = await sb.execute_command("ps -eo args")
+        assert "sleep 1000" not in ps.stdout, ps.stdout
+
+
+async def test_idle_timeout() -> None:
+    async with busybox() as sb:
+        result = await sb.execute_command(
+            Command.shell("echo prompt; read answer", idle_timeout=1, stdin=None))
+        # stdin is not attached, so `read` gets EOF at once; use a real stuck command:
+        result = await sb.execute_command(Command.shell("echo prompt; sleep 30", idle_timeout=1))
+        assert result.timed_out and "idle" in result.error
+        assert result.stdout == "prompt\n"
+
+
+async def test_exit_codes_and_signals() -> None:
+    async with busybox() as sb:
+        r = await sb.execute_command("exit 3")
+        assert (r.exit_code, r.success, r.signal) == (3, False, "")
+        r = await sb.execute_command("kill -9 $$")
+        assert r.exit_code == 137 and r.signal == "SIGKILL"
+        r = await sb.execute_command("kill -TERM $$")
+        assert r.signal == "SIGTERM"
+        r = await sb.execute_command(["true"])
+        assert r.success and r.exit_code == 0 and r.error == ""
+        assert r.metadata["container_id"] == sb.backend.container_id
+        assert r.metadata["exec_id"]
+        assert r.process_id > 0
+        assert r.start_time is not None and r.end_time is not None
+        assert r.end_time >= r.start_time
+
+
+async def test_missing_executable_raises_naming_it() -> None:
+    async with busybox() as sb:
+        with pytest.raises(CommandExecutionFailed, match="no-such-tool"):
+            await sb.execute_command(["no-such-tool", "--help"])
+        # Through a shell it is what the shell did: exit 127 and its message.
+        r = await sb.execute_command("no-such-tool")
+        assert r.exit_code == 127 and "not found" in r.stderr
+
+
+async def test_combined_keeps_arrival_order() -> None:
+    async with busybox() as sb:
+        r = await sb.execute_command(
+            "echo a; sleep 0.2; echo b >&2; sleep 0.2; echo c; sleep 0.2; echo d >&2")
+        assert r.combined == "a\nb\nc\nd\n"
+        assert r.stdout == "a\nc\n" and r.stderr == "b\nd\n"
+
+
+async def test_utf8_split_across_chunks_and_invalid_bytes() -> None:
+    async with busybox() as sb:
+        # "é" is c3 a9: the two bytes arrive in separate writes.
+        r = await sb.execute_command(r"printf '\303'; sleep 0.3; printf '\251 \377\n'")
+        assert r.stdout == "é \ufffd\n"
+        assert r.stdout_bytes == b"\xc3\xa9 \xff\n"
+
+
+async def test_output_limit_truncates_but_command_runs_to_end() -> None:
+    async with busybox() as sb:
+        r = await sb.execute_command(Command.shell(
+            "head -c 100000 /dev/zero; echo done >&2", max_output_bytes=1000))
+        assert r.truncated and r.success
+        assert len(r.stdout_bytes) == 1000
+        assert r.stderr == "done\n"
+
+
+async def test_async_callbacks_receive_everything() -> None:
+    got: list[bytes] = []
+
+    async def collect(b: bytes) -> None:
+        await anyio.lowlevel.checkpoint()
+        got.append(b)
+
+    async with busybox() as sb:
+        r = await sb.execute_command(Command.shell("head -c 50000 /dev/zero",
+                                                   max_output_bytes=10), on_stdout=collect)
+        assert sum(map(len, got)) == 50000 and r.truncated
+
+
+async def test_working_dir_environment_and_user() -> None:
+    async with busybox(environment={"BASE": "1"}) as sb:
+        assert sb.get_working_directory() == "/workspace"
+        r = await sb.execute_command("pwd; echo $BASE")
+        assert r.stdout == "/workspace\n1\n"
+        sb.set_environment({"EXTRA": "x"})
+        env = sb.get_environment()
+        env["MUTATED"] = "no"
+        assert "MUTATED" not in sb.get_environment()
+        r = await sb.execute_command(
+            Command.shell("echo $BASE$EXTRA$CMD", environment={"CMD": "c"}))
+        assert r.stdout == "1xc\n"
+        await sb.execute_command("mkdir -p sub/dir")
+        await sb.set_working_directory("sub")
+        assert sb.get_working_directory() == "/workspace/sub"
+        assert (await sb.execute_command("pwd")).stdout == "/workspace/sub\n"
+        r = await sb.execute_command(Command(executable="pwd", working_dir="dir"))
+        assert r.stdout == "/workspace/sub/dir\n"
+        r = await sb.execute_command(Command(executable="id", args=["-u"], user="1000"))
+        assert r.stdout == "1000\n"
+
+
+async def test_bad_commands_are_refused_before_running() -> None:
+    async with busybox() as sb:
+        with pytest.raises(ConfigError):
+            await sb.execute_command("")
+        with pytest.raises(ConfigError):
+            await sb.execute_command([])
+        with pytest.raises(NetworkAccessDenied):
+            await sb.execute_command(Command.shell("true", allow_network=True))
+        with pytest.raises(SecurityViolation):
+            await sb.execute_command(Command.shell("true", restrict_paths=["/workspace"]))
+
+
+async def test_allow_write_false_runs_unprivileged() -> None:
+    async with busybox() as sb:
+        r = await sb.execute_command(Command.shell("touch /workspace/x", allow_write=False))
+        assert not r.success and "Permission denied" in r.stderr
+        r = await sb.execute_command("touch /workspace/x")
+        assert r.success
+
+
+async def test_leaving_stream_block_kills_the_command() -> None:
+    async with busybox() as sb:
+        async with sb.stream_command("echo go; sleep 1000") as proc:
+            async for _chunk in proc:
+                break
+        ps = await sb.execute_command("ps -o args")
+        assert "sleep 1000" not in ps.stdout
+
+
+async def test_concurrent_commands_in_one_sandbox() -> None:
+    async with busybox() as sb:
+        results: dict[int, str] = {}
+
+        async def one(i: int) -> None:
+            results[i] = (await sb.execute_command(f"echo {i}")).stdout
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(one, i)
+        assert results == {i: f"{i}\n" for i in range(20)}
