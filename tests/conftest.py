@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from sandbox._constants import IMAGE_BUSYBOX, IMAGE_PYTHON, LABEL_MANAGED_BY
+from sandbox._constants import IMAGE_BUSYBOX, IMAGE_PYTHON, LABEL_MANAGED_BY, LABEL_OWNER_PID
 
 LABEL = f"{LABEL_MANAGED_BY}=sandbox-sdk"
 
@@ -43,7 +44,9 @@ def engine() -> Iterator[None]:
         pytest.fail(f"the Docker engine or test images are not ready ({problem}); run `make test`",
                     pytrace=False)
     yield
-    leftovers = our_containers()
+    # Only this test process's own leftovers: another process's sandboxes are not ours to touch.
+    leftovers = docker_cli("ps", "-aq", "--filter", f"label={LABEL}",
+                           "--filter", f"label={LABEL_OWNER_PID}={os.getpid()}").split()
     if leftovers:
         subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True, timeout=120)
 
