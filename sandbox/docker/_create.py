@@ -1,0 +1,718 @@
+"""Map a `SandboxConfig` to the engine's container-create request: the one place that does it.
+
+`plan_container` is pure (it reads a seccomp profile file, nothing else) so every rule below is
+unit-tested without an engine. It refuses what it cannot enforce rather than dropping it.
+
+======================================  =================================================
+config field                            create request (``body``, ``HostConfig`` = HC)
+======================================  =================================================
+image                                   ``Image`` as given (the caller validated it)
+(command argument)                      ``Cmd``; HC ``Init=true`` so docker-init reaps zombies
+name                                    query ``name``; ``Hostname`` (first 63 characters)
+environment                             ``Env``; wins over the proxy variables below
+network.http(s)_proxy, no_proxy         ``Env`` in lower and UPPER case, when set
+working_dir                             ``WorkingDir`` (must be absolute; "" = image's)
+labels (argument) + labels              ``Labels``; user keys under ``io.sandbox.`` refused
+annotations                             ``Labels`` ``io.sandbox.annotation.<key>``, and also
+                                        HC ``Annotations`` on API >= 1.43 only
+(always)                                ``StopTimeout=2``: the keep-alive holds no state
+runtime                                 HC ``Runtime``; must be one of the engine's runtimes
+architecture                            query ``platform=linux/<arch>``
+resources.cpu_limit                     HC ``NanoCpus``; 0.01 <= cores <= engine NCPU
+resources.cpu_request                   HC ``CpuShares = max(2, round(cores * 1024))``
+resources.memory_limit                  HC ``Memory`` and ``MemorySwap`` equal (no swap)
+resources.memory_request                HC ``MemoryReservation`` (<= memory_limit)
+resources.process_limit (0 = default)   runc: HC ``PidsLimit``; runsc: ulimit ``nproc``
+resources.file_limit                    ulimit ``nofile`` soft = hard
+resources.cpu_time_limit                ulimit ``cpu`` in whole seconds, rounded up
+resources.disk_limit                    HC ``StorageOpt.size``; only btrfs, zfs,
+                                        devicemapper, or overlay2 on xfs, else refused
+security.run_as_user / run_as_group     ``User`` "u", "u:g", or "0:g" (group alone: root user)
+security.read_only_root                 HC ``ReadonlyRootfs`` + tmpfs on working_dir and /tmp
+security.tmpfs_paths                    HC ``Tmpfs`` "rw,exec,nosuid,nodev" + own options
+security.no_new_privileges              HC ``SecurityOpt`` "no-new-privileges:true"; also
+  or prevent_escalation                 set by prevent_escalation (both False to drop it)
+security.add/drop_capabilities          HC ``CapAdd`` / ``CapDrop``; CapDrop always has
+                                        NET_RAW and MKNOD unless added back explicitly;
+                                        "cap_x", "x" and "CAP_X" all mean "X"
+security.prevent_escalation             also refuses adding SYS_ADMIN, ALL and the other
+                                        ESCALATING_CAPABILITIES, seccomp "unconfined" and
+                                        the host PID namespace
+security.seccomp_profile                "" or "runtime/default": engine default;
+                                        "unconfined"; a path or inline JSON: sent inline
+security.apparmor_profile               ``apparmor=<p>``; refused if the engine lacks it
+security.selinux_context                ``label=...``; refused if the engine lacks SELinux
+security.read_only_paths                HC ``ReadonlyPaths`` = Docker defaults + these
+security.masked_paths                   HC ``MaskedPaths`` = Docker defaults + these
+security.isolate_process=False          HC ``PidMode=host``, needs allow_host_pid=True
+                                        and prevent_escalation=False
+network.isolated, security.isolate_     HC ``NetworkMode=none`` unless the sandbox is
+  network, security.allow_networking    networked (isolated=False, isolate_network=False,
+                                        allow_networking=True); then ``network.bridge``,
+                                        or "" for the backend to fill (``needs_network``)
+network.dns_servers / dns_search        HC ``Dns`` / ``DnsSearch``
+network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; networked
+                                        only; host_ip "" means 127.0.0.1
+======================================  =================================================
+
+Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
+``network_out_limit``, and ``network.allowed_hosts``, ``blocked_hosts``, ``allowed_ports``,
+``ingress_limit``, ``egress_limit`` (no egress policy yet). Not create options, left to the
+backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
+``pull_policy``, ``repository``, ``tools``, ``mcp_servers``, ``timeout``, ``cleanup_delay``,
+``stats_interval``, ``security.enable_audit_log``, ``security.log_security_events``.
+
+Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none``):
+
+* runsc charges the pids cgroup with its own host threads (about 40 idle, some 750 with 100
+  guest processes) and, at the limit, the whole sandbox dies instead of fork returning
+  EAGAIN. RLIMIT_NPROC is enforced inside gVisor's kernel, per sandbox, for root too (without
+  CAP_SYS_ADMIN / CAP_SYS_RESOURCE), so runsc gets ulimit ``nproc`` and no ``PidsLimit``.
+* runsc enforces ``Memory``, but going over it kills the whole sandbox (``OOMKilled``), even
+  when an exec allocated the memory; under runc only that exec dies.
+* runsc ignores OCI seccomp profiles (a profile denying mkdir did not) and RLIMIT_CPU (a busy
+  loop outlived ``cpu=1``), so a custom seccomp profile and cpu_time_limit are refused there.
+* ``seccomp=<path>`` makes start fail: the engine wants the JSON content inline.
+* Under runsc, PID 1 is still docker-init, and tmpfs mounts work; the tmpfs ``uid=``/``gid=``
+  options work under runc (the mount point then belongs to the sandbox user).
+* ``MaskedPaths``/``ReadonlyPaths``: an absent key keeps Docker's defaults, a list replaces
+  them (``[]`` unmasks everything), so a list always starts with the defaults.
+* Tmpfs mounts default to noexec; a mount over an image directory keeps that directory's mode.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from .._constants import DEFAULT_PROCESS_LIMIT, LABEL_PREFIX
+from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
+from .._models import NetworkConfig, ResourceLimits, SandboxConfig, SecurityPolicy
+
+__all__ = ["CreatePlan", "EngineFacts", "plan_container"]
+
+#: Labels that carry `SandboxConfig.annotations` on engines without HostConfig.Annotations.
+ANNOTATION_LABEL_PREFIX: Final = f"{LABEL_PREFIX}annotation."
+#: First engine API version with HostConfig.Annotations.
+ANNOTATIONS_MIN_API: Final = (1, 43)
+#: The engine refuses smaller memory limits and reservations.
+MIN_MEMORY: Final = 6 * 2**20
+#: The smallest CPU quota the kernel takes is 1 ms per 100 ms period.
+MIN_CPU_LIMIT: Final = 0.01
+#: Fewer leaves no room for docker-init, the keep-alive and the SDK's own helper execs.
+MIN_PROCESS_LIMIT: Final = 8
+#: The kernel clamps smaller cgroup v1 shares to 2.
+MIN_CPU_SHARES: Final = 2
+STOP_TIMEOUT: Final = 2
+HOSTNAME_MAX: Final = 63
+TMPFS_DEFAULT_OPTIONS: Final = "rw,exec,nosuid,nodev"
+NO_NEW_PRIVILEGES: Final = "no-new-privileges:true"
+#: Dropped from Docker's default set: raw sockets allow spoofing on a shared network, and
+#: device nodes have no use in an agent sandbox. Adding one back is allowed.
+DEFAULT_CAP_DROP: Final = ("NET_RAW", "MKNOD")
+#: Capabilities that let a process leave or weaken the container; prevent_escalation refuses them.
+ESCALATING_CAPABILITIES: Final = frozenset(
+    {
+        "ALL", "BPF", "DAC_READ_SEARCH", "MAC_ADMIN", "MAC_OVERRIDE", "PERFMON", "SYS_ADMIN",
+        "SYS_BOOT", "SYS_MODULE", "SYS_PTRACE", "SYS_RAWIO",
+    }
+)
+#: Linux capability names (without CAP_), as of Linux 5.9.
+KNOWN_CAPABILITIES: Final = frozenset(
+    {
+        "AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF",
+        "CHECKPOINT_RESTORE", "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID",
+        "IPC_LOCK", "IPC_OWNER", "KILL", "LEASE", "LINUX_IMMUTABLE", "MAC_ADMIN",
+        "MAC_OVERRIDE", "MKNOD", "NET_ADMIN", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_RAW",
+        "PERFMON", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_ADMIN", "SYS_BOOT",
+        "SYS_CHROOT", "SYS_MODULE", "SYS_NICE", "SYS_PACCT", "SYS_PTRACE", "SYS_RAWIO",
+        "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG", "WAKE_ALARM",
+    }
+)
+#: Docker 20.10's defaults; sending a list replaces them, so ours extend them.
+DOCKER_MASKED_PATHS: Final = (
+    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+)
+DOCKER_READONLY_PATHS: Final = (
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+)
+#: Storage drivers that can cap a container's writable layer (StorageOpt size).
+_DISK_QUOTA_DRIVERS: Final = frozenset({"btrfs", "zfs", "devicemapper"})
+_SELINUX_KEYS: Final = ("user", "role", "type", "level")
+_UNENFORCED_NETWORK: Final = (
+    "allowed_hosts", "blocked_hosts", "allowed_ports", "ingress_limit", "egress_limit",
+)
+#: `uname -m` names to Go's GOARCH names, which platforms use.
+_GOARCH: Final = {
+    "x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "armv6l": "arm", "i386": "386",
+    "i686": "386", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64",
+}
+_PROXY_FIELDS: Final = ("http_proxy", "https_proxy", "no_proxy")
+
+
+@attrs.frozen(kw_only=True)
+class EngineFacts:
+    """What the engine can do, read once from ``GET /info`` (and ``/version`` if at hand).
+
+    Attributes:
+        runtimes: Names of the OCI runtimes the engine has, e.g. ``{"runc", "runsc"}``.
+        default_runtime: Runtime used when a config names none.
+        cgroup_version: ``"1"`` or ``"2"``; ``""`` when unknown.
+        storage_driver: Storage driver, e.g. ``"overlay2"``.
+        backing_filesystem: Filesystem under the storage driver, e.g. ``"extfs"`` or ``"xfs"``.
+        security_options: ``SecurityOptions`` entries, e.g. ``"name=seccomp,profile=default"``.
+        architecture: Engine architecture as a platform name (GOARCH), e.g. ``"amd64"``.
+        mem_total: Host memory in bytes; 0 when unknown (no upper check).
+        ncpu: Host CPUs; 0 when unknown (no upper check).
+        api_version: Engine API version, e.g. ``"1.41"``; ``""`` when unknown.
+    """
+
+    runtimes: frozenset[str] = frozenset({"runc"})
+    default_runtime: str = "runc"
+    cgroup_version: str = ""
+    storage_driver: str = ""
+    backing_filesystem: str = ""
+    security_options: tuple[str, ...] = ()
+    architecture: str = ""
+    mem_total: int = 0
+    ncpu: int = 0
+    api_version: str = ""
+
+    @classmethod
+    def from_info(
+        cls, info: Mapping[str, Any], version: Mapping[str, Any] | None = None
+    ) -> EngineFacts:
+        """Build the facts from the engine's /info (and /version) JSON; missing keys are unknown."""
+        backing = ""
+        for pair in info.get("DriverStatus") or ():
+            if len(pair) == 2 and pair[0] == "Backing Filesystem":
+                backing = str(pair[1])
+        version = version or {}
+        machine = str(info.get("Architecture") or "")
+        return cls(
+            runtimes=frozenset(info.get("Runtimes") or ()),
+            default_runtime=str(info.get("DefaultRuntime") or "runc"),
+            cgroup_version=str(info.get("CgroupVersion") or ""),
+            storage_driver=str(info.get("Driver") or ""),
+            backing_filesystem=backing,
+            security_options=tuple(str(o) for o in info.get("SecurityOptions") or ()),
+            architecture=str(version.get("Arch") or _GOARCH.get(machine, machine)),
+            mem_total=int(info.get("MemTotal") or 0),
+            ncpu=int(info.get("NCPU") or 0),
+            api_version=str(version.get("ApiVersion") or ""),
+        )
+
+    def has_security_option(self, name: str) -> bool:
+        """Tell whether the engine reports the security feature `name` (``apparmor``...)."""
+        return any(f"name={name}" in option.split(",") for option in self.security_options)
+
+    def api_at_least(self, wanted: tuple[int, int]) -> bool:
+        """Compare the API version; an unknown version counts as too old."""
+        major, _, minor = self.api_version.partition(".")
+        if not (major.isdigit() and minor.isdigit()):
+            return False
+        return (int(major), int(minor)) >= wanted
+
+
+@attrs.frozen(kw_only=True)
+class CreatePlan:
+    """The create request for one sandbox container, and what the backend must know about it.
+
+    Attributes:
+        body: JSON body for ``POST /containers/create``.
+        params: Query parameters: ``name``, and ``platform`` when an architecture is set.
+        uses_init: PID 1 is docker-init, so ``State.OOMKilled`` only reports its death.
+        pids_limit: Process limit in force: the pids cgroup on runc, RLIMIT_NPROC per user
+            inside gVisor on runsc.
+        writable_paths: Tmpfs mount points. With a read-only root they are the only writable
+            places, and the archive API cannot see into them: use exec with tar there.
+        networked: The sandbox gets a network besides loopback.
+        needs_network: Networked without ``network.bridge``: the backend must choose or
+            create a network and put its name in ``body["HostConfig"]["NetworkMode"]``.
+    """
+
+    body: dict[str, Any]
+    params: dict[str, str]
+    uses_init: bool = True
+    pids_limit: int
+    writable_paths: tuple[str, ...] = ()
+    networked: bool = False
+    needs_network: bool = False
+
+
+def plan_container(
+    config: SandboxConfig,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    engine: EngineFacts,
+    command: Sequence[str],
+) -> CreatePlan:
+    """Build the create request for `config`, refusing what this engine cannot enforce.
+
+    Raises:
+        ConfigError: Contradictory or malformed settings (names the fields).
+        SecurityViolation: The policy asks for something the engine lacks or escalation rules
+            forbid.
+        SandboxInitFailed: A limit this engine cannot enforce, or a value out of its range.
+    """
+    runtime = _runtime(config.runtime, engine)
+    host: dict[str, Any] = {"Init": True}
+    if runtime:
+        host["Runtime"] = runtime
+    pids_limit = _resources(config.resources, runtime, engine, host)
+    networked = _is_networked(config)
+    exposed = _network(config.network, networked, host)
+    user = _user(config.security)
+    working_dir = _working_dir(config.working_dir)
+    writable = _filesystem(config.security, working_dir, host)
+    _security(config.security, runtime, engine, host)
+
+    body: dict[str, Any] = {
+        "Image": config.image,
+        "Cmd": list(command),
+        "Env": _environment(config),
+        "Labels": _labels(config, labels, engine, host),
+        "StopTimeout": STOP_TIMEOUT,
+        "HostConfig": host,
+    }
+    hostname = name[:HOSTNAME_MAX].rstrip(".-")
+    if hostname:
+        body["Hostname"] = hostname
+    if working_dir:
+        body["WorkingDir"] = working_dir
+    if user:
+        body["User"] = user
+    if exposed:
+        body["ExposedPorts"] = exposed
+    params = {"name": name}
+    if config.architecture:
+        arch = config.architecture
+        params["platform"] = arch if "/" in arch else f"linux/{arch}"
+    return CreatePlan(
+        body=body,
+        params=params,
+        uses_init=True,
+        pids_limit=pids_limit,
+        writable_paths=writable,
+        networked=networked,
+        needs_network=networked and not config.network.bridge,
+    )
+
+
+def _runtime(runtime: str, engine: EngineFacts) -> str:
+    if not runtime:
+        return ""
+    if runtime not in engine.runtimes:
+        available = ", ".join(sorted(engine.runtimes)) or "none reported"
+        raise SandboxInitFailed(
+            f"runtime: the engine has no runtime {runtime!r}", details=f"available: {available}"
+        )
+    return runtime
+
+
+def _is_gvisor(runtime: str) -> bool:
+    return runtime.startswith("runsc")
+
+
+def _resources(
+    res: ResourceLimits, runtime: str, engine: EngineFacts, host: dict[str, Any]
+) -> int:
+    """Fill the resource options of `host` and return the process limit in force."""
+    gvisor = _is_gvisor(runtime)
+    if res.cpu_limit:
+        if res.cpu_limit < MIN_CPU_LIMIT:
+            raise SandboxInitFailed(
+                f"resources.cpu_limit: {res.cpu_limit:g} cores is below the minimum of "
+                f"{MIN_CPU_LIMIT:g}"
+            )
+        _check_max("resources.cpu_limit", res.cpu_limit, engine.ncpu, "CPUs")
+        host["NanoCpus"] = round(res.cpu_limit * 1e9)
+    if res.cpu_request:
+        _check_max("resources.cpu_request", res.cpu_request, engine.ncpu, "CPUs")
+        if res.cpu_limit and res.cpu_request > res.cpu_limit:
+            raise ConfigError(
+                f"resources.cpu_request ({res.cpu_request:g}) must not exceed "
+                f"resources.cpu_limit ({res.cpu_limit:g})"
+            )
+        host["CpuShares"] = max(MIN_CPU_SHARES, round(res.cpu_request * 1024))
+    if res.memory_limit:
+        _check_memory("resources.memory_limit", res.memory_limit, engine)
+        host["Memory"] = res.memory_limit
+        # Equal to Memory: no swap, so the limit is the limit.
+        host["MemorySwap"] = res.memory_limit
+    if res.memory_request:
+        _check_memory("resources.memory_request", res.memory_request, engine)
+        if res.memory_limit and res.memory_request > res.memory_limit:
+            raise ConfigError(
+                f"resources.memory_request ({res.memory_request}) must not exceed "
+                f"resources.memory_limit ({res.memory_limit})"
+            )
+        host["MemoryReservation"] = res.memory_request
+    if res.disk_limit:
+        _check_disk_quota(engine)
+        host["StorageOpt"] = {"size": str(res.disk_limit)}
+    if res.disk_request:
+        raise SandboxInitFailed(
+            "resources.disk_request: Docker cannot reserve disk space",
+            details="remove it; resources.disk_limit caps the writable layer where supported",
+        )
+    for field in ("network_in_limit", "network_out_limit"):
+        if getattr(res, field):
+            raise SandboxInitFailed(
+                f"resources.{field}: bandwidth limits are not enforced yet",
+                details="remove it, or keep the sandbox isolated",
+            )
+
+    ulimits: list[dict[str, Any]] = []
+    processes = res.process_limit or DEFAULT_PROCESS_LIMIT
+    if processes < MIN_PROCESS_LIMIT:
+        raise SandboxInitFailed(
+            f"resources.process_limit: {processes} is below the minimum of {MIN_PROCESS_LIMIT}",
+            details="docker-init, the keep-alive and the SDK's helper commands need processes too",
+        )
+    if gvisor:
+        # See the module docstring: a pids cgroup limit kills gVisor itself when reached.
+        ulimits.append(_ulimit("nproc", processes))
+    else:
+        host["PidsLimit"] = processes
+    if res.file_limit:
+        ulimits.append(_ulimit("nofile", res.file_limit))
+    if res.cpu_time_limit:
+        if gvisor:
+            raise SandboxInitFailed(
+                "resources.cpu_time_limit: gVisor (runsc) does not enforce RLIMIT_CPU",
+                details="use runtime 'runc', or resources.wall_time_limit",
+            )
+        seconds = math.ceil(res.cpu_time_limit.total_seconds())
+        ulimits.append(_ulimit("cpu", seconds))
+    if ulimits:
+        host["Ulimits"] = ulimits
+    return processes
+
+
+def _ulimit(name: str, value: int) -> dict[str, Any]:
+    return {"Name": name, "Soft": value, "Hard": value}
+
+
+def _check_max(field: str, value: float, maximum: int, unit: str) -> None:
+    if maximum and value > maximum:
+        raise SandboxInitFailed(
+            f"{field}: {value:g} is more than the engine's {maximum} {unit}"
+        )
+
+
+def _check_memory(field: str, value: int, engine: EngineFacts) -> None:
+    if value < MIN_MEMORY:
+        raise SandboxInitFailed(f"{field}: the engine's minimum is 6 MiB, got {value} bytes")
+    if engine.mem_total and value > engine.mem_total:
+        raise SandboxInitFailed(
+            f"{field}: {value} bytes is more than the engine's {engine.mem_total} bytes of memory"
+        )
+
+
+def _check_disk_quota(engine: EngineFacts) -> None:
+    driver, backing = engine.storage_driver, engine.backing_filesystem
+    if driver in _DISK_QUOTA_DRIVERS or (driver == "overlay2" and backing == "xfs"):
+        return
+    raise SandboxInitFailed(
+        f"resources.disk_limit: storage driver {driver or 'unknown'} on "
+        f"{backing or 'unknown'} cannot limit a container's disk",
+        details="it needs btrfs, zfs, devicemapper, or overlay2 on xfs mounted with pquota",
+    )
+
+
+def _is_networked(config: SandboxConfig) -> bool:
+    sec = config.security
+    return not config.network.isolated and sec.allow_networking and not sec.isolate_network
+
+
+def _network(net: NetworkConfig, networked: bool, host: dict[str, Any]) -> dict[str, Any]:
+    """Fill the network options of `host` and return ``ExposedPorts``."""
+    unenforced = [f for f in _UNENFORCED_NETWORK if getattr(net, f)]
+    if unenforced:
+        fields = ", ".join(f"network.{f}" for f in unenforced)
+        raise SandboxInitFailed(
+            f"{fields}: not enforced yet: no egress policy",
+            details="remove them, or keep the sandbox isolated",
+        )
+    host["NetworkMode"] = net.bridge if networked else "none"
+    if net.dns_servers:
+        host["Dns"] = list(net.dns_servers)
+    if net.dns_search:
+        host["DnsSearch"] = list(net.dns_search)
+    if not net.port_mappings:
+        return {}
+    if not networked:
+        raise SandboxInitFailed(
+            "network.port_mappings: an isolated sandbox publishes no ports",
+            details="set network.isolated=False, security.isolate_network=False and "
+            "security.allow_networking=True",
+        )
+    bindings: dict[str, list[dict[str, str]]] = {}
+    seen: set[tuple[str, int, str]] = set()
+    for mapping in net.port_mappings:
+        host_ip = mapping.host_ip or "127.0.0.1"
+        if mapping.host_port:
+            key = (host_ip, mapping.host_port, mapping.protocol)
+            if key in seen:
+                raise ConfigError(
+                    f"network.port_mappings: host port {host_ip}:{mapping.host_port}/"
+                    f"{mapping.protocol} is mapped twice"
+                )
+            seen.add(key)
+        port = f"{mapping.container_port}/{mapping.protocol}"
+        # HostPort "" lets the engine pick a free port.
+        bindings.setdefault(port, []).append(
+            {"HostIp": host_ip, "HostPort": str(mapping.host_port or "")}
+        )
+    host["PortBindings"] = bindings
+    return {port: {} for port in bindings}
+
+
+def _user(sec: SecurityPolicy) -> str:
+    for field in ("run_as_user", "run_as_group"):
+        value = getattr(sec, field)
+        if ":" in value or value != value.strip():
+            raise ConfigError(f"security.{field}: {value!r} must be one name or number")
+    user, group = sec.run_as_user, sec.run_as_group
+    if group:
+        # A group alone keeps the image's usual root user, as `docker run --user 0:g` does.
+        return f"{user or '0'}:{group}"
+    return user
+
+
+def _working_dir(path: str) -> str:
+    if path and not path.startswith("/"):
+        raise ConfigError(f"working_dir: {path!r} must be an absolute path")
+    return posixpath.normpath(path) if path else ""
+
+
+def _filesystem(sec: SecurityPolicy, working_dir: str, host: dict[str, Any]) -> tuple[str, ...]:
+    """Fill the root filesystem and tmpfs options of `host`; return the tmpfs mount points."""
+    tmpfs: dict[str, str] = {}
+    for entry in sec.tmpfs_paths:
+        path, _, options = entry.partition(":")
+        if not path.startswith("/") or posixpath.normpath(path) == "/":
+            raise ConfigError(
+                f"security.tmpfs_paths: {entry!r} must be an absolute path other than /"
+            )
+        path = posixpath.normpath(path)
+        if path in tmpfs:
+            raise ConfigError(f"security.tmpfs_paths: {path!r} is listed twice")
+        # The engine merges options left to right, so the user's own ones win.
+        tmpfs[path] = f"{TMPFS_DEFAULT_OPTIONS},{options}" if options else TMPFS_DEFAULT_OPTIONS
+    if sec.read_only_root:
+        host["ReadonlyRootfs"] = True
+        owner = _tmpfs_owner(sec)
+        for path in (working_dir, "/tmp"):
+            if path and path != "/" and path not in tmpfs:
+                tmpfs[path] = TMPFS_DEFAULT_OPTIONS + owner
+    if tmpfs:
+        host["Tmpfs"] = tmpfs
+    for field, defaults, key in (
+        ("read_only_paths", DOCKER_READONLY_PATHS, "ReadonlyPaths"),
+        ("masked_paths", DOCKER_MASKED_PATHS, "MaskedPaths"),
+    ):
+        extra: tuple[str, ...] = getattr(sec, field)
+        if not extra:
+            continue  # No key keeps the engine's defaults.
+        for path in extra:
+            if not path.startswith("/"):
+                raise ConfigError(f"security.{field}: {path!r} must be an absolute path")
+        host[key] = list(dict.fromkeys((*defaults, *map(posixpath.normpath, extra))))
+    return tuple(tmpfs)
+
+
+def _tmpfs_owner(sec: SecurityPolicy) -> str:
+    """Tmpfs options giving the sandbox user the mount; only numeric ids can go there."""
+    owner = ""
+    if sec.run_as_user.isdigit():
+        owner += f",uid={sec.run_as_user}"
+    if sec.run_as_group.isdigit():
+        owner += f",gid={sec.run_as_group}"
+    return owner
+
+
+def _security(
+    sec: SecurityPolicy, runtime: str, engine: EngineFacts, host: dict[str, Any]
+) -> None:
+    """Fill capabilities, security options and the PID namespace of `host`."""
+    gvisor = _is_gvisor(runtime)
+    options: list[str] = []
+    if sec.no_new_privileges or sec.prevent_escalation:
+        options.append(NO_NEW_PRIVILEGES)
+
+    add = _capabilities("add_capabilities", sec.add_capabilities)
+    drop = _capabilities("drop_capabilities", sec.drop_capabilities)
+    both = [cap for cap in add if cap in drop]
+    if both:
+        raise ConfigError(
+            f"security.add_capabilities and security.drop_capabilities both name "
+            f"{', '.join(both)}"
+        )
+    if sec.prevent_escalation:
+        escalating = [cap for cap in add if cap in ESCALATING_CAPABILITIES]
+        if escalating:
+            raise SecurityViolation(
+                f"security.add_capabilities: {', '.join(escalating)} would let the sandbox "
+                "escalate its privileges",
+                details="set security.prevent_escalation=False to allow it",
+            )
+    if "ALL" in drop:
+        cap_drop = ["ALL"]
+    else:
+        defaults = [cap for cap in DEFAULT_CAP_DROP if cap not in add]
+        cap_drop = list(dict.fromkeys((*defaults, *drop)))
+    if cap_drop:
+        host["CapDrop"] = cap_drop
+    if add:
+        host["CapAdd"] = add
+
+    options.extend(_seccomp(sec, gvisor))
+    if sec.apparmor_profile:
+        if not engine.has_security_option("apparmor"):
+            raise SecurityViolation(
+                "security.apparmor_profile: AppArmor is not enabled on this engine",
+                details="leave it empty; the engine reports "
+                f"{', '.join(engine.security_options) or 'no security options'}",
+            )
+        options.append(f"apparmor={sec.apparmor_profile}")
+    if sec.selinux_context:
+        if not engine.has_security_option("selinux"):
+            raise SecurityViolation(
+                "security.selinux_context: SELinux is not enabled on this engine",
+                details="leave it empty; the engine reports "
+                f"{', '.join(engine.security_options) or 'no security options'}",
+            )
+        options.extend(_selinux_labels(sec.selinux_context))
+    if options:
+        host["SecurityOpt"] = options
+
+    if not sec.isolate_process:
+        if not sec.allow_host_pid or sec.prevent_escalation:
+            raise SecurityViolation(
+                "security.isolate_process=False shares the host's PID namespace",
+                details="allow it with security.allow_host_pid=True and "
+                "security.prevent_escalation=False",
+            )
+        if gvisor:
+            raise SandboxInitFailed(
+                "security.isolate_process=False: gVisor (runsc) cannot share the host's PIDs"
+            )
+        host["PidMode"] = "host"
+
+
+def _capabilities(field: str, names: Sequence[str]) -> list[str]:
+    """Normalize capability names ("cap_net_admin" -> "NET_ADMIN"), keeping order, no repeats."""
+    result: list[str] = []
+    for raw in names:
+        cap = raw.strip().upper().removeprefix("CAP_")
+        if cap != "ALL" and cap not in KNOWN_CAPABILITIES:
+            raise ConfigError(f"security.{field}: unknown capability {raw!r}")
+        if cap not in result:
+            result.append(cap)
+    return result
+
+
+def _seccomp(sec: SecurityPolicy, gvisor: bool) -> list[str]:
+    profile = sec.seccomp_profile.strip()
+    if profile in ("", "runtime/default"):
+        return []
+    if profile == "unconfined":
+        if sec.prevent_escalation:
+            raise SecurityViolation(
+                "security.seccomp_profile: 'unconfined' removes the syscall filter",
+                details="set security.prevent_escalation=False to allow it",
+            )
+        return ["seccomp=unconfined"]
+    if gvisor:
+        raise SandboxInitFailed(
+            "security.seccomp_profile: gVisor (runsc) on this engine ignores seccomp profiles",
+            details="gVisor filters syscalls in its own kernel; use runtime 'runc' for a "
+            "custom profile, or leave it empty",
+        )
+    if profile.startswith("{"):
+        source, text = "inline JSON", profile
+    else:
+        source = profile
+        try:
+            with open(profile, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SandboxInitFailed(
+                f"security.seccomp_profile: cannot read {profile!r}", details=str(exc), cause=exc
+            ) from exc
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise SandboxInitFailed(
+            f"security.seccomp_profile: {source!r} is not valid JSON", details=str(exc), cause=exc
+        ) from exc
+    if not isinstance(document, dict):
+        raise SandboxInitFailed(
+            f"security.seccomp_profile: {source!r} must hold a JSON object"
+        )
+    # The engine wants the content, not a path: a path fails at start (measured).
+    return ["seccomp=" + json.dumps(document, separators=(",", ":"))]
+
+
+def _selinux_labels(context: str) -> list[str]:
+    """Turn "type:t,level:s0:c1,c2" style parts or a full "u:r:t:level" into label= options."""
+    if context == "disable":
+        return ["label=disable"]
+    parts: list[str] = []
+    for piece in context.split(","):
+        piece = piece.strip()
+        key, _, value = piece.partition(":")
+        if key in _SELINUX_KEYS and value:
+            parts.append(piece)
+        elif parts and parts[-1].startswith("level:") and piece:
+            parts[-1] += f",{piece}"  # A level holds commas: "s0:c1,c2".
+        else:
+            parts = []
+            break
+    if parts:
+        return [f"label={p}" for p in parts]
+    fields = context.split(":", 3)
+    if len(fields) == 4 and all(fields) and fields[0] not in _SELINUX_KEYS:
+        return [f"label={key}:{value}" for key, value in zip(_SELINUX_KEYS, fields, strict=True)]
+    raise ConfigError(
+        f"security.selinux_context: {context!r} must be 'user:role:type:level', parts like "
+        "'type:svirt_t,level:s0:c1', or 'disable'"
+    )
+
+
+def _environment(config: SandboxConfig) -> list[str]:
+    env: dict[str, str] = {}
+    for field in _PROXY_FIELDS:
+        value = getattr(config.network, field)
+        if value:
+            # Tools disagree on the case they read (curl: lower, Go: both), so set both.
+            env[field] = value
+            env[field.upper()] = value
+    env.update(config.environment)
+    return [f"{key}={value}" for key, value in env.items()]
+
+
+def _labels(
+    config: SandboxConfig, labels: Mapping[str, str], engine: EngineFacts, host: dict[str, Any]
+) -> dict[str, str]:
+    reserved = [key for key in config.labels if key.startswith(LABEL_PREFIX)]
+    if reserved:
+        raise ConfigError(
+            f"labels: keys starting with {LABEL_PREFIX!r} are reserved for the SDK: "
+            f"{', '.join(sorted(reserved))}"
+        )
+    result = {**config.labels, **labels}
+    for key, value in config.annotations.items():
+        result[ANNOTATION_LABEL_PREFIX + key] = value
+    if config.annotations and engine.api_at_least(ANNOTATIONS_MIN_API):
+        host["Annotations"] = dict(config.annotations)
+    return result

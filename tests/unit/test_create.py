@@ -1,0 +1,621 @@
+"""The config → create-request mapping: every field, every refusal, no engine needed."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox._constants import DEFAULT_PROCESS_LIMIT
+from sandbox._errors import ConfigError, SandboxInitFailed, SecurityViolation
+from sandbox._models import (
+    NetworkConfig,
+    PortMapping,
+    ResourceLimits,
+    SandboxConfig,
+    SecurityPolicy,
+)
+from sandbox.docker._create import (
+    DOCKER_MASKED_PATHS,
+    DOCKER_READONLY_PATHS,
+    CreatePlan,
+    EngineFacts,
+    plan_container,
+)
+
+DATA = Path(__file__).parent / "data"
+ENGINE = EngineFacts(
+    runtimes=frozenset({"runc", "runsc", "io.containerd.runc.v2"}),
+    cgroup_version="1",
+    storage_driver="overlay2",
+    backing_filesystem="extfs",
+    security_options=("name=seccomp,profile=default",),
+    architecture="amd64",
+    mem_total=8 * 2**30,
+    ncpu=4,
+    api_version="1.41",
+)
+LABELS = {"io.sandbox.managed-by": "sandbox-sdk", "io.sandbox.id": "abc"}
+CMD = ["sleep", "infinity"]
+NETWORKED = NetworkConfig(isolated=False)
+OPEN = SecurityPolicy(allow_networking=True, isolate_network=False)
+MiB = 2**20
+
+
+def plan(engine: EngineFacts = ENGINE, **config: Any) -> CreatePlan:
+    return plan_container(
+        SandboxConfig(**config), name="sbx-1", labels=LABELS, engine=engine, command=CMD
+    )
+
+
+def host(engine: EngineFacts = ENGINE, **config: Any) -> dict[str, Any]:
+    result: dict[str, Any] = plan(engine, **config).body["HostConfig"]
+    return result
+
+
+def res(**limits: Any) -> dict[str, Any]:
+    return host(resources=ResourceLimits(**limits))
+
+
+def sec(**policy: Any) -> dict[str, Any]:
+    return host(security=SecurityPolicy(**policy))
+
+
+# --- engine facts ---------------------------------------------------------------------------
+
+
+def test_engine_facts_from_recorded_info() -> None:
+    info = json.loads((DATA / "engine_info.json").read_text())
+    facts = EngineFacts.from_info(info)
+    assert facts == EngineFacts(
+        runtimes=frozenset({"io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc",
+                            "runsc"}),
+        default_runtime="runc",
+        cgroup_version="1",
+        storage_driver="overlay2",
+        backing_filesystem="extfs",
+        security_options=("name=seccomp,profile=default",),
+        architecture="amd64",
+        mem_total=info["MemTotal"],
+        ncpu=2,
+        api_version="",
+    )
+    assert facts.has_security_option("seccomp")
+    assert not facts.has_security_option("apparmor")
+
+
+def test_engine_facts_prefer_version() -> None:
+    facts = EngineFacts.from_info(
+        {"Architecture": "aarch64"}, {"Arch": "arm64", "ApiVersion": "1.43"}
+    )
+    assert facts.architecture == "arm64"
+    assert facts.api_version == "1.43"
+    assert facts.api_at_least((1, 43))
+    assert not EngineFacts(api_version="1.41").api_at_least((1, 43))
+    assert not EngineFacts().api_at_least((1, 0))
+    assert EngineFacts.from_info({"Architecture": "aarch64"}).architecture == "arm64"
+    assert EngineFacts.from_info({}) == EngineFacts(runtimes=frozenset())
+
+
+# --- defaults -------------------------------------------------------------------------------
+
+
+def test_default_config_is_isolated_and_unprivileged() -> None:
+    p = plan()
+    assert p.params == {"name": "sbx-1"}
+    assert p.uses_init
+    assert p.pids_limit == DEFAULT_PROCESS_LIMIT
+    assert p.writable_paths == ()
+    assert not p.networked
+    assert not p.needs_network
+    assert p.body == {
+        "Image": SandboxConfig().image,
+        "Cmd": CMD,
+        "Env": [],
+        "Labels": LABELS,
+        "StopTimeout": 2,
+        "Hostname": "sbx-1",
+        "WorkingDir": "/workspace",
+        "HostConfig": {
+            "Init": True,
+            "Runtime": "runc",
+            "PidsLimit": DEFAULT_PROCESS_LIMIT,
+            "NetworkMode": "none",
+            "CapDrop": ["NET_RAW", "MKNOD"],
+            "SecurityOpt": ["no-new-privileges:true"],
+        },
+    }
+
+
+def test_hostname_is_cut_to_63_characters() -> None:
+    name = "a" * 62 + "-b"
+    p = plan_container(SandboxConfig(), name=name, labels={}, engine=ENGINE, command=CMD)
+    assert p.body["Hostname"] == "a" * 62
+    assert p.params["name"] == name
+
+
+# --- environment, labels, annotations, platform ---------------------------------------------
+
+
+def test_environment_and_proxies() -> None:
+    net = NetworkConfig(http_proxy="http://p:3128", no_proxy="localhost")
+    env = plan(network=net, environment={"A": "1", "no_proxy": "mine"}).body["Env"]
+    assert env == [
+        "http_proxy=http://p:3128",
+        "HTTP_PROXY=http://p:3128",
+        "no_proxy=mine",
+        "NO_PROXY=localhost",
+        "A=1",
+    ]
+    env = plan(network=NetworkConfig(https_proxy="http://s")).body["Env"]
+    assert env == ["https_proxy=http://s", "HTTPS_PROXY=http://s"]
+
+
+def test_labels_merge_sdk_labels_win() -> None:
+    assert plan(labels={"team": "x"}).body["Labels"] == {"team": "x", **LABELS}
+
+
+def test_reserved_label_prefix_refused() -> None:
+    with pytest.raises(ConfigError, match=r"labels: .*io\.sandbox\.managed-by"):
+        plan(labels={"io.sandbox.managed-by": "me"})
+
+
+def test_annotations_are_labels_on_api_141() -> None:
+    p = plan(annotations={"k": "v"})
+    assert p.body["Labels"]["io.sandbox.annotation.k"] == "v"
+    assert "Annotations" not in p.body["HostConfig"]
+
+
+def test_annotations_also_sent_on_api_143() -> None:
+    engine = EngineFacts(runtimes=frozenset({"runc"}), api_version="1.43")
+    p = plan(engine, annotations={"k": "v"})
+    assert p.body["HostConfig"]["Annotations"] == {"k": "v"}
+    assert p.body["Labels"]["io.sandbox.annotation.k"] == "v"
+
+
+@pytest.mark.parametrize(("arch", "platform"), [("amd64", "linux/amd64"),
+                                                ("linux/arm64", "linux/arm64")])
+def test_architecture_sets_platform(arch: str, platform: str) -> None:
+    assert plan(architecture=arch).params == {"name": "sbx-1", "platform": platform}
+
+
+def test_working_dir() -> None:
+    assert plan(working_dir="/src/").body["WorkingDir"] == "/src"
+    assert "WorkingDir" not in plan(working_dir="").body
+    with pytest.raises(ConfigError, match=r"working_dir: 'src' must be an absolute path"):
+        plan(working_dir="src")
+
+
+# --- runtime --------------------------------------------------------------------------------
+
+
+def test_runtime_runsc() -> None:
+    h = host(runtime="runsc")
+    assert h["Runtime"] == "runsc"
+
+
+def test_unknown_runtime_lists_available() -> None:
+    with pytest.raises(SandboxInitFailed, match=r"runtime: .*'kata'") as info:
+        plan(runtime="kata")
+    assert info.value.details == "available: io.containerd.runc.v2, runc, runsc"
+
+
+def test_empty_runtime_uses_engine_default() -> None:
+    assert "Runtime" not in host(runtime="")
+
+
+# --- resources ------------------------------------------------------------------------------
+
+
+def test_cpu_limit_and_request() -> None:
+    h = res(cpu_limit=1.5, cpu_request=0.5)
+    assert h["NanoCpus"] == 1_500_000_000
+    assert h["CpuShares"] == 512
+    assert res(cpu_request=0.001)["CpuShares"] == 2
+
+
+def test_cpu_limit_bounds() -> None:
+    with pytest.raises(SandboxInitFailed, match=r"resources.cpu_limit: 5 .* engine's 4 CPUs"):
+        res(cpu_limit=5)
+    with pytest.raises(SandboxInitFailed, match=r"resources.cpu_limit: 0.001 cores .* 0.01"):
+        res(cpu_limit=0.001)
+    with pytest.raises(SandboxInitFailed, match=r"resources.cpu_request: 8 .* 4 CPUs"):
+        res(cpu_request=8)
+    with pytest.raises(ConfigError, match=r"cpu_request .* must not exceed .*cpu_limit"):
+        res(cpu_limit=1, cpu_request=2)
+
+
+def test_cpu_limit_unchecked_when_engine_cpus_unknown() -> None:
+    assert host(EngineFacts(), resources=ResourceLimits(cpu_limit=64))["NanoCpus"] == 64 * 10**9
+
+
+def test_memory_limit_and_request() -> None:
+    h = res(memory_limit=256 * MiB, memory_request=128 * MiB)
+    assert h["Memory"] == h["MemorySwap"] == 256 * MiB
+    assert h["MemoryReservation"] == 128 * MiB
+    assert "Memory" not in res(memory_request=128 * MiB)
+
+
+@pytest.mark.parametrize("field", ["memory_limit", "memory_request"])
+def test_memory_bounds(field: str) -> None:
+    with pytest.raises(SandboxInitFailed, match=rf"resources.{field}: the engine's minimum is 6"):
+        res(**{field: 6 * MiB - 1})
+    with pytest.raises(SandboxInitFailed, match=f"resources.{field}: .*{8 * 2**30} bytes"):
+        res(**{field: 9 * 2**30})
+    res(**{field: 6 * MiB})
+
+
+def test_memory_request_above_limit_refused() -> None:
+    with pytest.raises(ConfigError, match=r"memory_request .* must not exceed .*memory_limit"):
+        res(memory_limit=64 * MiB, memory_request=128 * MiB)
+
+
+def test_process_limit_runc() -> None:
+    assert res(process_limit=64)["PidsLimit"] == 64
+    assert plan(resources=ResourceLimits(process_limit=64)).pids_limit == 64
+
+
+def test_process_limit_runsc_uses_nproc_not_pids_cgroup() -> None:
+    p = plan(runtime="runsc")
+    assert "PidsLimit" not in p.body["HostConfig"]
+    assert p.body["HostConfig"]["Ulimits"] == [
+        {"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT, "Hard": DEFAULT_PROCESS_LIMIT}
+    ]
+    assert p.pids_limit == DEFAULT_PROCESS_LIMIT
+    h = host(runtime="runsc", resources=ResourceLimits(process_limit=100))
+    assert h["Ulimits"] == [{"Name": "nproc", "Soft": 100, "Hard": 100}]
+
+
+def test_process_limit_minimum() -> None:
+    with pytest.raises(SandboxInitFailed, match=r"resources.process_limit: 3 is below .* 8"):
+        res(process_limit=3)
+
+
+def test_file_and_cpu_time_ulimits() -> None:
+    h = res(file_limit=256, cpu_time_limit=timedelta(seconds=2.1))
+    assert h["Ulimits"] == [
+        {"Name": "nofile", "Soft": 256, "Hard": 256},
+        {"Name": "cpu", "Soft": 3, "Hard": 3},
+    ]
+
+
+def test_cpu_time_limit_refused_on_runsc() -> None:
+    with pytest.raises(SandboxInitFailed, match=r"resources.cpu_time_limit: gVisor"):
+        host(runtime="runsc", resources=ResourceLimits(cpu_time_limit=timedelta(seconds=5)))
+
+
+def test_wall_time_limit_is_not_a_create_option() -> None:
+    assert res(wall_time_limit=timedelta(minutes=5)) == host()
+
+
+def test_disk_limit_refused_on_overlay2_extfs() -> None:
+    with pytest.raises(SandboxInitFailed, match=r"resources.disk_limit: .*overlay2 on extfs"):
+        res(disk_limit=2**30)
+
+
+@pytest.mark.parametrize(
+    ("driver", "backing"), [("overlay2", "xfs"), ("btrfs", "btrfs"), ("zfs", "zfs"),
+                            ("devicemapper", "")]
+)
+def test_disk_limit_where_supported(driver: str, backing: str) -> None:
+    engine = EngineFacts(storage_driver=driver, backing_filesystem=backing)
+    h = host(engine, resources=ResourceLimits(disk_limit=2**30))
+    assert h["StorageOpt"] == {"size": str(2**30)}
+
+
+@pytest.mark.parametrize("field", ["disk_request", "network_in_limit", "network_out_limit"])
+def test_unenforceable_resources_refused(field: str) -> None:
+    with pytest.raises(SandboxInitFailed, match=f"resources.{field}: "):
+        res(**{field: 1000})
+
+
+# --- network --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("network", "security"),
+    [
+        (NetworkConfig(), OPEN),
+        (NETWORKED, SecurityPolicy()),
+        (NETWORKED, SecurityPolicy(allow_networking=True)),
+        (NETWORKED, SecurityPolicy(isolate_network=False)),
+    ],
+)
+def test_network_none_unless_all_three_allow(
+    network: NetworkConfig, security: SecurityPolicy
+) -> None:
+    p = plan(network=network, security=security)
+    assert p.body["HostConfig"]["NetworkMode"] == "none"
+    assert not p.networked
+    assert not p.needs_network
+
+
+def test_networked_without_bridge_needs_backend_network() -> None:
+    p = plan(network=NETWORKED, security=OPEN)
+    assert p.networked
+    assert p.needs_network
+    assert p.body["HostConfig"]["NetworkMode"] == ""
+
+
+def test_networked_with_bridge() -> None:
+    p = plan(network=NetworkConfig(isolated=False, bridge="agents"), security=OPEN)
+    assert p.body["HostConfig"]["NetworkMode"] == "agents"
+    assert p.networked
+    assert not p.needs_network
+
+
+def test_dns() -> None:
+    h = host(network=NetworkConfig(dns_servers=("10.0.0.2",), dns_search=("corp",)))
+    assert h["Dns"] == ["10.0.0.2"]
+    assert h["DnsSearch"] == ["corp"]
+
+
+def test_port_mappings() -> None:
+    net = NetworkConfig(
+        isolated=False,
+        port_mappings=(
+            PortMapping(container_port=80, host_port=8080),
+            PortMapping(container_port=80, host_port=8081, host_ip="0.0.0.0"),
+            PortMapping(container_port=53, protocol="udp"),
+            PortMapping(container_port=9000, host_ip=""),
+        ),
+    )
+    p = plan(network=net, security=OPEN)
+    assert p.body["HostConfig"]["PortBindings"] == {
+        "80/tcp": [
+            {"HostIp": "127.0.0.1", "HostPort": "8080"},
+            {"HostIp": "0.0.0.0", "HostPort": "8081"},
+        ],
+        "53/udp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
+        "9000/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
+    }
+    assert p.body["ExposedPorts"] == {"80/tcp": {}, "53/udp": {}, "9000/tcp": {}}
+
+
+def test_port_mappings_on_isolated_sandbox_refused() -> None:
+    net = NetworkConfig(port_mappings=(PortMapping(container_port=80),))
+    with pytest.raises(SandboxInitFailed, match=r"network.port_mappings"):
+        plan(network=net)
+
+
+def test_same_host_port_twice_refused() -> None:
+    net = NetworkConfig(
+        isolated=False,
+        port_mappings=(
+            PortMapping(container_port=80, host_port=8080),
+            PortMapping(container_port=81, host_port=8080),
+        ),
+    )
+    with pytest.raises(ConfigError, match=r"127.0.0.1:8080/tcp is mapped twice"):
+        plan(network=net, security=OPEN)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("allowed_hosts", ("a.com",)), ("blocked_hosts", ("b.com",)), ("allowed_ports", (443,)),
+     ("ingress_limit", 10), ("egress_limit", 10)],
+)
+def test_unenforced_network_fields_refused(field: str, value: Any) -> None:
+    with pytest.raises(SandboxInitFailed, match=f"network.{field}: not enforced yet"):
+        plan(network=NetworkConfig(**{field: value}))
+
+
+# --- user and filesystem --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("user", "group", "expected"),
+    [("", "", None), ("1000", "", "1000"), ("sandbox", "users", "sandbox:users"),
+     ("", "100", "0:100")],
+)
+def test_user(user: str, group: str, expected: str | None) -> None:
+    body = plan(security=SecurityPolicy(run_as_user=user, run_as_group=group)).body
+    assert body.get("User") == expected
+
+
+def test_user_with_colon_refused() -> None:
+    with pytest.raises(ConfigError, match=r"security.run_as_user: '1:2'"):
+        sec(run_as_user="1:2")
+
+
+def test_read_only_root_mounts_workdir_and_tmp() -> None:
+    p = plan(security=SecurityPolicy(read_only_root=True))
+    h = p.body["HostConfig"]
+    assert h["ReadonlyRootfs"] is True
+    assert h["Tmpfs"] == {"/workspace": "rw,exec,nosuid,nodev", "/tmp": "rw,exec,nosuid,nodev"}
+    assert p.writable_paths == ("/workspace", "/tmp")
+
+
+def test_read_only_root_tmpfs_owned_by_numeric_user() -> None:
+    h = sec(read_only_root=True, run_as_user="1000", run_as_group="1000")
+    assert h["Tmpfs"]["/workspace"] == "rw,exec,nosuid,nodev,uid=1000,gid=1000"
+    assert h["Tmpfs"]["/tmp"] == "rw,exec,nosuid,nodev,uid=1000,gid=1000"
+    h = sec(read_only_root=True, run_as_user="sandbox", run_as_group="1000")
+    assert h["Tmpfs"]["/workspace"] == "rw,exec,nosuid,nodev,gid=1000"
+
+
+def test_tmpfs_paths() -> None:
+    p = plan(security=SecurityPolicy(tmpfs_paths=("/cache", "/run/x/:size=64m,noexec")))
+    assert p.body["HostConfig"]["Tmpfs"] == {
+        "/cache": "rw,exec,nosuid,nodev",
+        "/run/x": "rw,exec,nosuid,nodev,size=64m,noexec",
+    }
+    assert "ReadonlyRootfs" not in p.body["HostConfig"]
+    assert p.writable_paths == ("/cache", "/run/x")
+
+
+def test_tmpfs_path_given_wins_over_read_only_default() -> None:
+    h = sec(read_only_root=True, tmpfs_paths=("/tmp:size=8m",))
+    assert h["Tmpfs"] == {
+        "/tmp": "rw,exec,nosuid,nodev,size=8m",
+        "/workspace": "rw,exec,nosuid,nodev",
+    }
+
+
+@pytest.mark.parametrize(("paths", "message"), [
+    (("rel",), "'rel' must be an absolute path"),
+    (("/",), "'/' must be an absolute path other than /"),
+    (("/a", "/a/"), "'/a' is listed twice"),
+])
+def test_bad_tmpfs_paths(paths: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=f"security.tmpfs_paths: {message}"):
+        sec(tmpfs_paths=paths)
+
+
+def test_read_only_and_masked_paths_extend_docker_defaults() -> None:
+    h = sec(read_only_paths=("/etc",), masked_paths=("/proc/cpuinfo", "/proc/keys"))
+    assert h["ReadonlyPaths"] == [*DOCKER_READONLY_PATHS, "/etc"]
+    assert h["MaskedPaths"] == [*DOCKER_MASKED_PATHS, "/proc/cpuinfo"]
+    assert "MaskedPaths" not in host()
+    assert "ReadonlyPaths" not in host()
+    with pytest.raises(ConfigError, match=r"security.masked_paths: 'x' must be an absolute"):
+        sec(masked_paths=("x",))
+
+
+# --- privileges -----------------------------------------------------------------------------
+
+
+def test_no_new_privileges_needs_both_flags_off_to_drop() -> None:
+    assert sec(no_new_privileges=False)["SecurityOpt"] == ["no-new-privileges:true"]
+    assert sec(prevent_escalation=False)["SecurityOpt"] == ["no-new-privileges:true"]
+    assert "SecurityOpt" not in sec(no_new_privileges=False, prevent_escalation=False)
+
+
+def test_capabilities_normalized() -> None:
+    h = sec(add_capabilities=("cap_net_admin", "NET_BIND_SERVICE", "net_admin"),
+            drop_capabilities=("CAP_CHOWN", "setuid"))
+    assert h["CapAdd"] == ["NET_ADMIN", "NET_BIND_SERVICE"]
+    assert h["CapDrop"] == ["NET_RAW", "MKNOD", "CHOWN", "SETUID"]
+
+
+def test_adding_a_default_drop_back() -> None:
+    h = sec(add_capabilities=("NET_RAW",))
+    assert h["CapAdd"] == ["NET_RAW"]
+    assert h["CapDrop"] == ["MKNOD"]
+
+
+def test_drop_all() -> None:
+    h = sec(drop_capabilities=("all", "CHOWN"), add_capabilities=("KILL",))
+    assert h["CapDrop"] == ["ALL"]
+    assert h["CapAdd"] == ["KILL"]
+
+
+def test_capability_added_and_dropped_refused() -> None:
+    with pytest.raises(ConfigError, match=r"add_capabilities and .*drop_capabilities .*CHOWN"):
+        sec(add_capabilities=("CHOWN",), drop_capabilities=("cap_chown",))
+
+
+def test_unknown_capability_refused() -> None:
+    with pytest.raises(ConfigError, match=r"security.add_capabilities: unknown capability 'FLY'"):
+        sec(add_capabilities=("FLY",))
+
+
+@pytest.mark.parametrize("cap", ["SYS_ADMIN", "ALL", "sys_ptrace"])
+def test_escalating_capability_needs_prevent_escalation_off(cap: str) -> None:
+    with pytest.raises(SecurityViolation, match=r"security.add_capabilities: .*prevent_escal"):
+        sec(add_capabilities=(cap,))
+    h = sec(add_capabilities=(cap,), prevent_escalation=False)
+    assert h["CapAdd"] == [cap.upper()]
+
+
+def test_host_pid() -> None:
+    for policy in (
+        SecurityPolicy(isolate_process=False),
+        SecurityPolicy(isolate_process=False, allow_host_pid=True),
+        SecurityPolicy(isolate_process=False, prevent_escalation=False),
+    ):
+        with pytest.raises(SecurityViolation, match=r"security.isolate_process.*allow_host_pid"):
+            plan(security=policy)
+    allowed = SecurityPolicy(isolate_process=False, allow_host_pid=True, prevent_escalation=False)
+    assert host(security=allowed)["PidMode"] == "host"
+    assert "PidMode" not in sec(allow_host_pid=True)
+    with pytest.raises(SandboxInitFailed, match=r"gVisor"):
+        plan(runtime="runsc", security=allowed)
+
+
+# --- seccomp, AppArmor, SELinux -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["", "runtime/default"])
+def test_seccomp_engine_default(profile: str) -> None:
+    assert sec(seccomp_profile=profile)["SecurityOpt"] == ["no-new-privileges:true"]
+
+
+def test_seccomp_unconfined() -> None:
+    h = sec(seccomp_profile="unconfined", prevent_escalation=False)
+    assert h["SecurityOpt"] == ["no-new-privileges:true", "seccomp=unconfined"]
+    with pytest.raises(SecurityViolation, match=r"security.seccomp_profile: 'unconfined'"):
+        sec(seccomp_profile="unconfined")
+
+
+def test_seccomp_file_sent_inline_compact(tmp_path: Path) -> None:
+    profile = tmp_path / "p.json"
+    profile.write_text('{\n  "defaultAction": "SCMP_ACT_ALLOW",\n  "syscalls": []\n}\n')
+    h = sec(seccomp_profile=str(profile))
+    assert h["SecurityOpt"][1] == 'seccomp={"defaultAction":"SCMP_ACT_ALLOW","syscalls":[]}'
+    h = sec(seccomp_profile=' {"defaultAction": "SCMP_ACT_ERRNO"}')
+    assert h["SecurityOpt"][1] == 'seccomp={"defaultAction":"SCMP_ACT_ERRNO"}'
+
+
+def test_seccomp_file_problems(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    cannot_read = f"security.seccomp_profile: cannot read '{missing}'"
+    with pytest.raises(SandboxInitFailed, match=re.escape(cannot_read)):
+        sec(seccomp_profile=str(missing))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(SandboxInitFailed, match=re.escape(f"'{bad}' is not valid JSON")):
+        sec(seccomp_profile=str(bad))
+    array = tmp_path / "array.json"
+    array.write_text("[]")
+    with pytest.raises(SandboxInitFailed, match=r"must hold a JSON object"):
+        sec(seccomp_profile=str(array))
+    with pytest.raises(SandboxInitFailed, match=r"cannot read"):
+        sec(seccomp_profile=str(tmp_path))
+
+
+def test_seccomp_profile_refused_on_runsc(tmp_path: Path) -> None:
+    profile = tmp_path / "p.json"
+    profile.write_text("{}")
+    with pytest.raises(SandboxInitFailed, match=r"gVisor .* ignores seccomp"):
+        plan(runtime="runsc", security=SecurityPolicy(seccomp_profile=str(profile)))
+
+
+def test_apparmor() -> None:
+    with pytest.raises(SecurityViolation, match=r"security.apparmor_profile: AppArmor is not"):
+        sec(apparmor_profile="docker-default")
+    engine = EngineFacts(security_options=("name=apparmor", "name=seccomp,profile=default"))
+    h = host(engine, security=SecurityPolicy(apparmor_profile="docker-default"))
+    assert h["SecurityOpt"] == ["no-new-privileges:true", "apparmor=docker-default"]
+
+
+@pytest.mark.parametrize(
+    ("context", "labels"),
+    [
+        ("type:svirt_t", ["label=type:svirt_t"]),
+        ("type:container_t, level:s0:c1,c2", ["label=type:container_t", "label=level:s0:c1,c2"]),
+        ("type:", None),
+        ("type:t,c2", None),
+        ("level:s0:c1,,", None),
+        ("level:s0:c1", ["label=level:s0:c1"]),
+        ("system_u:system_r:container_t:s0:c1,c2",
+         ["label=user:system_u", "label=role:system_r", "label=type:container_t",
+          "label=level:s0:c1,c2"]),
+        ("disable", ["label=disable"]),
+        ("nonsense", None),
+    ],
+)
+def test_selinux(context: str, labels: list[str] | None) -> None:
+    with pytest.raises(SecurityViolation, match=r"security.selinux_context: SELinux is not"):
+        sec(selinux_context=context)
+    engine = EngineFacts(security_options=("name=selinux",))
+    policy = SecurityPolicy(selinux_context=context)
+    if labels is None:
+        with pytest.raises(ConfigError, match=r"security.selinux_context"):
+            host(engine, security=policy)
+    else:
+        assert host(engine, security=policy)["SecurityOpt"] == ["no-new-privileges:true", *labels]
