@@ -55,3 +55,8 @@ def container_exists(name_or_id: str) -> bool:
     out = docker_cli("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{json .}}")
     ids = [json.loads(line) for line in out.splitlines() if line.strip()]
     return any(c["ID"].startswith(name_or_id[:12]) or c["Names"] == name_or_id for c in ids)
+
+
+def sandbox_containers(sandbox_id: str) -> list[str]:
+    """Containers carrying one sandbox's id label, whatever state they are in."""
+    return docker_cli("ps", "-aq", "--filter", f"label=io.sandbox.id={sandbox_id}").split()

@@ -30,29 +30,45 @@ def engine_address() -> str:
     return os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
 
 
-def new_client() -> aiodocker.Docker:
+def new_client(address: str | None = None) -> aiodocker.Docker:
     """Build a client with no connection-pool cap and no daemon-side gzip of archives.
 
     aiohttp's default pool of 100 would block every call once 100 exec streams are open (each
     holds a connection), including the call that kills a timed-out command. aiohttp asks for
     gzip by default, which makes the engine compress archives: 5x slower for 100 MiB.
     """
-    address = engine_address()
+    address = address or engine_address()
     if address.startswith("unix://"):
         connector = aiohttp.UnixConnector(address.removeprefix("unix://"), limit=0)
         session = aiohttp.ClientSession(
             connector=connector, headers={"Accept-Encoding": "identity"}
         )
-        return _OwningDocker(
+        client = _OwningDocker(
             url="unix://localhost",
             session=session,
             timeout=aiohttp.ClientTimeout(sock_connect=10),
         )
+        client.address = address
+        return client
     return aiodocker.Docker(url=address)
+
+
+def client_like(docker: aiodocker.Docker) -> aiodocker.Docker:
+    """Open a new client to the engine ``docker`` talks to, e.g. to clean up after it closed."""
+    if isinstance(docker, _OwningDocker) and docker.address:
+        return new_client(docker.address)
+    connector = docker.connector
+    if isinstance(connector, aiohttp.UnixConnector) and connector.path != "localhost":
+        return new_client(f"unix://{connector.path}")
+    url = str(getattr(docker, "_connection_info", "") or "")
+    return new_client(url if url and "//localhost" not in url else None)
 
 
 class _OwningDocker(aiodocker.Docker):
     """A client that closes the session it was built with."""
+
+    #: Where it connects (its base URL is a placeholder for unix sockets).
+    address: str = ""
 
     async def close(self) -> None:
         session = self.session
@@ -65,8 +81,19 @@ def mapped_errors(action: str) -> Iterator[None]:
     """Turn engine and transport failures into SDK errors; never swallow cancellation."""
     try:
         yield
+    except SandboxError:
+        raise  # already ours (EngineUnavailable is a ConnectionError: do not wrap it again)
     except aiodocker.DockerError as exc:
         raise_engine_error(exc, action)
+    except RuntimeError as exc:
+        if "closed" not in str(exc).lower():
+            raise
+        # aiohttp: "Session is closed" (someone closed the client) or a closed transport.
+        raise SandboxError(
+            f"{action}: the aiodocker client was closed",
+            details=f"{exc}; a client passed as docker= must stay open until cleanup",
+            cause=exc,
+        ) from exc
     except (aiohttp.ClientConnectionError, ConnectionError) as exc:
         raise EngineUnavailable(
             f"{action}: lost the connection to the engine at {engine_address()}",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,15 +55,19 @@ from .._models import (
 from .._protocol import CommandLike, OutputCallback
 from . import _files
 from ._create import EngineFacts, plan_container
-from ._engine import Engine, new_client
+from ._engine import Engine, client_like, new_client
 from ._exec import ExecProcess, open_exec
 from ._health import watch_container
 from ._images import ensure_image
+from ._network import SandboxNetwork, published_port
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
+from ._workspace import Workspace
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
 SANDBOX_SCHEME = "sandbox:"
+
+log = logging.getLogger("sandbox.lifecycle")
 
 PullProgress = Callable[[Mapping[str, Any]], object]
 
@@ -105,6 +110,28 @@ def _seconds(value: timedelta) -> float | None:
 
 def _is_root(user: str) -> bool:
     return user.split(":", 1)[0] in ("0", "root")
+
+
+async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` to its end even if the caller is cancelled, then pass the cancellation on.
+
+    anyio's shield stops anyio cancellation only; asyncio's ``Task.cancel()`` (and the Ctrl-C
+    handler of ``asyncio.run``, which uses it) still lands at the next await, so removal runs
+    in a task of its own that the caller's cancellation cannot reach.
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled: asyncio.CancelledError | None = None
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+    if cancelled is not None:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("cleanup after cancellation failed: %s", task.exception())
+        raise cancelled
+    task.result()
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -152,6 +179,8 @@ class DockerSandbox:
         self._oom_events = 0
         self._oom_seen = anyio.Event()
         self._on_sample = on_sample
+        self._workspace = Workspace(None)
+        self._network: SandboxNetwork | None = None
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -219,8 +248,11 @@ class DockerSandbox:
                 await self._initialize()
             except BaseException as exc:
                 self._status = SandboxStatus.FAILED
-                with anyio.CancelScope(shield=True):
-                    await self._remove_everything()
+                try:
+                    await _finish_despite_cancel(self._remove_everything())
+                except SandboxError as cleanup_exc:
+                    # The failure to start is the news; what was left behind is a footnote.
+                    exc.add_note(f"cleanup after the failure: {cleanup_exc}")
                 if isinstance(exc, SandboxInitFailed | EngineUnavailable | SecurityViolation):
                     self._status_reason = exc.message
                     raise
@@ -265,6 +297,13 @@ class DockerSandbox:
         # which would leave the SDK unable to prepare the workspace or kill another uid's tree.
         body = dict(plan.body)
         self._user = body.pop("User", "") or ""
+        # Repository and network: made on the host and patched into the body before create;
+        # _remove_everything undoes both even if a later step fails.
+        self._workspace = Workspace(cfg.repository)
+        await self._workspace.prepare(body)
+        self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels)
+        await self._network.prepare(body, networked=plan.networked,
+                                    needs_network=plan.needs_network)
         self._created_resources = True
         created = await engine.query_json(
             "create the sandbox container", "containers/create", "POST",
@@ -278,11 +317,13 @@ class DockerSandbox:
         self._started_at = datetime.now(UTC)
         self._status = SandboxStatus.RUNNING
         await self._prepare_workdir()
+        await self._workspace.populate(self._run_internal, sandbox_user=self._user)
         self._start_background()
 
     async def _prepare_workdir(self) -> None:
         """Create the working directory, owned by the sandbox user, if the image lacks it."""
-        if not self._user:
+        # Inside a bind mount, mkdir/chown would change the host (the user's repository).
+        if not self._user or self._workspace.covers(self._cwd):
             return
         user = self._user
         script = ('d="$1"; u="$2"; mkdir -p -- "$d"; '
@@ -350,6 +391,9 @@ class DockerSandbox:
         """
         if not self._initialized:
             raise SandboxNotRunning("the sandbox was never initialized; nothing to clean up")
+        await _finish_despite_cancel(self._cleanup())
+
+    async def _cleanup(self) -> None:
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 if self._status is SandboxStatus.DESTROYED:
@@ -369,22 +413,44 @@ class DockerSandbox:
                 await task
         self._tasks.clear()
         errors: list[str] = []
+        closing = self._docker if self._owns_docker else None
+        if self._engine is not None and self._engine.docker.session.closed:
+            # An earlier cleanup that failed closed our client, or the caller closed theirs
+            # under us: remove through a new client to the same engine (shared by the
+            # network's Engine, which is this same object).
+            self._engine.docker = closing = client_like(self._engine.docker)
+            if self._owns_docker:
+                self._docker = closing
         if self._engine is not None and self._created_resources:
             target = self._container_id or self._name
-            with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT):
+            short = self._container_id[:12] if self._container_id else self._name
+            with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT) as scope:
+                # A paused container cannot be removed (cgroup v1: SIGKILL waits for the
+                # thaw, the DELETE hangs); thaw it first. Not paused: a 409, ignored.
+                with contextlib.suppress(SandboxError):
+                    await self._engine.request("unpause the sandbox container",
+                                               f"containers/{target}/unpause", "POST")
                 try:
                     await self._engine.request(
-                        "remove the sandbox container", f"containers/{target}", "DELETE",
-                        params={"force": "1", "v": "1"},
+                        f"remove the sandbox container {short}", f"containers/{target}",
+                        "DELETE", params={"force": "1", "v": "1"},
                     )
                 except SandboxError as exc:
                     cause = exc.cause
                     if not (isinstance(cause, aiodocker.DockerError) and cause.status == 404):
                         errors.append(str(exc))
-        if self._owns_docker and self._docker is not None:
+            if scope.cancelled_caught:
+                errors.append(f"remove the sandbox container {short}: no answer within "
+                              f"{DEFAULT_CLEANUP_TIMEOUT:g} s")
+        # After the container: a network with an endpoint left cannot be removed.
+        if self._network is not None:
+            errors += await self._network.remove()
+        errors += await self._workspace.remove()
+        if closing is not None:
             with contextlib.suppress(Exception):
-                await self._docker.close()
-            self._docker = None
+                await closing.close()
+            if self._owns_docker:
+                self._docker = None
         if errors:
             raise SandboxError("cleanup could not remove everything", details="; ".join(errors),
                                retryable=True)
@@ -565,6 +631,12 @@ class DockerSandbox:
         self._env.update(env)
 
     # -- info --------------------------------------------------------------------------------------
+
+    async def published_port(self, container_port: int, protocol: str = "tcp") -> int:
+        """Return the host port a PortMapping published (the engine's pick when host_port=0)."""
+        engine = self._require_running()
+        assert self._container_id is not None
+        return await published_port(engine, self._container_id, container_port, protocol)
 
     async def get_resource_usage(self) -> ResourceUsage:
         """Return the latest sample at once; take one only if none exists yet."""

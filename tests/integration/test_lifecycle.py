@@ -14,8 +14,9 @@ from sandbox import (
     SandboxInitFailed,
     SandboxNotRunning,
     SandboxStatus,
+    SecurityPolicy,
 )
-from tests.conftest import container_exists, docker_cli, our_containers
+from tests.conftest import container_exists, docker_cli, sandbox_containers
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
@@ -61,12 +62,12 @@ async def test_unknown_type_names_available_ones() -> None:
 
 @pytest.mark.parametrize("ref", ["UPPER/case", "", "busybox@sha256:abc"])
 async def test_bad_image_reference_rejected_before_engine(ref: str) -> None:
-    before = our_containers()
     sb = Sandbox(SandboxConfig(image=ref))
     with pytest.raises(SandboxInitFailed, match="image"):
         await sb.initialize()
     assert sb.status is SandboxStatus.FAILED
-    assert our_containers() == before
+    assert sb.backend.container_id is None
+    assert sandbox_containers(sb.id) == []
 
 
 async def test_missing_image_with_pull_policy_never() -> None:
@@ -76,13 +77,22 @@ async def test_missing_image_with_pull_policy_never() -> None:
 
 
 async def test_failed_start_leaves_no_container() -> None:
-    before = set(our_containers())
-    # The runtime does not exist: create or start fails after the engine was asked.
-    sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, working_dir="/etc/passwd"))
-    with pytest.raises(SandboxInitFailed):
+    # The engine accepts this tmpfs option at create and refuses it at start.
+    cfg = SandboxConfig(image=IMAGE_BUSYBOX,
+                        security=SecurityPolicy(tmpfs_paths=("/scratch:notmpcopyup",)))
+    sb = Sandbox(cfg)
+    with pytest.raises(SandboxInitFailed, match="start"):
         await sb.initialize()
     assert sb.status is SandboxStatus.FAILED
-    assert set(our_containers()) == before
+    assert sb.backend.container_id is not None
+    assert sandbox_containers(sb.id) == []
+
+
+async def test_working_dir_that_is_a_file_is_refused() -> None:
+    sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, working_dir="/etc/passwd"))
+    with pytest.raises(SandboxInitFailed, match="not a directory"):
+        await sb.initialize()
+    assert sandbox_containers(sb.id) == []
 
 
 async def test_cancellation_during_command_removes_container() -> None:

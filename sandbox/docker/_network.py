@@ -1,0 +1,118 @@
+"""Give a networked sandbox its network: one made for it, or a named one that already exists.
+
+A network the SDK makes is ``internal`` (no route off the host) unless ports must be published.
+Measured on this engine (20.10, ``--iptables=false --ip-forward=false``): a container on an
+internal network gets no published ports at all (``NetworkSettings.Ports`` stays empty, no
+docker-proxy starts); on a plain bridge docker-proxy publishes tcp and udp on the mapping's
+host address. So with port mappings the network is a plain bridge with IP masquerading off;
+whether packets can leave the host is then up to the engine's forwarding settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aiodocker
+
+from .._constants import DEFAULT_CLEANUP_TIMEOUT
+from .._errors import ConfigError, SandboxError, SandboxInitFailed
+from .._models import NetworkConfig, SandboxConfig
+from ._engine import Engine
+
+_NO_MASQUERADE = {"com.docker.network.bridge.enable_ip_masquerade": "false"}
+
+
+def _port_key(port: int, protocol: str) -> str:
+    return f"{port}/{protocol}"
+
+
+def _is_not_found(exc: SandboxError) -> bool:
+    cause = exc.cause
+    return isinstance(cause, aiodocker.DockerError) and cause.status == 404
+
+
+class SandboxNetwork:
+    """The network of one sandbox, and the removal of the one the SDK made for it."""
+
+    def __init__(self, engine: Engine, config: SandboxConfig, *, name: str,
+                 labels: Mapping[str, str]) -> None:
+        self._engine = engine
+        self._config = config
+        self._name = name
+        self._labels = dict(labels)
+        #: Id of the network made for this sandbox; cleanup removes it.
+        self.created_id: str | None = None
+
+    @property
+    def net(self) -> NetworkConfig:
+        """The sandbox's network settings."""
+        return self._config.network
+
+    async def prepare(self, body: dict[str, Any], *, networked: bool,
+                      needs_network: bool) -> None:
+        """Before create: make the sandbox's network, or check the named one, and use it.
+
+        ``plan_container`` already refused what is not enforced and filled DNS, proxies and
+        port bindings; ``needs_network`` means it left ``NetworkMode`` for us.
+        """
+        if not networked:
+            return
+        host = body.setdefault("HostConfig", {})
+        if not needs_network:
+            await self._check_existing(host.get("NetworkMode") or self.net.bridge)
+            return
+        created = await self._engine.query_json(
+            "create the sandbox's network", "networks/create", "POST",
+            data={
+                "Name": self._name, "CheckDuplicate": True, "Driver": "bridge",
+                # The engine publishes no ports from internal networks (measured).
+                "Internal": not self.net.port_mappings, "Options": _NO_MASQUERADE,
+                "Labels": self._labels,
+            },
+        )
+        self.created_id = created["Id"]
+        host["NetworkMode"] = self._name
+
+    async def _check_existing(self, name: str) -> None:
+        try:
+            info = await self._engine.query_json(f"inspect network {name!r}", f"networks/{name}")
+        except SandboxError as exc:
+            if _is_not_found(exc):
+                raise SandboxInitFailed(f"network.bridge names network {name!r}, which does "
+                                        "not exist", details="create it first (docker network "
+                                        "create --internal NAME) or leave bridge empty") from exc
+            raise
+        if info.get("Driver") in ("host", "null"):
+            raise SandboxInitFailed(
+                f"network.bridge {name!r} is a {info.get('Driver')} network, not a bridge",
+                details="host networking would bypass the sandbox; for no network keep "
+                        "network.isolated=True")
+
+    async def remove(self) -> list[str]:
+        """Remove the network made for this sandbox (after its container); return errors."""
+        if self.created_id is None:
+            return []
+        try:
+            await self._engine.request("remove the sandbox's network",
+                                       f"networks/{self.created_id}", "DELETE",
+                                       deadline=DEFAULT_CLEANUP_TIMEOUT)
+        except SandboxError as exc:
+            if not _is_not_found(exc):
+                return [str(exc)]
+        self.created_id = None
+        return []
+
+
+async def published_port(engine: Engine, container_id: str, port: int,
+                         protocol: str = "tcp") -> int:
+    """Return the host port the engine published ``port/protocol`` on."""
+    data = await engine.query_json("inspect the sandbox's ports",
+                                   f"containers/{container_id}/json")
+    key = _port_key(port, protocol)
+    bindings = ((data.get("NetworkSettings") or {}).get("Ports") or {}).get(key) or []
+    for binding in bindings:
+        if binding.get("HostPort"):
+            return int(binding["HostPort"])
+    raise ConfigError(f"container port {key} is not published; add a PortMapping for it to "
+                      "network.port_mappings")

@@ -1,0 +1,569 @@
+"""Put a repository into the sandbox: a live bind mount, a fresh checkout, or a filtered copy.
+
+Three modes, picked from the `RepositoryConfig`:
+
+* live: ``local_path`` without filters is bind-mounted as it is. Edits made inside are edits of
+  the user's directory; the SDK never changes its ownership, mode or content on its own.
+* mounted copy: ``read_only`` with ``url`` or filters. A host directory the SDK owns (the
+  checkout, or a filtered copy of it) is bind-mounted read-only, so every write fails with EROFS.
+* container copy: read-write with ``url`` or filters. The selected files are streamed into the
+  container's own filesystem as one tar, owned by the sandbox user; results come back with
+  ``copy_files("sandbox:/workspace/...", host_path)``.
+
+Clones go through a bare mirror per URL under the user's cache directory, then a fresh local
+clone per sandbox in a temporary directory that cleanup removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import hashlib
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import anyio
+
+from .._constants import DEFAULT_CLEANUP_TIMEOUT
+from .._errors import SandboxInitFailed
+from .._models import CommandResult, RepositoryConfig
+from ._files import _file_chunks
+
+#: Environment for every host git call: never prompt for credentials, stable messages.
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+TEMP_PREFIX = "sandbox-repo-"
+_SPOOL = 64 << 20
+_NUMERIC = re.compile(r"\d+")
+
+_UNTAR_SH = r"""d="$1"; mkdir -p -- "$d" && exec tar -x -f - -C "$d" """
+
+_OWN_SH = r"""d="$1"; o="$2"; m="$3"
+if [ -n "$o" ]; then chown -hR -- "$o" "$d" || exit 1; fi
+if [ -n "$m" ]; then chmod -- "$m" "$d" || exit 1; fi
+"""
+
+# Pairs of (key, value) follow the script name; exit 127 tells "no git" from a bad key.
+_GIT_CONFIG_SH = r"""command -v git >/dev/null 2>&1 || { echo "git: not found" >&2; exit 127; }
+while [ $# -ge 2 ]; do
+  git config --global --replace-all -- "$1" "$2" || exit 1
+  shift 2
+done
+"""
+
+
+class Mode(enum.Enum):
+    """How the repository reaches the sandbox."""
+
+    LIVE = "live"
+    MOUNTED_COPY = "mounted-copy"
+    CONTAINER_COPY = "container-copy"
+
+
+class Runner(Protocol):
+    """Runs a helper command in the sandbox as a given user (None: the sandbox user)."""
+
+    def __call__(
+        self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
+        user: str | None = None,
+    ) -> Awaitable[CommandResult]: ...
+
+
+# -- glob filters ----------------------------------------------------------------------------
+
+
+def _segment_regex(segment: str) -> str:
+    """Translate one path segment of a glob: ``*`` and ``?`` never cross a ``/``."""
+    out: list[str] = []
+    i, n = 0, len(segment)
+    while i < n:
+        c = segment[i]
+        i += 1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i
+            if j < n and segment[j] in "!^":
+                j += 1
+            if j < n and segment[j] == "]":
+                j += 1
+            while j < n and segment[j] != "]":
+                j += 1
+            if j >= n:
+                out.append(re.escape(c))
+                continue
+            body = segment[i:j]
+            i = j + 1
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            body = body.replace("\\", "\\\\")
+            out.append(f"[{'^/' if negate else ''}{body}]")
+        else:
+            out.append(re.escape(c))
+    return "".join(out)
+
+
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """Compile a repository glob into a regex over POSIX paths relative to the root.
+
+    ``*``, ``?`` and ``[...]`` match within one segment, ``**`` any number of segments. A
+    pattern without a ``/`` matches a name at any depth (as in ``.gitignore``); one with a
+    ``/`` is anchored at the root. A trailing ``/`` is ignored.
+    """
+    cleaned = pattern.strip()
+    if not cleaned or cleaned in ("/", "./"):
+        raise ValueError(f"empty glob pattern {pattern!r}")
+    anchored = "/" in cleaned.rstrip("/")
+    cleaned = cleaned.strip("/")
+    while cleaned.startswith("./"):
+        cleaned = cleaned[2:]
+    parts = [p for p in cleaned.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise ValueError(f"glob pattern {pattern!r} must stay inside the repository")
+    regex = "" if anchored else "(?:.*/)?"
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        if part == "**":
+            regex += ".*" if last else "(?:[^/]+/)*"
+        else:
+            regex += _segment_regex(part) + ("" if last else "/")
+    return re.compile(regex)
+
+
+def _ancestors_and_self(rel: str) -> Iterable[str]:
+    """Yield ``a``, ``a/b``, ``a/b/c`` for ``a/b/c``."""
+    parts = rel.split("/")
+    for k in range(1, len(parts) + 1):
+        yield "/".join(parts[:k])
+
+
+class PathFilter:
+    """Decides which repository paths the sandbox gets from include and exclude globs.
+
+    A pattern that matches a directory covers everything below it. Empty ``include`` selects
+    everything; ``exclude`` always wins.
+    """
+
+    def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
+        self.include = [compile_glob(p) for p in include]
+        self.exclude = [compile_glob(p) for p in exclude]
+
+    @staticmethod
+    def _hits(patterns: Sequence[re.Pattern[str]], rel: str) -> bool:
+        return any(p.fullmatch(a) for a in _ancestors_and_self(rel) for p in patterns)
+
+    def excluded(self, rel: str) -> bool:
+        """The path or one of its ancestors matches an exclude pattern."""
+        return self._hits(self.exclude, rel)
+
+    def selects(self, rel: str) -> bool:
+        """The sandbox gets this path (a POSIX path relative to the repository root)."""
+        if self.excluded(rel):
+            return False
+        return not self.include or self._hits(self.include, rel)
+
+
+def select_entries(root: Path, path_filter: PathFilter) -> list[str]:
+    """List what the sandbox gets under ``root``, parents before children, never following links.
+
+    Files and symlinks are listed when selected; a directory when it is selected itself or holds
+    something selected (an excluded directory is never entered).
+    """
+    chosen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        base = Path(dirpath).relative_to(root).as_posix()
+        base = "" if base == "." else base
+        keep_dirs: list[str] = []
+        for name in dirnames:
+            rel = posixpath.join(base, name) if base else name
+            if path_filter.excluded(rel):
+                continue
+            if os.path.islink(os.path.join(dirpath, name)):
+                filenames.append(name)  # a link to a directory is copied as a link
+                continue
+            keep_dirs.append(name)
+            if path_filter.selects(rel):
+                chosen.add(rel)
+        dirnames[:] = keep_dirs
+        for name in filenames:
+            rel = posixpath.join(base, name) if base else name
+            if path_filter.selects(rel):
+                chosen.add(rel)
+                chosen.update(list(_ancestors_and_self(rel))[:-1])
+    return sorted(chosen, key=lambda r: (r.count("/"), r))
+
+
+def write_tar(root: Path, entries: Sequence[str], out: IO[bytes]) -> None:
+    """Archive ``entries`` of ``root`` owned by root (the sandbox re-owns them)."""
+
+    def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tf:
+        for rel in entries:
+            tf.add(str(root / rel), arcname=rel, recursive=False, filter=owned_by_root)
+
+
+def stage_copy(root: Path, entries: Sequence[str], dest: Path) -> None:
+    """Copy ``entries`` of ``root`` into the existing directory ``dest``, links as links."""
+    for rel in entries:
+        src, dst = root / rel, dest / rel
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        elif src.is_dir():
+            dst.mkdir()
+            shutil.copymode(src, dst)
+        else:
+            shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def is_within(path: str, mount_point: str) -> bool:
+    """``path`` is ``mount_point`` or below it (both absolute POSIX paths)."""
+    path, mount_point = posixpath.normpath(path), posixpath.normpath(mount_point)
+    return path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+
+
+# -- git on the host -------------------------------------------------------------------------
+
+
+class GitFailed(Exception):
+    """A host git command failed; the message is git's own."""
+
+
+async def git(*args: str, cwd: Path | None = None) -> str:
+    """Run host git without a terminal prompt; return stdout or raise GitFailed with stderr."""
+    env = {**os.environ, **GIT_ENV}
+    try:
+        proc = await anyio.run_process(
+            ["git", *args], cwd=cwd, env=env, check=False, stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError as exc:
+        raise GitFailed("git is not installed on the host") from exc
+    if proc.returncode != 0:
+        msg = proc.stderr.decode("utf-8", "replace").strip() or f"exit code {proc.returncode}"
+        raise GitFailed(msg)
+    return proc.stdout.decode("utf-8", "replace").strip()
+
+
+def cache_root() -> Path:
+    """Where mirrors are kept: ``$XDG_CACHE_HOME/sandbox-sdk/repos`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sandbox-sdk" / "repos"
+
+
+def normalize_url(url: str) -> str:
+    """Make a local path absolute so the same repository maps to one mirror from any cwd."""
+    if "://" not in url and not re.match(r"^[^/]+:", url):
+        return str(Path(url).expanduser().resolve())
+    return url
+
+
+def mirror_path(url: str) -> Path:
+    return cache_root() / (hashlib.sha256(url.encode()).hexdigest()[:32] + ".git")
+
+
+@contextlib.asynccontextmanager
+async def _file_lock(path: Path) -> AsyncIterator[None]:
+    """Hold an exclusive flock on ``path``, polling so waiting stays cancellable."""
+    fd = await anyio.to_thread.run_sync(os.open, path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await anyio.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+async def update_mirror(url: str) -> Path:
+    """Create or refresh the bare mirror of ``url``; one process at a time per mirror."""
+    mirror = mirror_path(url)
+    await anyio.Path(mirror.parent).mkdir(parents=True, exist_ok=True)
+    async with _file_lock(mirror.with_suffix(".lock")):
+        if await anyio.Path(mirror).is_dir():
+            await git("fetch", "--prune", "--quiet", "origin", cwd=mirror)
+            return mirror
+        tmp = Path(await anyio.to_thread.run_sync(
+            lambda: tempfile.mkdtemp(prefix=".clone-", dir=mirror.parent)))
+        try:
+            await git("clone", "--mirror", "--quiet", "--", url, str(tmp))
+            await anyio.Path(tmp).rename(mirror)
+        finally:
+            with anyio.CancelScope(shield=True):  # a cancelled clone leaves no half mirror
+                await anyio.to_thread.run_sync(
+                    lambda: shutil.rmtree(tmp, ignore_errors=True))
+    return mirror
+
+
+async def checkout(repo: RepositoryConfig, dest: Path) -> None:
+    """Clone ``repo.url`` into the empty directory ``dest`` at its branch or exact commit."""
+    url = await anyio.to_thread.run_sync(normalize_url, repo.url)
+    try:
+        mirror = await update_mirror(url)
+    except GitFailed as exc:
+        raise SandboxInitFailed(f"could not fetch repository {repo.url!r}",
+                                details=str(exc)) from exc
+    args = ["clone", "--quiet", "--no-checkout"]
+    if repo.branch:
+        args += ["--branch", repo.branch]
+    try:
+        await git(*args, "--", str(mirror), str(dest))
+    except GitFailed as exc:
+        what = f"branch {repo.branch!r}" if repo.branch else "its default branch"
+        raise SandboxInitFailed(f"could not check out {what} of repository {repo.url!r}",
+                                details=str(exc)) from exc
+    if repo.commit_hash:
+        try:
+            sha = await git("rev-parse", "--verify", "--quiet", "--end-of-options",
+                            f"{repo.commit_hash}^{{commit}}", cwd=dest)
+        except GitFailed as exc:
+            raise SandboxInitFailed(
+                f"commit {repo.commit_hash!r} does not exist in repository {repo.url!r}",
+                details=str(exc) or "git rev-parse found no such commit") from exc
+        if repo.branch:
+            try:
+                await git("merge-base", "--is-ancestor", sha, "HEAD", cwd=dest)
+            except GitFailed as exc:
+                raise SandboxInitFailed(
+                    f"commit {repo.commit_hash!r} is not on branch {repo.branch!r} of "
+                    f"repository {repo.url!r}", details=str(exc)) from exc
+            await git("reset", "--quiet", "--hard", sha, cwd=dest)
+        else:
+            await git("checkout", "--quiet", "--detach", sha, cwd=dest)
+    else:
+        await git("checkout", "--quiet", cwd=dest)
+    # Inside, `git remote -v` and `git fetch` should name the real remote, not the cache.
+    await git("remote", "set-url", "origin", repo.url, cwd=dest)
+
+
+# -- the workspace ---------------------------------------------------------------------------
+
+
+def _mode_of(repo: RepositoryConfig) -> Mode:
+    if repo.local_path and not (repo.include_files or repo.exclude_files):
+        return Mode.LIVE
+    return Mode.MOUNTED_COPY if repo.read_only else Mode.CONTAINER_COPY
+
+
+def _check(repo: RepositoryConfig) -> None:
+    """Refuse configurations that cannot be honoured, before anything is created."""
+    if bool(repo.url) == bool(repo.local_path):
+        raise SandboxInitFailed("repository needs exactly one of url and local_path",
+                                details=f"url={repo.url!r} local_path={repo.local_path!r}")
+    mp = repo.mount_point
+    if not mp.startswith("/") or posixpath.normpath(mp) == "/" or "\0" in mp or ":" in mp:
+        raise SandboxInitFailed(f"repository mount_point {mp!r} must be an absolute path "
+                                "other than '/' (and without ':')")
+    if repo.local_path and (repo.branch or repo.commit_hash):
+        raise SandboxInitFailed("repository branch and commit_hash need a url; a local_path "
+                                "is used as it is")
+    for name in ("branch", "commit_hash"):
+        value: str = getattr(repo, name)
+        if value.startswith("-"):
+            raise SandboxInitFailed(f"repository {name} {value!r} must not start with '-'")
+    try:
+        PathFilter(repo.include_files, repo.exclude_files)
+    except ValueError as exc:
+        raise SandboxInitFailed(f"invalid repository glob: {exc}") from exc
+    mode = _mode_of(repo)
+    if mode is Mode.LIVE and (repo.owner or repo.group or repo.permissions):
+        raise SandboxInitFailed(
+            "repository owner/group/permissions would change your host directory "
+            f"{repo.local_path!r}, which a live mount never does",
+            details="to give the sandbox its own copy with that ownership, add "
+                    "exclude_files (e.g. ['.git/hooks']) or include_files=['**']; or change "
+                    "the directory's ownership on the host yourself",
+        )
+    if mode is Mode.MOUNTED_COPY:
+        for name in ("owner", "group"):
+            value = getattr(repo, name)
+            if value and not _NUMERIC.fullmatch(value):
+                raise SandboxInitFailed(
+                    f"repository {name} {value!r} must be numeric for a read-only copy",
+                    details="a read-only copy is prepared on the host, where names of the "
+                            "image's users mean nothing")
+
+
+class Workspace:
+    """What the SDK made on the host for one sandbox's repository, and how to undo it."""
+
+    def __init__(self, repo: RepositoryConfig | None) -> None:
+        self.repo = repo
+        self.mode = _mode_of(repo) if repo is not None else None
+        self._temp_dirs: list[Path] = []
+        self._source: Path | None = None
+        self._entries: list[str] | None = None
+        self.mount_source: Path | None = None
+
+    def covers(self, path: str) -> bool:
+        """``path`` lies in a bind mount, where the SDK must not create or chown anything."""
+        return (self.repo is not None and self.mode is not Mode.CONTAINER_COPY
+                and is_within(path, self.repo.mount_point))
+
+    async def _mkdtemp(self) -> Path:
+        path = Path(await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=TEMP_PREFIX)))
+        self._temp_dirs.append(path)
+        return path
+
+    async def prepare(self, body: dict[str, Any]) -> None:
+        """Before create: fetch or check the source, stage a copy, add the bind mount to body."""
+        repo = self.repo
+        if repo is None:
+            return
+        _check(repo)
+        if repo.local_path:
+            local = await anyio.Path(repo.local_path).expanduser()
+            if not await local.is_dir():
+                raise SandboxInitFailed(
+                    f"repository local_path {repo.local_path!r} is not an existing directory")
+            source = Path(await local.resolve())
+        else:
+            source = await self._mkdtemp()
+            await checkout(repo, source)
+        self._source = source
+        path_filter = PathFilter(repo.include_files, repo.exclude_files)
+        filtered = bool(repo.include_files or repo.exclude_files)
+        if filtered:
+            self._entries = await anyio.to_thread.run_sync(select_entries, source, path_filter)
+        if self.mode is Mode.LIVE:
+            self.mount_source = source
+        elif self.mode is Mode.MOUNTED_COPY:
+            if filtered:
+                staged = await self._mkdtemp()
+                assert self._entries is not None
+                await anyio.to_thread.run_sync(stage_copy, source, self._entries, staged)
+                source = staged
+            await anyio.to_thread.run_sync(self._own_on_host, source)
+            self.mount_source = source
+        if self.mount_source is not None:
+            host = body.setdefault("HostConfig", {})
+            mounts = list(host.get("Mounts") or [])
+            mounts.append({
+                "Type": "bind", "Source": str(self.mount_source), "Target": repo.mount_point,
+                "ReadOnly": repo.read_only,
+                # rprivate: mounts made later on the host never show up inside.
+                "BindOptions": {"Propagation": "rprivate"},
+            })
+            host["Mounts"] = mounts
+            # read_only_root puts a scratch tmpfs on the working dir; at the same path it would
+            # hide the repository (and the engine refuses duplicate mount points).
+            tmpfs = host.get("Tmpfs") or {}
+            tmpfs.pop(posixpath.normpath(repo.mount_point), None)
+
+    def _own_on_host(self, root: Path) -> None:
+        """Apply permissions and numeric owner/group to a copy the SDK owns (blocking)."""
+        repo = self.repo
+        assert repo is not None
+        if repo.owner or repo.group:
+            uid = int(repo.owner) if repo.owner else -1
+            gid = int(repo.group) if repo.group else -1
+            try:
+                for dirpath, dirnames, filenames in os.walk(root):
+                    for name in (*dirnames, *filenames):
+                        os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+                os.chown(root, uid, gid)
+            except PermissionError as exc:
+                raise SandboxInitFailed(
+                    "cannot give the read-only repository copy the requested owner/group",
+                    details=f"{exc}; changing ownership on the host needs root") from exc
+        if repo.permissions:
+            os.chmod(root, int(repo.permissions, 8))
+
+    async def populate(self, run: Runner, *, sandbox_user: str) -> None:
+        """After start: copy files in, set their owner and mode, and configure git."""
+        repo = self.repo
+        if repo is None:
+            return
+        if self.mode is Mode.CONTAINER_COPY:
+            await self._copy_in(run, sandbox_user)
+        await self._configure_git(run)
+
+    async def _copy_in(self, run: Runner, sandbox_user: str) -> None:
+        repo, source = self.repo, self._source
+        assert repo is not None and source is not None
+        entries = self._entries
+        if entries is None:
+            entries = await anyio.to_thread.run_sync(select_entries, source, PathFilter())
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
+            await anyio.to_thread.run_sync(write_tar, source, entries, spool)
+            spool.seek(0)
+            result = await run(["/bin/sh", "-c", _UNTAR_SH, "sandbox-repo", repo.mount_point],
+                               stdin=_file_chunks(spool), user="0:0")
+        if not result.success:
+            hint = ("; with security.read_only_root, put mount_point on the working dir or "
+                    "in security.tmpfs_paths")
+            raise SandboxInitFailed(
+                f"could not copy the repository into the sandbox at {repo.mount_point!r}",
+                details=(result.stderr or result.error).strip() + hint)
+        owner = repo.owner
+        if repo.group:
+            owner = f"{owner}:{repo.group}"
+        elif not owner and sandbox_user.split(":", 1)[0] not in ("", "0", "root"):
+            owner = sandbox_user  # so a non-root sandbox user can work in its own copy
+        if owner or repo.permissions:
+            result = await run(["/bin/sh", "-c", _OWN_SH, "sandbox-own", repo.mount_point,
+                                owner, repo.permissions], user="0:0")
+            if not result.success:
+                raise SandboxInitFailed(
+                    f"could not set owner {owner!r} / permissions {repo.permissions!r} on "
+                    f"{repo.mount_point!r}", details=(result.stderr or result.error).strip())
+        # The sandbox has its copy; the host checkout is no longer needed.
+        if repo.url:
+            await self._remove_temp(source)
+
+    async def _configure_git(self, run: Runner) -> None:
+        repo = self.repo
+        assert repo is not None
+        gc = repo.git_config
+        wanted = [("user.name", gc.user_name), ("user.email", gc.user_email),
+                  ("user.signingkey", gc.signing_key)]
+        pairs = [(k, v) for k, v in wanted if v] + list(gc.config_values.items())
+        # The mount may belong to another uid; without this, git refuses to work in it.
+        argv = ["/bin/sh", "-c", _GIT_CONFIG_SH, "sandbox-git"]
+        for key, value in [*pairs, ("safe.directory", repo.mount_point)]:
+            argv += [key, value]
+        result = await run(argv)
+        if result.exit_code == 127:
+            if pairs:
+                raise SandboxInitFailed(
+                    "repository git_config is set, but the image lacks git",
+                    details="use an image with git (e.g. sandbox-python:latest) or drop "
+                            "git_config")
+            return  # nothing was asked for explicitly; a git-less image simply has no git
+        if not result.success:
+            raise SandboxInitFailed("could not apply repository git_config in the sandbox",
+                                    details=(result.stderr or result.error).strip())
+
+    async def _remove_temp(self, path: Path) -> None:
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(path, ignore_errors=True))
+        if await anyio.Path(path).exists():
+            raise OSError(f"could not remove {path}")
+        self._temp_dirs.remove(path)
+
+    async def remove(self) -> list[str]:
+        """Delete the SDK's temporary checkouts and copies; never the user's directory."""
+        errors: list[str] = []
+        with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT) as scope:
+            for path in list(self._temp_dirs):
+                try:
+                    await self._remove_temp(path)
+                except OSError as exc:
+                    errors.append(f"remove temporary repository copy {path}: {exc}")
+        if scope.cancelled_caught:
+            errors.append(f"removing temporary repository copies timed out: {self._temp_dirs}")
+        return errors
