@@ -11,15 +11,30 @@ busybox-static and mmdebstrap when missing) and an engine that answers (scripts/
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sandbox._constants import IMAGE_BUSYBOX, IMAGE_PYTHON  # noqa: E402
+
+
+def _load_constants() -> ModuleType:
+    """Read sandbox/_constants.py alone: the package needs its dependencies, this must not."""
+    path = Path(__file__).resolve().parent.parent / "sandbox" / "_constants.py"
+    spec = importlib.util.spec_from_file_location("sandbox_constants", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_CONSTANTS = _load_constants()
+IMAGE_BUSYBOX: str = _CONSTANTS.IMAGE_BUSYBOX
+IMAGE_PYTHON: str = _CONSTANTS.IMAGE_PYTHON
 
 ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASSWD = (
