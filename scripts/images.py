@@ -21,7 +21,6 @@ from pathlib import Path
 from types import ModuleType
 
 
-
 def _load_constants() -> ModuleType:
     """Read sandbox/_constants.py alone: the package needs its dependencies, this must not."""
     path = Path(__file__).resolve().parent.parent / "sandbox" / "_constants.py"
@@ -50,7 +49,8 @@ def say(msg: str) -> None:
 
 
 def exists(image: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+    probe = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
+    return probe.returncode == 0
 
 
 def apt_install(*packages: str) -> None:
@@ -98,16 +98,14 @@ def build_python(work: Path) -> None:
     if shutil.which("mmdebstrap") is None:
         apt_install("mmdebstrap")
     tarball = work / "python.tar"
-    sources = Path("/etc/apt/sources.list.d/debian.sources")
-    if sources.exists():
-        text = sources.read_text()
-    else:
-        text = Path("/etc/apt/sources.list").read_text()
+    deb822 = Path("/etc/apt/sources.list.d/debian.sources")
+    text = (deb822 if deb822.exists() else Path("/etc/apt/sources.list")).read_text()
     # A user with a home, so tests and agents can run as an unprivileged account.
     hook = ("chroot \"$1\" sh -c 'groupadd -g 1000 sandbox && "
             "useradd -m -u 1000 -g 1000 -s /bin/bash sandbox && mkdir -p /workspace'")
     subprocess.run(
-        ["mmdebstrap", "--quiet", "--variant=minbase", "--include=python3,git,ca-certificates,procps",
+        ["mmdebstrap", "--quiet", "--variant=minbase",
+         "--include=python3,git,ca-certificates,procps",
          f"--customize-hook={hook}", "--aptopt=APT::Install-Recommends \"false\"",
          "bookworm", str(tarball), "-"],
         input=text, text=True, check=True,
