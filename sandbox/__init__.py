@@ -23,6 +23,9 @@ from ._errors import SandboxNotRunning as SandboxNotRunning
 from ._errors import SandboxPermissionDenied as SandboxPermissionDenied
 from ._errors import SecurityViolation as SecurityViolation
 from ._errors import TimeoutExceeded as TimeoutExceeded
+from ._gc import GcItem as GcItem
+from ._gc import GcReport as GcReport
+from ._gc import gc as gc
 from ._json import from_json as from_json
 from ._json import to_json as to_json
 from ._models import Command as Command
@@ -56,6 +59,8 @@ __all__ = [
     "ExecutionSandbox",
     "FileInfo",
     "FileOperationFailed",
+    "GcItem",
+    "GcReport",
     "GitConfig",
     "NetworkAccessDenied",
     "NetworkConfig",
@@ -81,5 +86,6 @@ __all__ = [
     "SecurityPolicy",
     "TimeoutExceeded",
     "from_json",
+    "gc",
     "to_json",
 ]

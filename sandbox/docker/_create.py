@@ -24,7 +24,8 @@ resources.memory_limit                  HC ``Memory`` and ``MemorySwap`` equal (
 resources.memory_request                HC ``MemoryReservation`` (<= memory_limit)
 resources.process_limit (0 = default)   runc: HC ``PidsLimit``; runsc: ulimit ``nproc``
 resources.file_limit                    ulimit ``nofile`` soft = hard
-resources.cpu_time_limit                ulimit ``cpu`` in whole seconds, rounded up
+resources.cpu_time_limit                ulimit ``cpu`` in whole seconds, rounded up; hard =
+                                        soft + 1 s, so SIGXCPU comes first (SIGKILL later)
 resources.disk_limit                    HC ``StorageOpt.size``; only btrfs, zfs,
                                         devicemapper, or overlay2 on xfs, else refused
 security.run_as_user / run_as_group     ``User`` "u", "u:g", or "0:g" (group alone: root user)
@@ -106,6 +107,8 @@ MIN_MEMORY: Final = 6 * 2**20
 MIN_CPU_LIMIT: Final = 0.01
 #: Fewer leaves no room for docker-init, the keep-alive and the SDK's own helper execs.
 MIN_PROCESS_LIMIT: Final = 8
+#: The kernel's PID_MAX_LIMIT on 64-bit; pids.max refuses anything larger.
+MAX_PROCESS_LIMIT: Final = 4 * 1024 * 1024
 #: The kernel clamps smaller cgroup v1 shares to 2.
 MIN_CPU_SHARES: Final = 2
 STOP_TIMEOUT: Final = 2
@@ -377,6 +380,10 @@ def _resources(
             f"resources.process_limit: {processes} is below the minimum of {MIN_PROCESS_LIMIT}",
             details="docker-init, the keep-alive and the SDK's helper commands need processes too",
         )
+    if processes > MAX_PROCESS_LIMIT:
+        raise SandboxInitFailed(
+            f"resources.process_limit: {processes} is more than the kernel's maximum of "
+            f"{MAX_PROCESS_LIMIT}", details="the pids cgroup rejects larger values")
     if gvisor:
         # See the module docstring: a pids cgroup limit kills gVisor itself when reached.
         ulimits.append(_ulimit("nproc", processes))
@@ -391,14 +398,16 @@ def _resources(
                 details="use runtime 'runc', or resources.wall_time_limit",
             )
         seconds = math.ceil(res.cpu_time_limit.total_seconds())
-        ulimits.append(_ulimit("cpu", seconds))
+        # Soft < hard: the kernel sends SIGXCPU at the soft limit, so the result says why;
+        # at soft == hard it sends SIGKILL, which reads like any other kill (measured).
+        ulimits.append(_ulimit("cpu", seconds, hard=seconds + 1))
     if ulimits:
         host["Ulimits"] = ulimits
     return processes
 
 
-def _ulimit(name: str, value: int) -> dict[str, Any]:
-    return {"Name": name, "Soft": value, "Hard": value}
+def _ulimit(name: str, value: int, *, hard: int | None = None) -> dict[str, Any]:
+    return {"Name": name, "Soft": value, "Hard": value if hard is None else hard}
 
 
 def _check_max(field: str, value: float, maximum: int, unit: str) -> None:

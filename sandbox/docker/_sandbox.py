@@ -18,6 +18,7 @@ import aiodocker
 import anyio
 import attrs
 
+from .._audit import Auditor
 from .._constants import (
     DEFAULT_CLEANUP_TIMEOUT,
     LABEL_CREATED,
@@ -30,6 +31,7 @@ from .._constants import (
     LABEL_SANDBOX_ID,
 )
 from .._errors import (
+    CommandExecutionFailed,
     ConfigError,
     EngineUnavailable,
     FileOperationFailed,
@@ -179,6 +181,8 @@ class DockerSandbox:
         self._oom_events = 0
         self._oom_seen = anyio.Event()
         self._on_sample = on_sample
+        self._paused = False  # as the event watcher last saw it
+        self._audit = Auditor(self.id, self._config.security)
         self._workspace = Workspace(None)
         self._network: SandboxNetwork | None = None
 
@@ -244,6 +248,7 @@ class DockerSandbox:
                 self._name = config.name or self._name
                 self._cwd = config.working_dir
                 self._env = dict(config.environment)
+                self._audit = Auditor(self.id, config.security)
             try:
                 await self._initialize()
             except BaseException as exc:
@@ -253,6 +258,9 @@ class DockerSandbox:
                 except SandboxError as cleanup_exc:
                     # The failure to start is the news; what was left behind is a footnote.
                     exc.add_note(f"cleanup after the failure: {cleanup_exc}")
+                if isinstance(exc, SecurityViolation):
+                    # The refusing setting leads the message: "security.x: why".
+                    self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
                 if isinstance(exc, SandboxInitFailed | EngineUnavailable | SecurityViolation):
                     self._status_reason = exc.message
                     raise
@@ -322,15 +330,30 @@ class DockerSandbox:
 
     async def _prepare_workdir(self) -> None:
         """Create the working directory, owned by the sandbox user, if the image lacks it."""
-        # Inside a bind mount, mkdir/chown would change the host (the user's repository).
-        if not self._user or self._workspace.covers(self._cwd):
+        if not self._user:
             return
         user = self._user
-        script = ('d="$1"; u="$2"; mkdir -p -- "$d"; '
+        # An unknown user would otherwise show up only at the first command, far from its
+        # cause; the engine resolves the user before it starts anything.
+        try:
+            await self._run_internal(["/bin/sh", "-c", ":"], user=user)
+        except CommandExecutionFailed as exc:
+            raise SandboxInitFailed(
+                f"security.run_as_user {user!r} cannot run commands in image "
+                f"{self._config.image!r}", details=exc.details, cause=exc) from exc
+        # Inside a bind mount, mkdir/chown would change the host (the user's repository).
+        if self._workspace.covers(self._cwd):
+            return
+        script = ('d="$1"; u="$2"; mkdir -p -- "$d" || exit 1; '
                   'if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then '
                   'chown -- "$u" "$d"; fi')
-        await self._run_internal(["/bin/sh", "-c", script, "sandbox-init", self._cwd, user],
-                                 user="0:0")
+        result = await self._run_internal(
+            ["/bin/sh", "-c", script, "sandbox-init", self._cwd, user], user="0:0")
+        if not result.success:
+            raise SandboxInitFailed(
+                f"could not prepare the working directory {self._cwd!r}",
+                details=(result.stderr or result.stdout or result.error).strip(),
+            )
 
     def _start_background(self) -> None:
         """Start the sandbox's own tasks; cleanup cancels and awaits every one of them."""
@@ -360,6 +383,8 @@ class DockerSandbox:
     def _on_container_stop(self, reason: str, exit_code: int | None, oom_killed: bool) -> None:
         if self._status is not SandboxStatus.FAILED:
             self.mark_failed(reason, exit_code=exit_code, oom_killed=oom_killed)
+            if oom_killed:
+                self._audit.limit("memory", f"the sandbox stopped: {reason}")
 
     def _on_oom(self) -> None:
         self._oom_events += 1
@@ -367,6 +392,7 @@ class DockerSandbox:
         self._oom_seen = anyio.Event()
 
     def _on_pause(self, paused: bool) -> None:
+        self._paused = paused
         if paused and self._status is SandboxStatus.RUNNING:
             self._status = SandboxStatus.PAUSED
             self._status_reason = "the container was paused from outside"
@@ -379,6 +405,7 @@ class DockerSandbox:
         if self._status is not SandboxStatus.RUNNING:
             return
         self.mark_failed(f"TimeoutExceeded: wall_time_limit of {seconds:g} s reached")
+        self._audit.limit("wall_time", self._status_reason)
         assert self._engine is not None
         with contextlib.suppress(SandboxError):
             await self._engine.request("stop the sandbox at its wall time limit",
@@ -425,11 +452,12 @@ class DockerSandbox:
             target = self._container_id or self._name
             short = self._container_id[:12] if self._container_id else self._name
             with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT) as scope:
-                # A paused container cannot be removed (cgroup v1: SIGKILL waits for the
-                # thaw, the DELETE hangs); thaw it first. Not paused: a 409, ignored.
-                with contextlib.suppress(SandboxError):
-                    await self._engine.request("unpause the sandbox container",
-                                               f"containers/{target}/unpause", "POST")
+                if self._paused:
+                    # A paused container cannot be removed (cgroup v1: SIGKILL waits for the
+                    # thaw, so the DELETE hangs); thaw it first.
+                    with contextlib.suppress(SandboxError):
+                        await self._engine.request("unpause the sandbox container",
+                                                   f"containers/{target}/unpause", "POST")
                 try:
                     await self._engine.request(
                         f"remove the sandbox container {short}", f"containers/{target}",
@@ -439,7 +467,7 @@ class DockerSandbox:
                     cause = exc.cause
                     if not (isinstance(cause, aiodocker.DockerError) and cause.status == 404):
                         errors.append(str(exc))
-            if scope.cancelled_caught:
+            if scope.cancelled_caught and not await self._removal_under_way(target):
                 errors.append(f"remove the sandbox container {short}: no answer within "
                               f"{DEFAULT_CLEANUP_TIMEOUT:g} s")
         # After the container: a network with an endpoint left cannot be removed.
@@ -455,25 +483,43 @@ class DockerSandbox:
             raise SandboxError("cleanup could not remove everything", details="; ".join(errors),
                                retryable=True)
 
+    async def _removal_under_way(self, target: str) -> bool:
+        """After a DELETE that timed out: is the container gone, or being removed anyway?
+
+        The engine goes on removing after the client gave up (seen with runsc under load:
+        containerd answered after 33 s); only a container still there is a leak.
+        """
+        assert self._engine is not None
+        try:
+            data = await self._engine.query_json(
+                "inspect the sandbox container", f"containers/{target}/json", deadline=5)
+        except SandboxError as exc:
+            return isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404
+        return (data.get("State") or {}).get("Status") in ("removing", "dead")
+
     # -- commands --------------------------------------------------------------------------------
 
     def _exec_params(self, command: Command) -> dict[str, Any]:
         cfg = self._config
+        argv = [command.executable, *command.args]
         if command.allow_network and not self._networked():
-            raise NetworkAccessDenied(
+            asked = f"allow_network=True for {argv}"
+            raise self._audit.refused("network.isolated", asked, NetworkAccessDenied(
                 "Command.allow_network asks for network access, but this sandbox is isolated",
                 details="set network.isolated=False and security.allow_networking=True "
                         "in the SandboxConfig to give the sandbox a network",
-            )
+            ))
         if command.restrict_paths:
-            raise SecurityViolation(
+            asked = f"restrict_paths={list(command.restrict_paths)} for {argv}"
+            raise self._audit.refused("Command.restrict_paths", asked, SecurityViolation(
                 "Command.restrict_paths cannot be enforced for a single command",
                 details="use SecurityPolicy.read_only_paths / masked_paths for the sandbox",
-            )
+            ))
         if command.user and self._user and not _is_root(self._user) and _is_root(command.user):
-            raise SecurityViolation(
+            asked = f"user={command.user!r} for {argv}"
+            raise self._audit.refused("security.run_as_user", asked, SecurityViolation(
                 f"Command.user={command.user!r} would run as root in a sandbox that runs as "
-                f"{self._user!r}", details="per-command settings may only narrow the sandbox's")
+                f"{self._user!r}", details="per-command settings may only narrow the sandbox's"))
         user = command.user or self._user
         if not command.allow_write:
             user = "65534:65534"
@@ -486,7 +532,7 @@ class DockerSandbox:
         if stdin is None and command.stdin_content:
             stdin = command.stdin_content.encode()
         return {
-            "argv": [command.executable, *command.args],
+            "argv": argv,
             "env": {**self._env, **command.environment},
             "workdir": workdir,
             "user": user,
@@ -514,12 +560,23 @@ class DockerSandbox:
         params = self._exec_params(command)
         assert self._container_id is not None
         start, ooms = time.monotonic(), self._oom_events
-        async with open_exec(
-            engine, self._container_id, attach_stdin=params["stdin"] is not None,
-            on_stdout=on_stdout, on_stderr=on_stderr, **params,
-        ) as proc:
-            result = await proc.wait()
-        return await self._finish_result(result, start, ooms)
+        try:
+            async with open_exec(
+                engine, self._container_id, attach_stdin=params["stdin"] is not None,
+                on_stdout=on_stdout, on_stderr=on_stderr, **params,
+            ) as proc:
+                result = await proc.wait()
+            result = await self._finish_result(result, start, ooms)
+        except Exception as exc:
+            self._audit_command(params, error=exc)
+            raise
+        self._audit_command(params, result=result)
+        return result
+
+    def _audit_command(self, params: Mapping[str, Any], *, result: CommandResult | None = None,
+                       error: BaseException | None = None) -> None:
+        self._audit.command(params["argv"], user=params["user"], cwd=params["workdir"],
+                            env=params["env"], result=result, error=error)
 
     async def _finish_result(self, result: CommandResult, start: float, ooms: int) -> CommandResult:
         """Add what only the sandbox knows: usage during the command, and OOM kills."""
@@ -535,6 +592,9 @@ class DockerSandbox:
             if self._oom_events > ooms:
                 changes["oom_killed"] = True
                 changes["error"] = "killed by the out-of-memory killer (memory limit reached)"
+        cpu_time = self._config.resources.cpu_time_limit.total_seconds()
+        if result.signal == "SIGXCPU" and cpu_time and not result.error:
+            changes["error"] = f"killed by SIGXCPU: cpu_time_limit of {cpu_time:g} s reached"
         return attrs.evolve(result, **changes) if changes else result
 
     @contextlib.asynccontextmanager
@@ -551,9 +611,16 @@ class DockerSandbox:
         command = to_command(cmd)
         params = self._exec_params(command)
         assert self._container_id is not None
-        async with open_exec(engine, self._container_id, attach_stdin=True, iterate=True,
-                             **params) as proc:
-            yield proc
+        proc: ExecProcess | None = None
+        try:
+            async with open_exec(engine, self._container_id, attach_stdin=True, iterate=True,
+                                 **params) as proc:
+                yield proc
+        except Exception as exc:
+            # The block may fail after the command ended; then its result is the record.
+            self._audit_command(params, result=proc.result if proc else None, error=exc)
+            raise
+        self._audit_command(params, result=proc.result)
 
     async def _run_internal(
         self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
@@ -564,7 +631,10 @@ class DockerSandbox:
         async with open_exec(
             engine, self._container_id, argv=argv, env={}, workdir="/",
             user=self._user if user is None else user, stdin=stdin,
-            attach_stdin=stdin is not None, max_output_bytes=1 << 20, time_limit=None,
+            attach_stdin=stdin is not None,
+            # A caller taking stdout through on_stdout (read_file, tar) needs the result only
+            # for error text; decoding 1 MiB of binary as UTF-8 cost ~25 ms per read_file.
+            max_output_bytes=(64 << 10) if on_stdout is not None else 1 << 20, time_limit=None,
             idle_timeout=None, on_stdout=on_stdout,
         ) as proc:
             return await proc.wait()
@@ -578,15 +648,23 @@ class DockerSandbox:
         """Write a file, creating parent directories."""
         if isinstance(content, str):
             content = content.encode()
-        await _files.write_file(self._run_internal, self._path(path), content, mode)
+        target = self._path(path)
+        with self._audit.file_op("write", target, len(content)):
+            await _files.write_file(self._run_internal, target, content, mode)
 
     async def read_file(self, path: str) -> bytes:
         """Read a whole file (up to 1 GiB; use copy_files for larger ones)."""
-        return await _files.read_file(self._run_internal, self._path(path))
+        target = self._path(path)
+        with self._audit.file_op("read", target) as record:
+            data = await _files.read_file(self._run_internal, target)
+            record["bytes"] = len(data)
+        return data
 
     async def list_files(self, path: str = ".") -> list[FileInfo]:
         """List a directory (or describe one file)."""
-        return await _files.list_files(self._run_internal, self._path(path))
+        target = self._path(path)
+        with self._audit.file_op("list", target):
+            return await _files.list_files(self._run_internal, target)
 
     async def copy_files(self, source: str, dest: str) -> None:
         """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`."""
@@ -598,12 +676,15 @@ class DockerSandbox:
                 path=source, details=f"source={source!r} dest={dest!r}",
             )
         if dst_in:
-            await _files.copy_to_sandbox(self._run_internal, Path(source),
-                                         self._path(dest.removeprefix(SANDBOX_SCHEME)))
+            target = self._path(dest.removeprefix(SANDBOX_SCHEME))
+            with self._audit.file_op("copy_in", target) as record:
+                record["source"] = source
+                await _files.copy_to_sandbox(self._run_internal, Path(source), target)
         else:
-            await _files.copy_from_sandbox(self._run_internal,
-                                           self._path(source.removeprefix(SANDBOX_SCHEME)),
-                                           Path(dest))
+            target = self._path(source.removeprefix(SANDBOX_SCHEME))
+            with self._audit.file_op("copy_out", target) as record:
+                record["dest"] = dest
+                await _files.copy_from_sandbox(self._run_internal, target, Path(dest))
 
     # -- working directory and environment -------------------------------------------------------
 

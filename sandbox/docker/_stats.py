@@ -555,7 +555,9 @@ class StatsSampler:
             streak = self._slow_failures.get(what, 0)
             self._slow_failures[what] = streak + 1
             level = logging.WARNING if streak == 0 else logging.DEBUG
-            log.log(level, "could not %s for container %s: %s", what, self._id[:12], exc)
+            reason = str(exc) or (f"no answer within {SLOW_CALL_TIMEOUT:g} s"
+                                  if isinstance(exc, TimeoutError) else type(exc).__name__)
+            log.log(level, "could not %s for container %s: %s", what, self._id[:12], reason)
             return None
         self._slow_failures.pop(what, None)
         return result

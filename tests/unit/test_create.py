@@ -279,7 +279,7 @@ def test_file_and_cpu_time_ulimits() -> None:
     h = res(file_limit=256, cpu_time_limit=timedelta(seconds=2.1))
     assert h["Ulimits"] == [
         {"Name": "nofile", "Soft": 256, "Hard": 256},
-        {"Name": "cpu", "Soft": 3, "Hard": 3},
+        {"Name": "cpu", "Soft": 3, "Hard": 4},
     ]
 
 

@@ -1,0 +1,292 @@
+"""Subcommands ``run``, ``shell`` and ``config`` of ``python -m sandbox``.
+
+Thin by design: flags and a JSON file become a `SandboxConfig`, the public API does the work,
+and output is printed as it arrives. ``register`` adds the subcommands to the parser built in
+``sandbox/__main__.py``; each sets ``run`` to its ``cmd_*`` handler, which returns the exit
+status.
+
+Exit status of ``run`` and ``shell``: the command's own; 124 when ``--timeout`` killed it (as
+GNU ``timeout`` does); 1 when the sandbox failed; 2 for usage errors; 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import attrs
+
+from ._constants import DEFAULT_WORKING_DIR
+from ._errors import ConfigError, SandboxError
+from ._json import from_json, to_json
+from ._models import Command, CommandResult, RepositoryConfig, SandboxConfig
+from ._sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from .docker._exec import ExecProcess
+
+__all__ = ["cmd_config", "cmd_run", "cmd_shell", "parse_size", "register"]
+
+#: Exit status of a command killed by ``--timeout``, like GNU timeout's.
+EXIT_TIMEOUT = 124
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)(i?b)?", re.IGNORECASE)
+_STDIN_CHUNK = 64 * 1024
+
+
+def parse_size(text: str) -> int:
+    """Parse a memory size: bytes, or a number with k, m, g or t (powers of 1024)."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: use a number with an optional unit, like 512m or 1g")
+    number, unit = float(match[1]), match[2].lower()
+    return int(number * 1024 ** "_kmgt".index(unit)) if unit else int(number)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+# -- arguments ----------------------------------------------------------------------------------
+
+
+def _add_config_flags(p: argparse.ArgumentParser, *, timeout: bool) -> None:
+    g = p.add_argument_group("sandbox configuration (flags override --config)")
+    g.add_argument("--config", metavar="FILE",
+                   help="a SandboxConfig as JSON (the format of `sandbox config --json`)")
+    g.add_argument("--image", help="image to run (default: the config's, sandbox-python:latest)")
+    g.add_argument("--memory", type=parse_size, metavar="SIZE",
+                   help="memory limit, e.g. 512m or 1g")
+    g.add_argument("--cpus", type=_positive, metavar="N", help="CPU limit in cores, e.g. 1.5")
+    g.add_argument("--network", action="store_true",
+                   help="give the sandbox a network (isolated by default)")
+    g.add_argument("--mount", metavar="PATH[:ro]",
+                   help=f"bind-mount a host directory at {DEFAULT_WORKING_DIR} (read-only "
+                   "with :ro); edits made inside are made to it")
+    if timeout:
+        g.add_argument("--timeout", type=_positive, metavar="SECONDS",
+                       help=f"kill the command and all it started after SECONDS; exit status "
+                       f"{EXIT_TIMEOUT}")
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser | None = None) -> None:
+    """Add ``run``, ``shell`` and ``config`` to a subparsers action."""
+    parents = [common] if common is not None else []
+    p = subparsers.add_parser(
+        "run", parents=parents, help="run one command in a fresh sandbox",
+        description="Run CMD in a fresh sandbox, print its output as it comes (stdout to "
+        "stdout, stderr to stderr), remove the sandbox and exit with the command's status "
+        f"({EXIT_TIMEOUT} on --timeout, 1 if the sandbox failed).",
+    )
+    _add_config_flags(p, timeout=True)
+    p.add_argument("-i", "--interactive", action="store_true",
+                   help="forward stdin to the command (otherwise it reads EOF at once)")
+    p.add_argument("argv", nargs="+", metavar="CMD",
+                   help="the command and its arguments; put `--` before it")
+    p.set_defaults(run=cmd_run, parser=p)
+
+    p = subparsers.add_parser(
+        "shell", parents=parents, help="open a shell in a fresh sandbox",
+        description="Start a shell in a fresh sandbox with stdin, stdout and stderr attached; "
+        "works with a pipe too (`echo 'ls; exit 3' | sandbox shell`). There is no terminal "
+        "inside (no line editing or job control). The sandbox is removed when the shell ends.",
+    )
+    _add_config_flags(p, timeout=False)
+    p.add_argument("--shell", default="/bin/sh", help="the shell to run (default: /bin/sh)")
+    p.set_defaults(run=cmd_shell, parser=p)
+
+    p = subparsers.add_parser(
+        "config", parents=parents, help="print the sandbox configuration as JSON",
+        description="Print the configuration the flags (and --config) describe; with no flags "
+        "the default one. The output is accepted by --config.",
+    )
+    _add_config_flags(p, timeout=True)
+    p.add_argument("--json", action="store_true", help="print compact JSON on one line")
+    p.set_defaults(run=cmd_config, parser=p)
+
+
+def _usage_error(args: argparse.Namespace, message: str) -> NoReturn:
+    parser: argparse.ArgumentParser = args.parser
+    parser.error(message)
+
+
+def _config(args: argparse.Namespace) -> SandboxConfig:
+    """Build the SandboxConfig: the --config file (or the defaults), then the flags."""
+    try:
+        config = SandboxConfig()
+        if args.config:
+            try:
+                text = Path(args.config).read_text()
+            except OSError as exc:
+                _usage_error(args, f"cannot read --config {args.config!r}: {exc.strerror}")
+            config = from_json(text, SandboxConfig)
+        changes: dict[str, Any] = {}
+        if args.image:
+            changes["image"] = args.image
+        limits: dict[str, Any] = {}
+        if args.memory is not None:
+            limits["memory_limit"] = args.memory
+        if args.cpus is not None:
+            limits["cpu_limit"] = args.cpus
+        if limits:
+            changes["resources"] = attrs.evolve(config.resources, **limits)
+        if args.network:
+            changes["network"] = attrs.evolve(config.network, isolated=False)
+            changes["security"] = attrs.evolve(config.security, allow_networking=True,
+                                               isolate_network=False)
+        if args.mount:
+            path, ro = args.mount, False
+            if path.endswith((":ro", ":rw")):
+                path, ro = path[:-3], path.endswith(":ro")
+            if not Path(path).is_dir():
+                _usage_error(args, f"--mount {args.mount!r}: {path!r} is not a directory")
+            changes["repository"] = RepositoryConfig(
+                local_path=str(Path(path).resolve()), mount_point=config.working_dir,
+                read_only=ro)
+        if getattr(args, "timeout", None) is not None:
+            changes["timeout"] = args.timeout
+        return attrs.evolve(config, **changes) if changes else config
+    except ConfigError as exc:
+        _usage_error(args, str(exc))
+
+
+# -- printing -------------------------------------------------------------------------------------
+
+
+class _PullProgress:
+    """Show image-pull progress as one updating line, only when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        if not self.tty:
+            return
+        parts = (record.get("id"), record.get("status"), record.get("progress"))
+        line = " ".join(str(p) for p in parts if p)
+        width = shutil.get_terminal_size().columns - 1
+        sys.stderr.write("\r\x1b[K" + line[:width])
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def _write(stream: str, data: bytes) -> None:
+    out = sys.stderr if stream == "stderr" else sys.stdout
+    out.buffer.write(data)
+    out.buffer.flush()
+
+
+def _exit_status(args: argparse.Namespace, result: CommandResult) -> int:
+    if result.timed_out:
+        print(f"sandbox {args.command}: {result.error}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    if result.exit_code < 0:
+        print(f"sandbox {args.command}: error: {result.error or 'no exit status'}",
+              file=sys.stderr)
+        return 1
+    return result.exit_code
+
+
+# -- stdin --------------------------------------------------------------------------------------
+
+
+async def _forward_stdin(proc: ExecProcess) -> None:
+    """Copy our stdin to the command's until EOF, then close it.
+
+    A daemon thread does the blocking reads (it works for terminals, pipes and files alike),
+    so a read still pending when the command ends cannot delay the exit.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def reader() -> None:
+        while True:
+            try:
+                data = os.read(sys.stdin.fileno(), _STDIN_CHUNK) if sys.stdin else b""
+            except (OSError, ValueError):
+                data = b""
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, data)
+            except RuntimeError:  # the loop is gone: the command already ended
+                return
+            if not data:
+                return
+
+    threading.Thread(target=reader, name="sandbox-stdin", daemon=True).start()
+    with contextlib.suppress(SandboxError, OSError, RuntimeError):
+        while data := await queue.get():
+            await proc.write_stdin(data)
+    with contextlib.suppress(SandboxError, OSError, RuntimeError):
+        await proc.close_stdin()
+
+
+# -- handlers -------------------------------------------------------------------------------------
+
+
+async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool) -> CommandResult:
+    """Run argv in a fresh sandbox with output printed live; stdin forwarded if asked."""
+    progress = _PullProgress()
+    async with Sandbox(config, on_pull_progress=progress) as sb:
+        progress.done()
+        async with sb.stream_command(Command.argv(list(argv))) as proc:
+            feeder: asyncio.Task[None] | None = None
+            if stdin:
+                feeder = asyncio.ensure_future(_forward_stdin(proc))
+            else:
+                await proc.close_stdin()
+            try:
+                async for chunk in proc:
+                    _write(chunk.stream, chunk.data)
+                return await proc.wait()
+            finally:
+                if feeder is not None:
+                    feeder.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await feeder
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``sandbox run [flags] -- CMD...``: run one command and exit with its status."""
+    config = _config(args)
+    result = asyncio.run(_attached(config, args.argv, stdin=args.interactive))
+    return _exit_status(args, result)
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    """``sandbox shell [flags]``: a shell with our stdin, stdout and stderr attached."""
+    config = _config(args)
+    argv = [args.shell, "-i"] if sys.stdin is not None and sys.stdin.isatty() else [args.shell]
+    result = asyncio.run(_attached(config, argv, stdin=True))
+    return _exit_status(args, result)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """``sandbox config [--json] [flags]``: print the configuration the flags describe."""
+    text = to_json(_config(args))
+    if not args.json:
+        text = json.dumps(json.loads(text), indent=2)
+    print(text)
+    return 0

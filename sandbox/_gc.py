@@ -1,0 +1,248 @@
+"""Collect what dead sandbox owners left behind: containers, networks and volumes.
+
+Every resource the SDK creates is labelled with its owner: host name, boot id, pid and the
+pid's start time in clock ticks since boot. A normal exit, an exception, a cancellation or
+Ctrl-C removes everything; only a process that dies hard (SIGKILL, power loss, an engine that
+was down during cleanup) leaves resources behind. ``gc`` finds those by label and removes the
+ones whose owner is provably gone:
+
+* the owner ran on this host before the last reboot (another boot id);
+* its pid no longer exists, is a zombie, or now belongs to a process that started later.
+
+It never touches a resource whose owner is alive, nor anything without the SDK's labels. A
+resource whose owner cannot be checked from here (another host, missing owner labels) is kept,
+unless ``older_than`` is given and it is older than that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+from ._constants import (
+    LABEL_CREATED,
+    LABEL_OWNER_BOOT_ID,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_START,
+)
+from ._errors import SandboxError
+
+if TYPE_CHECKING:
+    import aiodocker
+
+__all__ = ["GcItem", "GcReport", "gc"]
+
+
+@attrs.frozen(kw_only=True)
+class GcItem:
+    """One resource gc looked at, and why it was removed or kept.
+
+    Attributes:
+        kind: ``"container"``, ``"network"`` or ``"volume"``.
+        id: The engine's id (a volume's name).
+        name: The resource's name.
+        reason: Why it was removed or kept, or why removing it failed.
+    """
+
+    kind: Literal["container", "network", "volume"]
+    id: str
+    name: str
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class GcReport:
+    """What gc removed (or, with ``dry_run``, would remove) and what it kept.
+
+    Attributes:
+        dry_run: Nothing was removed; ``removed_*`` lists what would have been.
+        removed_containers: Containers removed because their owner is gone.
+        kept_containers: Containers left alone, each with the reason.
+        removed_networks: Networks removed because their owner is gone.
+        kept_networks: Networks left alone, each with the reason.
+        removed_volumes: Volumes removed because their owner is gone.
+        kept_volumes: Volumes left alone, each with the reason.
+        failed: Resources that should have gone but the engine refused; reason says why.
+    """
+
+    dry_run: bool = False
+    removed_containers: tuple[GcItem, ...] = ()
+    kept_containers: tuple[GcItem, ...] = ()
+    removed_networks: tuple[GcItem, ...] = ()
+    kept_networks: tuple[GcItem, ...] = ()
+    removed_volumes: tuple[GcItem, ...] = ()
+    kept_volumes: tuple[GcItem, ...] = ()
+    failed: tuple[GcItem, ...] = ()
+
+    @property
+    def removed(self) -> tuple[GcItem, ...]:
+        """Every removed resource: containers, then networks, then volumes."""
+        return self.removed_containers + self.removed_networks + self.removed_volumes
+
+    @property
+    def kept(self) -> tuple[GcItem, ...]:
+        """Every kept resource: containers, then networks, then volumes."""
+        return self.kept_containers + self.kept_networks + self.kept_volumes
+
+
+@attrs.frozen
+class _Here:
+    """Identity of the machine gc runs on, to compare owner labels with."""
+
+    host: str
+    boot_id: str
+
+    @classmethod
+    def current(cls) -> _Here:
+        boot = ""
+        with contextlib.suppress(OSError):
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return cls(socket.gethostname(), boot)
+
+
+def _pid_start(pid: int) -> tuple[bool, str | None]:
+    """Return (alive, start ticks or None when unknown) for a pid on this machine."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False, None
+    except OSError:
+        # No /proc (macOS) or no access to it: ask the kernel whether the pid exists.
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False, None
+        except PermissionError:
+            return True, None
+        return True, None
+    fields = stat.rsplit(")", 1)[-1].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return False, None  # a zombie has exited; only its parent has not reaped it yet
+    return True, fields[19] if len(fields) > 19 else None
+
+
+def _created(labels: Mapping[str, str], engine_created: datetime | None) -> datetime | None:
+    value = labels.get(LABEL_CREATED, "")
+    with contextlib.suppress(ValueError):
+        parsed = datetime.fromisoformat(value)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return engine_created
+
+
+def _age_text(age: timedelta) -> str:
+    secs = int(age.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def owner_verdict(
+    labels: Mapping[str, str], *, here: _Here, created: datetime | None = None,
+    older_than: timedelta | None = None, now: datetime | None = None,
+) -> tuple[bool, str]:
+    """Decide whether a labelled resource's owner is gone: (remove it?, reason)."""
+    host = labels.get(LABEL_OWNER_HOST, "")
+    pid_text = labels.get(LABEL_OWNER_PID, "")
+    boot = labels.get(LABEL_OWNER_BOOT_ID, "")
+    ticks = labels.get(LABEL_OWNER_START, "")
+    when = _created(labels, created)
+    age = (now or datetime.now(UTC)) - when if when else None
+
+    def unverifiable(why: str) -> tuple[bool, str]:
+        if older_than is not None and age is not None and age >= older_than:
+            return True, f"{why}, and it is {_age_text(age)} old (older than " \
+                         f"{_age_text(older_than)})"
+        if older_than is not None and age is None:
+            return False, f"{why}, and its age is unknown"
+        return False, f"{why}; pass older_than to collect it by age"
+
+    if not host or not pid_text.isdigit():
+        return unverifiable("it has no owner labels to check")
+    if host != here.host:
+        return unverifiable(f"its owner ran on another host ({host!r})")
+    pid = int(pid_text)
+    if boot and here.boot_id and boot != here.boot_id:
+        return True, f"its owner (pid {pid}) ran before this host last rebooted"
+    alive, start = _pid_start(pid)
+    if not alive:
+        return True, f"its owner (pid {pid}) has exited"
+    if ticks and start is not None and ticks != start:
+        return True, f"its owner (pid {pid}) has exited; the pid now belongs to a newer process"
+    me = " (this process)" if pid == os.getpid() else ""
+    return False, f"its owner (pid {pid}){me} is alive"
+
+
+async def gc(
+    *, dry_run: bool = False, older_than: timedelta | None = None,
+    docker: aiodocker.Docker | None = None,
+) -> GcReport:
+    """Remove sandbox containers, networks and volumes whose owner process is gone.
+
+    Example:
+        report = await sandbox.gc(dry_run=True)
+        for item in report.removed:
+            print("would remove", item.kind, item.name, item.reason)
+
+    Args:
+        dry_run: Only report what would be removed.
+        older_than: Also remove resources whose owner cannot be checked from here (created
+            on another host, or without owner labels) once they are at least this old.
+            Resources of a live owner are never removed.
+        docker: An aiodocker client to use (yours to close); by default one is opened to
+            DOCKER_HOST or the default socket and closed before returning.
+
+    Raises:
+        EngineUnavailable: No engine answers.
+        ConfigError: ``older_than`` is negative.
+    """
+    from ._errors import ConfigError
+    from .docker._engine import Engine, new_client
+    from .docker._gc import list_managed, remove
+
+    if older_than is not None and older_than < timedelta(0):
+        raise ConfigError(f"older_than must be >= 0, got {older_than}")
+    client = docker if docker is not None else new_client()
+    try:
+        engine = Engine(client)
+        here = _Here.current()
+        now = datetime.now(UTC)
+        removed: dict[str, list[GcItem]] = {"container": [], "network": [], "volume": []}
+        kept: dict[str, list[GcItem]] = {"container": [], "network": [], "volume": []}
+        failed: list[GcItem] = []
+        for res in await list_managed(engine):
+            gone, reason = owner_verdict(res.labels, here=here, created=res.created,
+                                         older_than=older_than, now=now)
+            item = GcItem(kind=res.kind, id=res.id, name=res.name, reason=reason)
+            if not gone:
+                kept[res.kind].append(item)
+                continue
+            if not dry_run:
+                try:
+                    await remove(engine, res)
+                except SandboxError as exc:
+                    failed.append(attrs.evolve(item, reason=f"{reason}, but removing it "
+                                                            f"failed: {exc}"))
+                    continue
+            removed[res.kind].append(item)
+    finally:
+        if docker is None:
+            await client.close()
+    return GcReport(
+        dry_run=dry_run,
+        removed_containers=tuple(removed["container"]),
+        kept_containers=tuple(kept["container"]),
+        removed_networks=tuple(removed["network"]),
+        kept_networks=tuple(kept["network"]),
+        removed_volumes=tuple(removed["volume"]),
+        kept_volumes=tuple(kept["volume"]),
+        failed=tuple(failed),
+    )

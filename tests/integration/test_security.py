@@ -1,0 +1,257 @@
+"""Security policy proven inside a real container: defaults, each field, and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sandbox import (
+    IMAGE_BUSYBOX,
+    IMAGE_PYTHON,
+    Command,
+    NetworkAccessDenied,
+    NetworkConfig,
+    ResourceLimits,
+    Sandbox,
+    SandboxConfig,
+    SandboxInitFailed,
+    SecurityPolicy,
+    SecurityViolation,
+)
+from sandbox._constants import DEFAULT_PROCESS_LIMIT, LABEL_SANDBOX_ID
+from tests.conftest import docker_cli
+from tests.integration._scripts import EAGAIN, FORK_UNTIL_REFUSED
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+#: Bit numbers (linux/capability.h) of Docker 20.10's default capability set.
+DOCKER_DEFAULT_CAPS = {
+    "CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6,
+    "SETUID": 7, "SETPCAP": 8, "NET_BIND_SERVICE": 10, "NET_RAW": 13, "SYS_CHROOT": 18,
+    "MKNOD": 27, "AUDIT_WRITE": 29, "SETFCAP": 31,
+}
+NET_ADMIN = 12
+
+
+def mask(*names: str) -> int:
+    return sum(1 << DOCKER_DEFAULT_CAPS[n] for n in names)
+
+
+def sandbox(image: str = IMAGE_BUSYBOX, **security: object) -> Sandbox:
+    return Sandbox(SandboxConfig(image=image, security=SecurityPolicy(**security)))  # type: ignore[arg-type]
+
+
+async def run(sb: Sandbox, script: str, **kw: object) -> str:
+    """Run a shell script that must succeed; return its stdout."""
+    result = await sb.execute_command(Command.shell(script, **kw))  # type: ignore[arg-type]
+    assert result.success, result
+    return result.stdout
+
+
+async def status_field(sb: Sandbox, name: str) -> str:
+    out = await run(sb, f"grep '^{name}:' /proc/self/status")
+    return out.split(":", 1)[1].strip()
+
+
+def no_container_with(sandbox_id: str) -> bool:
+    return not docker_cli("ps", "-aq", "--filter", f"label={LABEL_SANDBOX_ID}={sandbox_id}").split()
+
+
+# -- the default policy ----------------------------------------------------------------------------
+
+
+async def test_default_policy() -> None:
+    async with sandbox() as sb:
+        assert (await run(sb, "ls /sys/class/net")).split() == ["lo"]
+        assert await status_field(sb, "NoNewPrivs") == "1"
+        assert await status_field(sb, "Seccomp") == "2"
+        cap_eff = int(await status_field(sb, "CapEff"), 16)
+        assert cap_eff == mask(*DOCKER_DEFAULT_CAPS) & ~mask("NET_RAW", "MKNOD")
+        pids_max = await run(sb, "cat /sys/fs/cgroup/pids/pids.max")
+        assert pids_max.strip() == str(DEFAULT_PROCESS_LIMIT)
+        assert (await run(sb, "tr '\\0' ' ' < /proc/1/cmdline")).startswith("/sbin/docker-init ")
+
+
+async def test_init_reaps_orphaned_zombies() -> None:
+    # `sleep 0.1` becomes a zombie child of `sleep 1`, which never waits for it; when
+    # `sleep 1` ends the zombie is re-parented to PID 1, which must reap it.
+    script = r"""
+        zombies() { cat /proc/[0-9]*/stat 2>/dev/null | grep -c ') Z ' || true; }
+        sh -c 'sleep 0.1 & exec sleep 1' &
+        sleep 0.5; echo "during $(zombies)"
+        wait; sleep 0.3; echo "after $(zombies)"
+    """
+    async with sandbox() as sb:
+        assert (await run(sb, script)).split() == ["during", "1", "after", "0"]
+
+
+# -- filesystem ------------------------------------------------------------------------------------
+
+
+async def test_read_only_root_keeps_working_dir_and_tmp_writable() -> None:
+    async with sandbox(read_only_root=True, run_as_user="1000") as sb:
+        result = await sb.execute_command("touch /etc/x")
+        assert not result.success and "Read-only file system" in result.stderr
+        mounts = await run(sb, "grep -E ' /(workspace|tmp) ' /proc/mounts | cut -d' ' -f2,3")
+        assert sorted(mounts.splitlines()) == ["/tmp tmpfs", "/workspace tmpfs"]
+        assert await run(sb, "echo hi > here && cat here && echo t > /tmp/t && cat /tmp/t") \
+            == "hi\nt\n"
+        await sb.write_file("note.txt", "via the file API")
+        assert await sb.read_file("/workspace/note.txt") == b"via the file API"
+
+
+async def test_tmpfs_paths_are_writable_executable_tmpfs() -> None:
+    async with sandbox(tmpfs_paths=["/scratch:size=8m"], run_as_user="1000") as sb:
+        mounts = await run(sb, "grep ' /scratch ' /proc/mounts")
+        fs, options = mounts.split()[2], mounts.split()[3].split(",")
+        assert fs == "tmpfs" and "rw" in options and "noexec" not in options
+        assert "size=8192k" in options
+        script = "printf '#!/bin/sh\\necho ran\\n' > /scratch/x.sh && chmod +x /scratch/x.sh " \
+                 "&& /scratch/x.sh"
+        assert await run(sb, script) == "ran\n"
+
+
+async def test_read_only_and_masked_paths() -> None:
+    masked = ["/etc/os-release", "/usr/share/doc"]
+    async with sandbox(IMAGE_PYTHON, read_only_paths=["/opt"], masked_paths=masked) as sb:
+        result = await sb.execute_command("touch /opt/x")
+        assert not result.success and "Read-only file system" in result.stderr
+        assert (await run(sb, "touch /usr/x && echo ok")) == "ok\n"  # only the listed path
+        assert await run(sb, "cat /etc/os-release") == ""
+        assert await run(sb, "ls -A /usr/share/doc") == ""
+        result = await sb.execute_command("touch /usr/share/doc/x")
+        assert not result.success and "Read-only file system" in result.stderr
+        # Docker's own defaults stay masked next to ours.
+        assert await run(sb, "cat /proc/keys") == ""
+
+
+# -- privileges ------------------------------------------------------------------------------------
+
+
+async def test_capabilities_added_and_dropped() -> None:
+    async with sandbox(add_capabilities=["NET_ADMIN", "cap_net_raw"]) as sb:
+        cap_eff = int(await status_field(sb, "CapEff"), 16)
+        assert cap_eff & (1 << NET_ADMIN) and cap_eff & mask("NET_RAW")
+        assert not cap_eff & mask("MKNOD")
+    async with sandbox(drop_capabilities=["ALL"]) as sb:
+        assert int(await status_field(sb, "CapEff"), 16) == 0
+        result = await sb.execute_command("chown 1000 /tmp")  # root without CAP_CHOWN
+        assert not result.success and "Operation not permitted" in result.stderr
+
+
+async def test_no_new_privileges_can_be_turned_off_explicitly() -> None:
+    async with sandbox(no_new_privileges=False) as sb:  # prevent_escalation still sets it
+        assert await status_field(sb, "NoNewPrivs") == "1"
+    async with sandbox(no_new_privileges=False, prevent_escalation=False) as sb:
+        assert await status_field(sb, "NoNewPrivs") == "0"
+
+
+async def test_run_as_user_and_group() -> None:
+    async with sandbox(IMAGE_PYTHON, run_as_user="1000") as sb:
+        assert await run(sb, "id -u; id -g") == "1000\n1000\n"
+        assert int(await status_field(sb, "CapEff"), 16) == 0
+        assert await run(sb, "stat -c %u .; touch mine && echo ok") == "1000\nok\n"
+    async with sandbox(IMAGE_PYTHON, run_as_user="sandbox", run_as_group="100") as sb:
+        assert await run(sb, "id -un; id -g") == "sandbox\n100\n"
+    async with sandbox(IMAGE_PYTHON, run_as_group="100") as sb:
+        assert await run(sb, "id -u; id -g") == "0\n100\n"
+
+
+async def test_seccomp_profile_file_denies_mkdir(tmp_path: Path) -> None:
+    profile = tmp_path / "no-mkdir.json"
+    profile.write_text(json.dumps({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}],
+    }))
+    async with sandbox(seccomp_profile=str(profile)) as sb:
+        assert await status_field(sb, "Seccomp") == "2"
+        result = await sb.execute_command("mkdir /tmp/d")
+        assert not result.success and "Operation not permitted" in result.stderr
+        assert await run(sb, "touch /tmp/f && echo ok") == "ok\n"
+
+
+# -- gVisor ----------------------------------------------------------------------------------------
+
+
+async def test_gvisor_runtime_and_its_process_limit() -> None:
+    config = SandboxConfig(image=IMAGE_PYTHON, runtime="runsc",
+                           resources=ResourceLimits(process_limit=64))
+    async with Sandbox(config) as sb:
+        assert "gVisor" in await run(sb, "dmesg")
+        nproc = "import resource; print(*resource.getrlimit(resource.RLIMIT_NPROC))"
+        assert (await run(sb, f"python3 -c '{nproc}'")).split() == ["64", "64"]
+        count, err = (await run(sb, f"python3 -c '{FORK_UNTIL_REFUSED}'")).split()
+        assert int(err) == EAGAIN and 10 < int(count) < 64
+        assert await run(sb, "echo alive") == "alive\n"
+
+
+# -- refusals --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("config", "field", "error"), [
+    (SandboxConfig(resources=ResourceLimits(disk_limit=1 << 30)), "resources.disk_limit",
+     SandboxInitFailed),
+    (SandboxConfig(resources=ResourceLimits(disk_request=1 << 30)), "resources.disk_request",
+     SandboxInitFailed),
+    (SandboxConfig(resources=ResourceLimits(network_in_limit=1000)), "resources.network_in_limit",
+     SandboxInitFailed),
+    (SandboxConfig(resources=ResourceLimits(network_out_limit=1000)),
+     "resources.network_out_limit", SandboxInitFailed),
+    (SandboxConfig(network=NetworkConfig(allowed_hosts=["example.com"])), "network.allowed_hosts",
+     SandboxInitFailed),
+    (SandboxConfig(network=NetworkConfig(blocked_hosts=["example.com"])), "network.blocked_hosts",
+     SandboxInitFailed),
+    (SandboxConfig(network=NetworkConfig(allowed_ports=[443])), "network.allowed_ports",
+     SandboxInitFailed),
+    (SandboxConfig(network=NetworkConfig(ingress_limit=1000)), "network.ingress_limit",
+     SandboxInitFailed),
+    (SandboxConfig(network=NetworkConfig(egress_limit=1000)), "network.egress_limit",
+     SandboxInitFailed),
+    (SandboxConfig(security=SecurityPolicy(apparmor_profile="docker-default")),
+     "security.apparmor_profile", SecurityViolation),
+    (SandboxConfig(security=SecurityPolicy(selinux_context="type:svirt_t")),
+     "security.selinux_context", SecurityViolation),
+    (SandboxConfig(runtime="nope"), "runtime", SandboxInitFailed),
+    (SandboxConfig(runtime="runsc", security=SecurityPolicy(
+        seccomp_profile='{"defaultAction": "SCMP_ACT_ALLOW"}')), "security.seccomp_profile",
+     SandboxInitFailed),
+    (SandboxConfig(runtime="runsc", resources=ResourceLimits(cpu_time_limit=5)),
+     "resources.cpu_time_limit", SandboxInitFailed),
+], ids=lambda v: v if isinstance(v, str) else "")
+async def test_unenforceable_fields_are_refused_at_initialize(
+    config: SandboxConfig, field: str, error: type[Exception]
+) -> None:
+    sb = Sandbox(config)
+    with pytest.raises(error) as caught:
+        await sb.initialize()
+    assert str(caught.value).startswith(field + ":") or f" {field}:" in str(caught.value)
+    if field == "runtime":
+        assert "available:" in str(caught.value) and "runsc" in str(caught.value)
+    assert no_container_with(sb.id)
+
+
+# -- per-command flags -----------------------------------------------------------------------------
+
+
+async def test_allow_network_is_refused_before_anything_runs() -> None:
+    async with sandbox() as sb:
+        with pytest.raises(NetworkAccessDenied):
+            await sb.execute_command(Command.shell("touch /tmp/ran", allow_network=True))
+        assert await run(sb, "ls /tmp") == ""
+
+
+async def test_allow_write_false_cannot_write_the_working_dir() -> None:
+    async with sandbox(IMAGE_PYTHON, run_as_user="1000") as sb:
+        result = await sb.execute_command(Command.shell("id -u; touch x", allow_write=False))
+        assert result.stdout == "65534\n" and "Permission denied" in result.stderr
+        assert await run(sb, "ls -A") == ""
+
+
+async def test_root_command_in_non_root_sandbox_is_refused() -> None:
+    async with sandbox(IMAGE_PYTHON, run_as_user="1000") as sb:
+        for user in ("root", "0", "0:0"):
+            with pytest.raises(SecurityViolation, match="root"):
+                await sb.execute_command(Command.shell("touch /tmp/ran", user=user))
+        assert await run(sb, "ls /tmp") == ""

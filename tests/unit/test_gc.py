@@ -1,0 +1,154 @@
+"""gc's owner verdicts and the command line's parsing, without an engine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sandbox import GcItem, GcReport
+from sandbox.__main__ import build_parser, main, parse_duration
+from sandbox._constants import (
+    LABEL_CREATED,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER_BOOT_ID,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_START,
+)
+from sandbox._gc import _Here, _pid_start, owner_verdict
+from sandbox.docker._sandbox import _owner_labels
+
+HERE = _Here.current()
+NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def labels_of(pid: int, **changes: str) -> dict[str, str]:
+    alive, ticks = _pid_start(pid)
+    assert alive
+    labels = {
+        LABEL_MANAGED_BY: "sandbox-sdk", LABEL_OWNER_HOST: HERE.host,
+        LABEL_OWNER_PID: str(pid), LABEL_OWNER_START: ticks or "",
+        LABEL_OWNER_BOOT_ID: HERE.boot_id,
+        LABEL_CREATED: (NOW - timedelta(hours=3)).isoformat(timespec="seconds"),
+    }
+    labels.update(changes)
+    return labels
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_labels_of_this_process_mean_alive() -> None:
+    remove, reason = owner_verdict(_owner_labels(), here=HERE)
+    assert not remove and "alive" in reason and "this process" in reason
+
+
+def test_exited_owner_is_gone() -> None:
+    pid = dead_pid()
+    labels = labels_of(os.getpid(), **{LABEL_OWNER_PID: str(pid)})
+    remove, reason = owner_verdict(labels, here=HERE)
+    assert remove and f"pid {pid}" in reason and "exited" in reason
+
+
+def test_reused_pid_with_other_start_ticks_is_gone() -> None:
+    labels = labels_of(os.getpid(), **{LABEL_OWNER_START: "1"})
+    remove, reason = owner_verdict(labels, here=HERE)
+    assert remove and "newer process" in reason
+
+
+def test_zombie_owner_is_gone() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        # Not reaped yet: the pid exists as a zombie.
+        for _ in range(200):
+            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                break
+            os.sched_yield()
+            import time
+
+            time.sleep(0.01)
+        labels = labels_of(os.getpid(), **{LABEL_OWNER_PID: str(proc.pid),
+                                            LABEL_OWNER_START: ""})
+        assert owner_verdict(labels, here=HERE)[0]
+    finally:
+        proc.wait()
+
+
+def test_other_boot_means_gone_even_if_pid_is_alive() -> None:
+    labels = labels_of(os.getpid(), **{LABEL_OWNER_BOOT_ID: "another-boot"})
+    remove, reason = owner_verdict(labels, here=HERE)
+    assert remove and "rebooted" in reason
+
+
+def test_other_host_kept_unless_older_than() -> None:
+    labels = labels_of(os.getpid(), **{LABEL_OWNER_HOST: "elsewhere",
+                                        LABEL_OWNER_PID: str(dead_pid())})
+    remove, reason = owner_verdict(labels, here=HERE, now=NOW)
+    assert not remove and "another host" in reason and "older_than" in reason
+    remove, reason = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(hours=4))
+    assert not remove
+    remove, reason = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(hours=2))
+    assert remove and "3h old" in reason
+
+
+def test_live_owner_never_removed_whatever_older_than() -> None:
+    labels = labels_of(os.getpid())
+    remove, _ = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(0))
+    assert not remove
+
+
+def test_missing_owner_labels_kept_unless_older_than() -> None:
+    labels = {LABEL_MANAGED_BY: "sandbox-sdk"}
+    assert owner_verdict(labels, here=HERE)[0] is False
+    remove, reason = owner_verdict(labels, here=HERE, older_than=timedelta(1))
+    assert not remove and "age is unknown" in reason
+    created = NOW - timedelta(days=3)
+    assert owner_verdict(labels, here=HERE, created=created, now=NOW,
+                         older_than=timedelta(days=1))[0]
+
+
+def test_report_groups() -> None:
+    c = GcItem(kind="container", id="c1", name="a", reason="r")
+    n = GcItem(kind="network", id="n1", name="b", reason="r")
+    report = GcReport(removed_containers=(c,), kept_networks=(n,))
+    assert report.removed == (c,) and report.kept == (n,)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30s", 30), ("10m", 600), ("2h", 7200), ("1d", 86400), ("1h30m", 5400), ("1.5h", 5400),
+])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "5x", "h", "-1h", "1h 30m", "1hh"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_parser_gc_options_and_debug_either_side() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["gc", "--dry-run", "--older-than", "2h", "--debug"])
+    assert args.dry_run and args.older_than == timedelta(hours=2) and args.debug
+    args = parser.parse_args(["--debug", "gc"])
+    assert args.debug and not args.dry_run and args.older_than is None
+    assert parser.parse_args(["gc"]).debug is False
+
+
+def test_usage_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gc", "--older-than", "soon"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid duration 'soon'" in err
+    assert main([]) == 2
+    assert main(["nope"]) == 2
