@@ -1,0 +1,72 @@
+"""Shared pieces of the benchmark: the target containers, statistics and small helpers."""
+
+from __future__ import annotations
+
+import io
+import math
+import statistics
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The sandbox's keep-alive main process, reused by the baselines so every container is alike.
+KEEPALIVE = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
+#: Every container a baseline creates carries this label; run.py sweeps them at start and end.
+BENCH_LABEL = "io.sandbox.bench"
+MIB = 1 << 20
+
+
+@dataclass
+class Box:
+    """A running sandbox every implementation uses: the SDK through ``sb``, the others by id."""
+
+    sb: Any  # sandbox.Sandbox (kept loose so the baselines need not import the SDK)
+    cid: str
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def p95(values: list[float]) -> float:
+    """Nearest-rank 95th percentile (with few samples it is the maximum)."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(0.95 * len(ordered)) - 1, 0)]
+
+
+def tar_tree(src: Path, arcname: str) -> bytes:
+    """Pack a host tree into an uncompressed tar, as docker cp and the SDK do."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.add(str(src), arcname=arcname, recursive=True)
+    return buf.getvalue()
+
+
+def tar_one(name: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = 0o644
+        tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def untar_one(archive: bytes) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tf:
+        member = tf.next()
+        assert member is not None
+        f = tf.extractfile(member)
+        assert f is not None
+        return f.read()
+
+
+def make_small_tree(root: Path, count: int = 1000, size: int = 512) -> Path:
+    """Write ``count`` files of ``size`` bytes in 10 sub-directories."""
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        d = root / f"d{i % 10}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{i}.txt").write_bytes(bytes([65 + i % 26]) * size)
+    return root

@@ -1,0 +1,402 @@
+"""Benchmark the SDK against raw aiodocker, docker-py and the docker CLI on the real engine.
+
+Every scenario runs all implementations in the same process and the same run, interleaved
+repetition by repetition (so drift in the shared engine hits them alike), against the same
+containers where a container is needed. Prints a Markdown table of medians and p95 with the
+ratio to raw aiodocker, and writes bench/results/latest.json.
+
+    python bench/run.py                 # full run, about 8 minutes
+    python bench/run.py --quick         # fewer repetitions, about 3 minutes
+    python bench/run.py --only exec,stream
+
+It measures; it asserts nothing about the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from common import BENCH_LABEL, KEEPALIVE, MIB, Box, make_small_tree, median, p95
+from impl_aiodocker import RawAiodocker
+from impl_cli import DockerCLI
+from impl_dockerpy import DockerPy
+from impl_sdk import SDK
+
+from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "latest.json"
+SCENARIOS = ("create", "exec", "exec50", "stream", "files", "usage", "rss")
+BASELINE = "aiodocker"
+
+
+@dataclass
+class Row:
+    scenario: str
+    impl: str
+    unit: str
+    samples: list[float]
+    higher_is_better: bool = False
+    headline: str = "median"  # or "mean"
+    note: str = ""
+    value: float = 0.0
+    p95: float = 0.0
+    ratio: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def finish(self) -> None:
+        if self.headline == "mean":
+            self.value = statistics.fmean(self.samples)
+        else:
+            self.value = median(self.samples)
+        # For a rate the tail is the slow end: the rate of the 95th-percentile run time.
+        self.p95 = (1 / p95([1 / v for v in self.samples]) if self.higher_is_better
+                    else p95(self.samples))
+
+
+Impl = Any  # one of SDK, RawAiodocker, DockerPy, DockerCLI (duck-typed, see impl_*.py)
+
+
+class Bench:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.rows: list[Row] = []
+        self.impls: list[Impl] = []
+        self.spec: dict[str, Any] = {}
+
+    def reps(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+    def add(self, row: Row) -> None:
+        row.finish()
+        self.rows.append(row)
+        shown = f"{row.value:,.3f}" if row.value < 10 else f"{row.value:,.1f}"
+        print(f"  {row.scenario:<28} {row.impl:<30} {shown:>10} {row.unit}", flush=True)
+
+    async def timed(self, fn: Callable[[], Awaitable[Any]]) -> float:
+        t0 = time.perf_counter()
+        await fn()
+        return time.perf_counter() - t0
+
+    async def interleaved(
+        self, scenario: str, reps: int, op: Callable[[Impl], Awaitable[Any]], *,
+        unit: str = "ms", impls: list[Impl] | None = None, warmup: int = 1,
+        rate_mib: float | None = None,
+    ) -> None:
+        """Run ``op`` for every implementation, rotating who goes first each repetition."""
+        impls = impls or self.impls
+        samples: dict[str, list[float]] = {i.name: [] for i in impls}
+        for _ in range(warmup):
+            for impl in impls:
+                await op(impl)
+        for rep in range(reps):
+            for impl in impls[rep % len(impls):] + impls[: rep % len(impls)]:
+                seconds = await self.timed(lambda impl=impl: op(impl))
+                samples[impl.name].append(rate_mib / seconds if rate_mib else seconds * 1000)
+        for impl in impls:
+            self.add(Row(scenario, impl.name, unit, samples[impl.name],
+                         higher_is_better=rate_mib is not None))
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    async def derive_spec(self) -> None:
+        """Create one SDK sandbox and copy its container settings to the baselines."""
+        async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+            cid = sb.backend.container_id
+            raw = json.loads((await anyio.run_process(["docker", "inspect", cid])).stdout)[0]
+        cfg, host = raw["Config"], raw["HostConfig"]
+        body = {"User": cfg.get("User") or "", "Env": cfg.get("Env") or [],
+                "WorkingDir": cfg.get("WorkingDir") or "", "HostConfig": host,
+                "Labels": {BENCH_LABEL: "aiodocker"}}
+        kwargs: dict[str, Any] = {"labels": {BENCH_LABEL: "docker-py"}}
+        flags: list[str] = []
+
+        def both(key: str, kw: str, flag: str, conv: Callable[[Any], Any] = lambda v: v) -> None:
+            value = host.get(key)
+            if value:
+                kwargs[kw] = conv(value)
+                items = value if isinstance(value, list) else [value]
+                for item in items:
+                    flags.extend([flag] if item is True else [flag, str(conv(item))])
+
+        both("NetworkMode", "network_mode", "--network")
+        both("Init", "init", "--init")
+        both("CapDrop", "cap_drop", "--cap-drop")
+        both("CapAdd", "cap_add", "--cap-add")
+        both("SecurityOpt", "security_opt", "--security-opt")
+        both("PidsLimit", "pids_limit", "--pids-limit")
+        both("Memory", "mem_limit", "--memory")
+        both("ReadonlyRootfs", "read_only", "--read-only")
+        both("Runtime", "runtime", "--runtime")
+        if host.get("NanoCpus"):
+            kwargs["nano_cpus"] = host["NanoCpus"]
+            flags += ["--cpus", str(host["NanoCpus"] / 1e9)]
+        for path, opts in (host.get("Tmpfs") or {}).items():
+            kwargs.setdefault("tmpfs", {})[path] = opts
+            flags += ["--tmpfs", f"{path}:{opts}" if opts else path]
+        if cfg.get("WorkingDir"):
+            kwargs["working_dir"] = cfg["WorkingDir"]
+            flags += ["--workdir", cfg["WorkingDir"]]
+        self.spec = {"body": {**body, "Image": IMAGE_BUSYBOX, "Cmd": KEEPALIVE},
+                     "kwargs": kwargs, "command": KEEPALIVE, "flags": flags}
+        self.impls = [SDK(), RawAiodocker(body), DockerPy(kwargs), DockerCLI(flags)]
+        for impl in self.impls:
+            await impl.open()
+
+    async def open_boxes(self, image: str, n: int) -> list[Box]:
+        boxes: list[Box] = []
+
+        async def one() -> None:
+            sb = Sandbox(SandboxConfig(image=image))
+            await sb.__aenter__()
+            boxes.append(Box(sb, sb.backend.container_id))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(one)
+        return boxes
+
+    @staticmethod
+    async def close_boxes(boxes: list[Box]) -> None:
+        async with anyio.create_task_group() as tg:
+            for box in boxes:
+                tg.start_soon(box.sb.cleanup)
+
+    # -- scenarios ----------------------------------------------------------------------------
+
+    async def s_create(self) -> None:
+        reps = self.reps(10, 3)
+        ready: dict[str, list[float]] = {i.name: [] for i in self.impls}
+        gone: dict[str, list[float]] = {i.name: [] for i in self.impls}
+        for rep in range(reps + 1):  # the first round warms caches and is dropped
+            for impl in self.impls[rep % 4:] + self.impls[: rep % 4]:
+                t0 = time.perf_counter()
+                handle = await impl.create(IMAGE_BUSYBOX)
+                t1 = time.perf_counter()
+                await impl.remove(handle)
+                t2 = time.perf_counter()
+                if rep:
+                    ready[impl.name].append((t1 - t0) * 1000)
+                    gone[impl.name].append((t2 - t1) * 1000)
+        for impl in self.impls:
+            self.add(Row("create to ready", impl.name, "ms", ready[impl.name]))
+        for impl in self.impls:
+            self.add(Row("cleanup (remove)", impl.name, "ms", gone[impl.name]))
+
+    async def s_exec(self) -> None:
+        [box] = await self.open_boxes(IMAGE_BUSYBOX, 1)
+        try:
+            await self.interleaved("exec `true` round trip", self.reps(30, 10),
+                                   lambda impl: impl.exec_true(box), warmup=3)
+        finally:
+            await self.close_boxes([box])
+
+    async def s_exec50(self) -> None:
+        boxes = await self.open_boxes(IMAGE_BUSYBOX, 10)
+        try:
+            for label, targets in (("50 execs, 1 sandbox", boxes[:1]),
+                                   ("50 execs, 10 sandboxes", boxes)):
+                async def burst(impl: Impl, targets: list[Box] = targets) -> None:
+                    async with anyio.create_task_group() as tg:
+                        for i in range(50):
+                            tg.start_soon(impl.exec_true, targets[i % len(targets)])
+                await self.interleaved(label, self.reps(5, 2), burst)
+        finally:
+            await self.close_boxes(boxes)
+
+    async def s_stream(self) -> None:
+        [box] = await self.open_boxes(IMAGE_PYTHON, 1)
+        sdk = self.impls[0]
+
+        class Capture:
+            name = "sandbox SDK (execute_command)"
+
+            async def stream(self, box: Box, nbytes: int) -> int:
+                n: int = await sdk.capture(box, nbytes)
+                return n
+
+        class Uncaptured:
+            name = "sandbox SDK (max_output_bytes=0)"
+
+            async def stream(self, box: Box, nbytes: int) -> int:
+                n: int = await sdk.stream_uncaptured(box, nbytes)
+                return n
+
+        impls = [*self.impls[:1], Uncaptured(), Capture(), *self.impls[1:]]
+        try:
+            for mib in (20, 200):
+                async def op(impl: Impl, nbytes: int = mib * MIB) -> None:
+                    got = await impl.stream(box, nbytes)
+                    assert got == nbytes, (impl.name, got)
+                await self.interleaved(f"stdout {mib} MiB", self.reps(7, 2) if mib == 200
+                                       else self.reps(9, 3), op, unit="MiB/s", impls=impls,
+                                       rate_mib=mib)
+        finally:
+            await self.close_boxes([box])
+
+    async def s_files(self) -> None:
+        [box] = await self.open_boxes(IMAGE_PYTHON, 1)
+        names = {impl.name: f"i{n}" for n, impl in enumerate(self.impls)}
+        try:
+            for label, size, reps in (("1 MiB", MIB, self.reps(15, 5)),
+                                      ("100 MiB", 100 * MIB, self.reps(5, 2))):
+                data = os.urandom(size)
+
+                def path(impl: Impl, label: str = label) -> str:
+                    return f"/workspace/{names[impl.name]}-{label.replace(' ', '')}"
+
+                async def write(impl: Impl, data: bytes = data) -> None:
+                    await impl.write(box, path(impl), data)
+
+                async def read(impl: Impl, data: bytes = data) -> None:
+                    got = await impl.read(box, path(impl))
+                    assert got == data, (impl.name, len(got))
+
+                await self.interleaved(f"write_file {label}", reps, write)
+                await self.interleaved(f"read_file {label}", reps, read)
+            with tempfile.TemporaryDirectory() as tmp:
+                tree = make_small_tree(Path(tmp) / "tree")
+                counter = iter(range(10**6))
+
+                async def put(impl: Impl) -> None:
+                    dest = f"/workspace/{names[impl.name]}-tree{next(counter)}"
+                    await impl.put_tree(box, tree, dest)
+
+                await self.interleaved("copy in 1,000 files (512 B)", self.reps(7, 3), put)
+                check = await box.sb.execute_command(
+                    "find /workspace -type f -path '*-tree*' | wc -l")
+                runs = self.reps(7, 3) + 1
+                assert int(check.stdout) == 1000 * runs * len(self.impls), check.stdout
+        finally:
+            await self.close_boxes([box])
+
+    async def s_usage(self) -> None:
+        [box] = await self.open_boxes(IMAGE_BUSYBOX, 1)
+        try:
+            with anyio.move_on_after(15):
+                # The first published sample; the SDK offers no public event to wait on.
+                while not box.sb.usage_history():  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            if not box.sb.usage_history():
+                raise RuntimeError("no stats sample within 15 s: the engine's stats are "
+                                   "stalled (a paused container on the engine does that)")
+            for impl in self.impls:
+                calls = 5 if impl.name == "docker CLI" else 20
+                samples = [await self.timed(lambda impl=impl: impl.usage(box)) * 1000
+                           for _ in range(calls)]
+                note = f"mean of {calls} calls"
+                self.add(Row("resource usage (1 call)", impl.name, "ms", samples,
+                             headline="mean", note=note))
+        finally:
+            await self.close_boxes([box])
+
+    async def s_rss(self) -> None:
+        n = 50
+        for impl, key in ((self.impls[0], "sdk"), (self.impls[1], "aiodocker"),
+                          (self.impls[2], "docker-py")):
+            proc = await anyio.run_process(
+                [sys.executable, str(HERE / "rss.py"), key, str(n), json.dumps(self.spec)],
+                check=True,
+            )
+            data = json.loads(proc.stdout)
+            row = Row(f"peak RSS, {n} sandboxes open", impl.name, "MiB", [data["peak_mib"]],
+                      note=f"{data['baseline_mib']:.0f} MiB after imports",
+                      extra=data)
+            self.add(row)
+
+    # -- report -------------------------------------------------------------------------------
+
+    def ratios(self) -> None:
+        base = {r.scenario: r.value for r in self.rows if r.impl == BASELINE}
+        for row in self.rows:
+            if base.get(row.scenario):
+                row.ratio = row.value / base[row.scenario]
+
+    def table(self) -> str:
+        lines = [
+            "| scenario | implementation | median | p95 | unit | ÷ aiodocker |",
+            "|---|---|--:|--:|---|--:|",
+        ]
+        for r in self.rows:
+            def fmt(v: float) -> str:
+                return f"{v:.3f}" if v < 1 else f"{v:,.2f}" if v < 10 else f"{v:,.0f}"
+
+            ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+            med = fmt(r.value) + (" (mean)" if r.headline == "mean" else "")
+            unit = r.unit + (" ↑" if r.higher_is_better else "")
+            lines.append(f"| {r.scenario} | {r.impl} | {med} | {fmt(r.p95)} | {unit} | {ratio} |")
+        return "\n".join(lines)
+
+
+def sweep() -> None:
+    """Remove containers a baseline left behind (the SDK's own are removed by the SDK)."""
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={BENCH_LABEL}"],
+                         capture_output=True, text=True).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {SCENARIOS}")
+    args = parser.parse_args()
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SCENARIOS)
+    unknown = set(chosen) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario(s) {sorted(unknown)}; choose from {SCENARIOS}")
+    sweep()
+    bench = Bench(args.quick)
+    failures: dict[str, str] = {}
+    started = time.monotonic()
+    try:
+        await bench.derive_spec()
+        for name in chosen:
+            print(f"{name}:", flush=True)
+            try:
+                await getattr(bench, f"s_{name}")()
+            except Exception as exc:  # one broken scenario must not lose the others
+                failures[name] = f"{type(exc).__name__}: {exc}"
+                print(f"  {name} FAILED: {failures[name]}", flush=True)
+    finally:
+        for impl in bench.impls:
+            await impl.close()
+        sweep()
+    bench.ratios()
+    elapsed = time.monotonic() - started
+    print()
+    print(bench.table())
+    print(f"\n{len(bench.rows)} rows in {elapsed:.0f} s; ratios are implementation ÷ raw "
+          "aiodocker (↑: higher is better, otherwise lower is better)")
+    version = (await anyio.run_process(["docker", "version", "--format",
+                                        "{{.Server.Version}}"])).stdout.decode().strip()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick, "scenarios": chosen, "seconds": round(elapsed, 1),
+        "python": platform.python_version(), "engine": version, "cpus": os.cpu_count(),
+        "rows": [asdict(r) for r in bench.rows], "failures": failures,
+        "table": bench.table(),
+    }, indent=2) + "\n")
+    print(f"results written to {RESULTS.relative_to(HERE.parent)}")
+    if failures:
+        raise SystemExit(f"{len(failures)} scenario(s) failed: {', '.join(failures)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

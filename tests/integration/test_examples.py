@@ -1,0 +1,57 @@
+"""Run every example as a user would, so they never rot: exit status 0 and a key line."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+pytestmark = pytest.mark.usefixtures("engine")
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+#: example -> patterns its output must contain (each a regex over stdout).
+EXPECTED = {
+    "quickstart.py": [r"python3 said: hello from", r"timed_out=True signal=SIGKILL",
+                      r"cleaned up: destroyed"],
+    "agent_loop.py": [r"stderr\| NameError: name 'value' is not defined",
+                      r"replacing it with 'values'", r"stdout\| step 5: mean of 1..5 = 3.0",
+                      r"agent: success after 2 attempt\(s\)"],
+    "repo_task.py": [r"FAILED \(failures=1\)", r"tests after the fix: exit 0, OK",
+                     r"\n-    return a - b\n\+    return a \+ b\n",
+                     r"calc.py on the host now reads:     return a \+ b"],
+    "parallel.py": [r"too slow\s+-?\d+ timeout", r"fails\s+3 failed\s",
+                    r"count\s+0 ok\s+[\d.]+\s+100000",
+                    r"10 tasks in 10 sandboxes, 8 succeeded"],
+    "monitor.py": [r"\[\s*\d+\.\d s\] cpu\s+\d+\.\d %\s+memory", r"cpu hog done",
+                   r"memory hog held 192 MiB", r"peak cpu \d+ %, peak memory \d+ MiB"],
+}
+
+
+def test_every_example_is_covered() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+async def test_example_runs(name: str) -> None:
+    with anyio.fail_after(60):
+        proc = await anyio.run_process(
+            [sys.executable, "-W", "error::ResourceWarning", str(EXAMPLES / name)],
+            cwd=ROOT, check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # The checkout first, so the examples use this tree even if not installed.
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)},
+        )
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}\n{out}\n{err}"
+    for pattern in EXPECTED[name]:
+        assert re.search(pattern, out), f"{name}: no match for {pattern!r} in:\n{out}"
+    for bad in ("Traceback", "ResourceWarning", "Unclosed", "Task was destroyed"):
+        assert bad not in err, f"{name} wrote {bad!r} to stderr:\n{err}"
