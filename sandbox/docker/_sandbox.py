@@ -117,6 +117,8 @@ def _is_root(user: str) -> bool:
 async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
     """Run ``coro`` to its end even if the caller is cancelled, then pass the cancellation on.
 
+    Used for removal, and for the container create, whose id must be known before cleanup.
+
     anyio's shield stops anyio cancellation only; asyncio's ``Task.cancel()`` (and the Ctrl-C
     handler of ``asyncio.run``, which uses it) still lands at the next await, so removal runs
     in a task of its own that the caller's cancellation cannot reach.
@@ -131,7 +133,8 @@ async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
                 cancelled = exc
     if cancelled is not None:
         if not task.cancelled() and task.exception() is not None:
-            log.warning("cleanup after cancellation failed: %s", task.exception())
+            log.warning("%s failed after the caller was cancelled: %s",
+                        getattr(coro, "__qualname__", coro), task.exception())
         raise cancelled
     task.result()
 
@@ -313,11 +316,18 @@ class DockerSandbox:
         await self._network.prepare(body, networked=plan.networked,
                                     needs_network=plan.needs_network)
         self._created_resources = True
-        created = await engine.query_json(
-            "create the sandbox container", "containers/create", "POST",
-            params=plan.params, data=body,
-        )
-        self._container_id = created["Id"]
+
+        async def create() -> None:
+            created = await engine.query_json(
+                "create the sandbox container", "containers/create", "POST",
+                params=plan.params, data=body,
+            )
+            self._container_id = created["Id"]
+
+        # A create cancelled in flight still finishes on the engine, after a removal by name
+        # would have found nothing; so the create itself is not cancelled, and its id is known
+        # before the cancellation goes on to the cleanup.
+        await _finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         self._status = SandboxStatus.STARTING
         await engine.request("start the sandbox container",
