@@ -1,0 +1,263 @@
+"""An in-memory sandbox for unit-testing agent code without an engine.
+
+`FakeSandbox` implements `ExecutionSandbox`: files, working directory and environment live in
+memory, and commands answer from results you script. Nothing runs.
+
+Example:
+    fake = FakeSandbox()
+    fake.on_command("pytest", CommandResult(exit_code=1, stdout="1 failed"))
+    fake.fail_next("read_file", SandboxFileNotFound("gone", path="/x"))
+    async with fake:
+        result = await fake.execute_command("pytest -q")
+    assert fake.commands[0].args == ("-c", "pytest -q")
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import stat
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+import attrs
+
+from ._errors import (
+    ConfigError,
+    FileOperationFailed,
+    SandboxAlreadyExists,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxNotRunning,
+)
+from ._models import (
+    Command,
+    CommandResult,
+    FileInfo,
+    ResourceUsage,
+    SandboxConfig,
+    SandboxInfo,
+    SandboxStatus,
+)
+from ._protocol import CommandLike, OutputCallback
+
+__all__ = ["FakeSandbox"]
+
+Responder = CommandResult | SandboxError | Callable[[Command], CommandResult]
+
+
+def _to_command(cmd: CommandLike) -> Command:
+    if isinstance(cmd, Command):
+        if not cmd.executable:
+            raise ConfigError("Command.executable is empty: say what to run")
+        return cmd
+    if isinstance(cmd, str):
+        if not cmd.strip():
+            raise ConfigError("the command string is empty: say what to run")
+        return Command.shell(cmd)
+    return Command.argv(list(cmd))
+
+
+def _text(command: Command) -> str:
+    """What a rule's pattern is matched against: the script of a shell command, else argv."""
+    if command.executable == "/bin/sh" and command.args[:1] == ("-c",) and len(command.args) > 1:
+        return command.args[1]
+    return " ".join((command.executable, *command.args))
+
+
+class FakeSandbox:
+    """A scriptable, engine-free `ExecutionSandbox` (like the design's mock sandbox).
+
+    Commands answer from rules added with `on_command` (first match wins, a regex searched in
+    the shell script or the joined argv), else `default_result`. `fail_next(method, error)`
+    makes the next call of a method raise. Every command run is kept in `commands`.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.status = SandboxStatus.CREATING
+        self.commands: list[Command] = []
+        self.files: dict[str, tuple[bytes, int]] = {}
+        self.dirs: set[str] = {"/", self.config.working_dir}
+        self.default_result = CommandResult(exit_code=0, success=True)
+        self.usage = ResourceUsage()
+        self._rules: list[tuple[re.Pattern[str], Responder]] = []
+        self._failures: dict[str, list[SandboxError]] = {}
+        self._cwd = self.config.working_dir
+        self._env = dict(self.config.environment)
+        self._initialized = False
+        self._created_at: datetime | None = None
+
+    # -- scripting ------------------------------------------------------------------------------
+
+    def on_command(self, pattern: str, response: Responder) -> None:
+        """Answer commands matching ``pattern`` with a result, an error, or a function."""
+        self._rules.append((re.compile(pattern), response))
+
+    def fail_next(self, method: str, error: SandboxError) -> None:
+        """Make the next call of ``method`` (e.g. "read_file") raise ``error``."""
+        self._failures.setdefault(method, []).append(error)
+
+    def _check(self, method: str, *, running: bool = True) -> None:
+        queued = self._failures.get(method)
+        if queued:
+            raise queued.pop(0)
+        if running and self.status is not SandboxStatus.RUNNING:
+            raise SandboxNotRunning(f"the sandbox is {self.status.value}")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> FakeSandbox:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.status is not SandboxStatus.DESTROYED:
+            await self.cleanup()
+
+    async def initialize(self, config: SandboxConfig | None = None) -> None:
+        self._check("initialize", running=False)
+        if self._initialized:
+            raise SandboxAlreadyExists("this sandbox was already initialized")
+        if config is not None:
+            self.config = config
+            self._cwd = config.working_dir
+            self._env = dict(config.environment)
+            self.dirs.add(config.working_dir)
+        self._initialized = True
+        self._created_at = datetime.now(UTC)
+        self.status = SandboxStatus.RUNNING
+
+    async def cleanup(self) -> None:
+        self._check("cleanup", running=False)
+        if not self._initialized:
+            raise SandboxNotRunning("the sandbox was never initialized; nothing to clean up")
+        self.status = SandboxStatus.DESTROYED
+
+    # -- commands -------------------------------------------------------------------------------
+
+    async def execute_command(
+        self, cmd: CommandLike, *, on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandResult:
+        self._check("execute_command")
+        command = _to_command(cmd)
+        self.commands.append(command)
+        response: Responder = self.default_result
+        for pattern, candidate in self._rules:
+            if pattern.search(_text(command)):
+                response = candidate
+                break
+        if isinstance(response, SandboxError):
+            raise response
+        result = response(command) if callable(response) else response
+        now = datetime.now(UTC)
+        result = attrs.evolve(result, start_time=result.start_time or now,
+                              end_time=result.end_time or now,
+                              success=result.exit_code == 0 and not result.timed_out,
+                              combined=result.combined or result.stdout + result.stderr)
+        for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
+            if callback is not None and text:
+                outcome = callback(text.encode())
+                if hasattr(outcome, "__await__"):
+                    await outcome
+        return result
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        if not path or "\0" in path:
+            raise FileOperationFailed("the path is empty or contains NUL", path=path)
+        return posixpath.normpath(posixpath.join(self._cwd, path))
+
+    async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
+        self._check("write_file")
+        full = self._path(path)
+        if full in self.dirs:
+            raise SandboxIsADirectory(f"write {full!r} failed: it is a directory", path=full)
+        data = content.encode() if isinstance(content, str) else content
+        self.files[full] = (data, mode)
+        parent = posixpath.dirname(full)
+        while parent not in self.dirs:
+            self.dirs.add(parent)
+            parent = posixpath.dirname(parent)
+
+    async def read_file(self, path: str) -> bytes:
+        self._check("read_file")
+        full = self._path(path)
+        if full in self.dirs:
+            raise SandboxIsADirectory(f"read {full!r} failed: it is a directory", path=full)
+        if full not in self.files:
+            raise SandboxFileNotFound(f"read {full!r} failed: no such file or directory",
+                                      path=full)
+        return self.files[full][0]
+
+    async def list_files(self, path: str = ".") -> list[FileInfo]:
+        self._check("list_files")
+        full = self._path(path)
+        now = datetime.now(UTC)
+        if full in self.files:
+            data, mode = self.files[full]
+            return [self._info(full, len(data), stat.S_IFREG | mode, now)]
+        if full not in self.dirs:
+            raise SandboxFileNotFound(f"list {full!r} failed: no such file or directory",
+                                      path=full)
+        entries = [self._info(d, 0, stat.S_IFDIR | 0o755, now)
+                   for d in sorted(self.dirs) if d != full and posixpath.dirname(d) == full]
+        entries += [self._info(f, len(d), stat.S_IFREG | m, now)
+                    for f, (d, m) in sorted(self.files.items()) if posixpath.dirname(f) == full]
+        return entries
+
+    @staticmethod
+    def _info(path: str, size: int, mode: int, when: datetime) -> FileInfo:
+        return FileInfo(name=posixpath.basename(path), path=path, size=size,
+                        mode=stat.S_IMODE(mode), mod_time=when, is_dir=stat.S_ISDIR(mode),
+                        owner="root", group="root", permissions=stat.filemode(mode))
+
+    async def copy_files(self, source: str, dest: str) -> None:
+        """Record-only: the fake has no host side; scripted failures still apply."""
+        self._check("copy_files")
+        if source.startswith("sandbox:") == dest.startswith("sandbox:"):
+            raise FileOperationFailed(
+                "copy_files needs exactly one side in the sandbox, written 'sandbox:/path'",
+                path=source)
+
+    # -- working directory and environment ---------------------------------------------------
+
+    def get_working_directory(self) -> str:
+        return self._cwd
+
+    async def set_working_directory(self, path: str) -> None:
+        self._check("set_working_directory")
+        full = self._path(path)
+        if full not in self.dirs:
+            raise FileOperationFailed(f"cannot change to {full!r}: it does not exist", path=full)
+        self._cwd = full
+
+    def get_environment(self) -> dict[str, str]:
+        return dict(self._env)
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        for key, value in env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ConfigError(f"environment variable {key!r}: names must be non-empty and "
+                                  "free of '=' and NUL, values free of NUL")
+        self._env.update(env)
+
+    # -- info -----------------------------------------------------------------------------------
+
+    async def get_resource_usage(self) -> ResourceUsage:
+        self._check("get_resource_usage")
+        return self.usage
+
+    async def get_info(self) -> SandboxInfo:
+        self._check("get_info", running=False)
+        return SandboxInfo(id="fake", name="fake", type=self.config.type, status=self.status,
+                           created_at=self._created_at, started_at=self._created_at,
+                           image=self.config.image, config=self.config,
+                           allocated_resources=self.config.resources,
+                           labels=dict(self.config.labels),
+                           annotations=dict(self.config.annotations))
+
+

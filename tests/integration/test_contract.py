@@ -1,0 +1,95 @@
+"""The ExecutionSandbox contract, run against the real Docker sandbox and the in-memory fake."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from sandbox import (
+    IMAGE_BUSYBOX,
+    ConfigError,
+    ExecutionSandbox,
+    FileOperationFailed,
+    Sandbox,
+    SandboxConfig,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxNotRunning,
+    SandboxStatus,
+)
+from sandbox.testing import FakeSandbox
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+
+def make(kind: str) -> Sandbox | FakeSandbox:
+    cfg = SandboxConfig(image=IMAGE_BUSYBOX, environment={"BASE": "1"})
+    return Sandbox(cfg) if kind == "docker" else FakeSandbox(cfg)
+
+
+@pytest_asyncio.fixture(params=["docker", "fake"])
+async def sb(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox | FakeSandbox]:
+    box = make(request.param)
+    async with box:
+        yield box
+
+
+async def test_is_an_execution_sandbox(sb: Sandbox | FakeSandbox) -> None:
+    assert isinstance(sb, ExecutionSandbox)
+    assert (await sb.get_info()).status is SandboxStatus.RUNNING
+
+
+async def test_files_round_trip_and_list(sb: Sandbox | FakeSandbox) -> None:
+    await sb.write_file("a/b.txt", "hi", mode=0o600)
+    assert await sb.read_file("/workspace/a/b.txt") == b"hi"
+    infos = await sb.list_files("a")
+    assert [(i.name, i.size, i.mode, i.is_dir) for i in infos] == [("b.txt", 2, 0o600, False)]
+    assert (await sb.list_files("."))[0].is_dir
+
+
+async def test_file_errors(sb: Sandbox | FakeSandbox) -> None:
+    with pytest.raises(SandboxFileNotFound):
+        await sb.read_file("missing")
+    await sb.write_file("d/f", "x")
+    with pytest.raises(SandboxIsADirectory):
+        await sb.read_file("d")
+    with pytest.raises(FileOperationFailed):
+        await sb.set_working_directory("/nope")
+    with pytest.raises(FileOperationFailed):
+        await sb.copy_files("/a", "/b")
+
+
+async def test_working_directory_and_environment(sb: Sandbox | FakeSandbox) -> None:
+    await sb.write_file("sub/x", "")
+    await sb.set_working_directory("sub")
+    assert sb.get_working_directory() == "/workspace/sub"
+    env = sb.get_environment()
+    env["CHANGED"] = "1"
+    assert "CHANGED" not in sb.get_environment()
+    sb.set_environment({"NEW": "2"})
+    assert sb.get_environment() == {"BASE": "1", "NEW": "2"}
+    with pytest.raises(ConfigError):
+        sb.set_environment({"A=B": "x"})
+
+
+async def test_commands_and_empty_input(sb: Sandbox | FakeSandbox) -> None:
+    result = await sb.execute_command("true")
+    assert result.success and result.exit_code == 0 and result.start_time is not None
+    with pytest.raises(ConfigError):
+        await sb.execute_command("")
+
+
+@pytest.mark.parametrize("kind", ["docker", "fake"])
+async def test_lifecycle_rules(kind: str) -> None:
+    box = make(kind)
+    with pytest.raises(SandboxNotRunning):
+        await box.cleanup()
+    await box.initialize()
+    await box.cleanup()
+    await box.cleanup()
+    with pytest.raises(SandboxNotRunning):
+        await box.execute_command("true")
+    with pytest.raises(SandboxNotRunning):
+        await box.read_file("x")
