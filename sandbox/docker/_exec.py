@@ -44,21 +44,38 @@ DRAIN_AFTER_KILL = 5.0
 # marker until none is left. STOP first so a fork loop cannot outrun the sweep.
 _SWEEP_SH = r"""m="$1"; sig="$2"; i=0
 while [ $i -lt 100 ]; do
-  pids=""
+  pids=""; unsure=""
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     [ "$p" = "$$" ] && continue
-    case "$(tr '\0' '\n' < "$d/environ" 2>/dev/null)" in
-      *"$m"*) pids="$pids $p";;
+    [ -r "$d/environ" ] || continue
+    # A failed read of a readable, still-present process is a failed fork (a fork bomb at
+    # the pids limit), not proof of absence: look again rather than report success.
+    e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || { [ -e "$d" ] && unsure=1; continue; }
+    case "$e" in
+      *"$m"*) pids="$pids $p"
+        # Stop and kill the whole process group at once with builtins (no fork needed), so a
+        # fork bomb in it cannot outrun the sweep. runc makes each exec its own group leader.
+        if [ "$sig" = KILL ] && read -r st < "$d/stat" 2>/dev/null; then
+          set -- ${st##*) }
+          if [ "${3:-1}" -gt 1 ] && [ "$3" != "$$" ]; then
+            kill -STOP -"$3" 2>/dev/null; kill -KILL -"$3" 2>/dev/null
+          fi
+        fi;;
     esac
   done
-  [ -z "$pids" ] && exit 0
-  if [ "$sig" = KILL ]; then kill -STOP $pids 2>/dev/null; fi
-  kill -"$sig" $pids 2>/dev/null
+  [ -z "$pids" ] && [ -z "$unsure" ] && exit 0
+  if [ -n "$pids" ]; then
+    if [ "$sig" = KILL ]; then kill -STOP $pids 2>/dev/null; fi
+    kill -"$sig" $pids 2>/dev/null
+  fi
   [ "$sig" = KILL ] || exit 0
   i=$((i+1)); sleep 0.02
 done
 exit 1"""
+
+#: A sweep that could not finish (it could not fork, or found survivors) is run again.
+SWEEP_ATTEMPTS = 5
 
 Callback = Callable[[bytes], Any]
 
@@ -277,23 +294,31 @@ class ExecProcess:
     async def _sweep(self, signal: str) -> None:
         """Run the marker sweep in a second exec as the same user; fall back to nothing."""
         docker = self._engine.docker
-        with anyio.CancelScope(shield=True), anyio.move_on_after(15):
-            try:
-                with mapped_errors("kill the command"):
-                    data = await docker._query_json(
-                        f"containers/{self.container_id}/exec", "POST",
-                        data=json.dumps({
-                            "Cmd": ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
-                                    f"{MARKER_VAR}={self._marker}", signal],
-                            "User": self._user, "AttachStdout": True, "AttachStderr": True,
-                        }),
-                    )
-                    killer = Exec(docker, data["Id"], tty=False)
-                    async with killer.start(detach=False) as s:
-                        while await s.read_out() is not None:
-                            pass
-            except SandboxError:
-                pass
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            for _attempt in range(SWEEP_ATTEMPTS):
+                try:
+                    with mapped_errors("kill the command"):
+                        data = await docker._query_json(
+                            f"containers/{self.container_id}/exec", "POST",
+                            data=json.dumps({
+                                "Cmd": ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
+                                        f"{MARKER_VAR}={self._marker}", signal],
+                                "User": self._user, "AttachStdout": True,
+                                "AttachStderr": True,
+                            }),
+                        )
+                        killer = Exec(docker, data["Id"], tty=False)
+                        async with killer.start(detach=False) as s:
+                            while await s.read_out() is not None:
+                                pass
+                        done = await docker._query_json(f"exec/{data['Id']}/json")
+                except SandboxError:
+                    break
+                # Exit 0: nothing carrying the marker is left. Otherwise the sweep could not
+                # start or finish (no free pid under a fork bomb): try again shortly.
+                if done.get("ExitCode") == 0 or signal != "KILL":
+                    break
+                await anyio.sleep(0.2)
         if signal == "KILL" and not self._eof.is_set():
             # Normally the output ends at once. If it does not (the sweep could not run: the
             # container is paused, the engine is gone), stop reading so nobody waits forever.
