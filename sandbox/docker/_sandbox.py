@@ -313,8 +313,10 @@ class DockerSandbox:
         self._workspace = Workspace(cfg.repository)
         await self._workspace.prepare(body)
         self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels)
-        await self._network.prepare(body, networked=plan.networked,
-                                    needs_network=plan.needs_network)
+        # Like the container create below: a network create cancelled in flight would still
+        # be made by the engine, after cleanup looked for it.
+        await _finish_despite_cancel(self._network.prepare(
+            body, networked=plan.networked, needs_network=plan.needs_network))
         self._created_resources = True
 
         async def create() -> None:
