@@ -1,9 +1,11 @@
 """Value types for sandbox configuration, commands and results.
 
-All are frozen attrs classes with keyword-only constructors. Sizes are int bytes, durations are
-`datetime.timedelta` (constructors also accept int/float seconds), times are timezone-aware
-datetimes. Invalid values raise `ConfigError` (a `ValueError`) whose message starts with the
-field name. Collections are stored as tuples; mappings as private `dict` copies.
+All are frozen attrs classes with keyword-only constructors. Sizes and counts are ints
+(not floats or bools) up to 2**63-1, durations are `datetime.timedelta` (constructors also
+accept finite int/float seconds within timedelta's range), times are timezone-aware datetimes.
+Invalid values raise `ConfigError` (a `ValueError`), values of the wrong kind for a converted
+field a `TypeError`; either message starts with the field name. Collections are stored as
+tuples; mappings as private `dict` copies.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 import attrs
 
@@ -49,6 +51,7 @@ _PULL_POLICIES = ("missing", "always", "never")
 _PROTOCOLS = ("tcp", "udp")
 _OCTAL_MODE = re.compile(r"[0-7]{3,4}")
 _ZERO = timedelta(0)
+_T = TypeVar("_T")
 
 
 class SandboxStatus(enum.StrEnum):
@@ -64,45 +67,103 @@ class SandboxStatus(enum.StrEnum):
     DESTROYED = "destroyed"
 
 
-# Converters. attrs passes no field name to converters, so messages name the expected type.
+# Converters. Each takes the attrs field so its messages can start with the field name:
+# `_named_converters`, every class's field_transformer, wraps them in attrs.Converter. The class
+# bodies name the plain functions because mypy's attrs plugin only understands those.
+
+_INT64_MAX = 2**63 - 1
+_MAX_SECONDS = timedelta.max.days * 86_400 + timedelta.max.seconds  # about 2.7 million years
 
 
-def _to_timedelta(value: timedelta | float) -> timedelta:
-    """Accept a timedelta or a number of seconds."""
+def _name(field: attrs.Attribute[Any] | None) -> str:
+    return field.name if field is not None else "value"
+
+
+def _show(value: object) -> str:
+    """repr() for messages; huge ints (whose repr may even fail) are described instead."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
+
+
+def _to_timedelta(value: timedelta | float, field: attrs.Attribute[Any] | None = None) -> timedelta:
+    """Accept a timedelta or a finite number of seconds within timedelta's range."""
     if isinstance(value, timedelta):
         return value
+    name = _name(field)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected timedelta or seconds, got {type(value).__name__} {value!r}")
-    return timedelta(seconds=value)
+        raise TypeError(
+            f"{name} must be a timedelta or a number of seconds, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
+    try:
+        return timedelta(seconds=value)
+    except OverflowError:
+        raise ConfigError(
+            f"{name} must be between -{_MAX_SECONDS} and {_MAX_SECONDS} seconds "
+            f"(timedelta's range), got {_show(value)}"
+        ) from None
 
 
-def _to_float(value: float) -> float:
+def _to_float(value: float, field: attrs.Attribute[Any] | None = None) -> float:
     """Accept an int or float (not bool or str)."""
+    name = _name(field)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
-    return float(value)
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ConfigError(f"{name} is too large for a float, got {_show(value)}") from None
 
 
-def _to_str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+def _to_str_tuple(
+    value: Iterable[str], field: attrs.Attribute[Any] | None = None
+) -> tuple[str, ...]:
     """Copy an iterable of strings to a tuple, refusing a lone string."""
     if isinstance(value, str | bytes):
-        raise TypeError(f"expected an iterable of str, got {type(value).__name__} {value!r}")
-    return tuple(value)
+        raise TypeError(
+            f"{_name(field)} must be an iterable of str, not a single "
+            f"{type(value).__name__} {value!r}"
+        )
+    return _to_tuple(value, field, "str")
 
 
-def _to_int_tuple(value: Iterable[int]) -> tuple[int, ...]:
+def _to_int_tuple(
+    value: Iterable[int], field: attrs.Attribute[Any] | None = None
+) -> tuple[int, ...]:
     """Copy an iterable of ints to a tuple."""
-    return tuple(value)
+    return _to_tuple(value, field, "int")
 
 
-def _to_port_tuple(value: Iterable[PortMapping]) -> tuple[PortMapping, ...]:
+def _to_port_tuple(
+    value: Iterable[PortMapping], field: attrs.Attribute[Any] | None = None
+) -> tuple[PortMapping, ...]:
     """Copy an iterable of port mappings to a tuple."""
-    return tuple(value)
+    return _to_tuple(value, field, "PortMapping")
 
 
-def _to_str_dict(value: Mapping[str, str]) -> dict[str, str]:
+def _to_tuple(value: Iterable[_T], field: attrs.Attribute[Any] | None, item: str) -> tuple[_T, ...]:
+    try:
+        items = iter(value)
+    except TypeError:
+        raise TypeError(
+            f"{_name(field)} must be an iterable of {item}, got {type(value).__name__} {value!r}"
+        ) from None
+    return tuple(items)
+
+
+def _to_str_dict(
+    value: Mapping[str, str], field: attrs.Attribute[Any] | None = None
+) -> dict[str, str]:
     """Copy a mapping so the frozen instance does not share it with the caller."""
-    return dict(value)
+    try:
+        return dict(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{_name(field)} must be a mapping of str to str, got {type(value).__name__} {value!r}"
+        ) from None
 
 
 def _to_status(value: SandboxStatus | str) -> SandboxStatus:
@@ -114,13 +175,29 @@ def _to_status(value: SandboxStatus | str) -> SandboxStatus:
         raise ConfigError(f"status must be one of {allowed}, got {value!r}") from None
 
 
+_FieldConverter: TypeAlias = "Callable[[Any, attrs.Attribute[Any]], Any]"
+_FIELD_AWARE: frozenset[Any] = frozenset(
+    {_to_timedelta, _to_float, _to_str_tuple, _to_int_tuple, _to_port_tuple, _to_str_dict}
+)
+
+
+def _named_converters(_: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
+    """Pass the field to the converters above, so their errors can name it."""
+    return [
+        f.evolve(converter=attrs.Converter(cast(_FieldConverter, f.converter), takes_field=True))
+        if f.converter in _FIELD_AWARE
+        else f
+        for f in fields
+    ]
+
+
 # Validators. Messages start with the field name; `_json` prefixes the parent path.
 # Fields with converters spell out attrs.field(...) in the class bodies because mypy's
 # attrs plugin only sees converters written in place.
 
 
 def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """Require a non-negative int, float or timedelta."""
+    """Require a non-negative, finite float or a non-negative timedelta."""
     name = attribute.name
     if isinstance(value, timedelta):
         if value < _ZERO:
@@ -134,6 +211,17 @@ def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ConfigError(f"{name} must be >= 0, got {value!r}")
 
 
+def _non_negative_int(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """Require an int (not bool or float) in 0..2**63-1, the range the engine and Go accept."""
+    name = attribute.name
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ConfigError(f"{name} must be >= 0, got {_show(value)}")
+    if value > _INT64_MAX:
+        raise ConfigError(f"{name} must be at most {_INT64_MAX} (int64), got {_show(value)}")
+
+
 def _aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -> None:
     """Require a timezone-aware datetime (or None)."""
     if value is not None and value.utcoffset() is None:
@@ -143,7 +231,7 @@ def _aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -
 def _check_port(name: str, value: int, *, allow_zero: bool) -> None:
     lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= 65535:
-        raise ConfigError(f"{name} must be in {lowest}..65535, got {value!r}")
+        raise ConfigError(f"{name} must be in {lowest}..65535, got {_show(value)}")
 
 
 def _port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -198,7 +286,7 @@ def _octal(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
         raise ConfigError(f"{attribute.name} must be empty or octal like '0755', got {value!r}")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class ResourceLimits:
     """Resource limits and requests for a sandbox; 0 means unlimited / engine default.
 
@@ -219,14 +307,14 @@ class ResourceLimits:
 
     cpu_limit: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
     cpu_request: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
-    memory_limit: int = attrs.field(default=0, validator=_non_negative)
-    memory_request: int = attrs.field(default=0, validator=_non_negative)
-    disk_limit: int = attrs.field(default=0, validator=_non_negative)
-    disk_request: int = attrs.field(default=0, validator=_non_negative)
-    network_in_limit: int = attrs.field(default=0, validator=_non_negative)
-    network_out_limit: int = attrs.field(default=0, validator=_non_negative)
-    process_limit: int = attrs.field(default=0, validator=_non_negative)
-    file_limit: int = attrs.field(default=0, validator=_non_negative)
+    memory_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    memory_request: int = attrs.field(default=0, validator=_non_negative_int)
+    disk_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    disk_request: int = attrs.field(default=0, validator=_non_negative_int)
+    network_in_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    network_out_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    process_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    file_limit: int = attrs.field(default=0, validator=_non_negative_int)
     wall_time_limit: timedelta = attrs.field(
         default=_ZERO, converter=_to_timedelta, validator=_non_negative
     )
@@ -235,7 +323,7 @@ class ResourceLimits:
     )
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class SecurityPolicy:
     """Security settings applied to the sandbox container; defaults are restrictive.
 
@@ -282,7 +370,7 @@ class SecurityPolicy:
     log_security_events: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class GitConfig:
     """Git identity and settings applied to a cloned repository.
 
@@ -299,7 +387,7 @@ class GitConfig:
     config_values: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class RepositoryConfig:
     """A repository to clone or copy into the sandbox.
 
@@ -332,7 +420,7 @@ class RepositoryConfig:
     group: str = ""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class PortMapping:
     """A container port published on the host.
 
@@ -349,7 +437,7 @@ class PortMapping:
     host_ip: str = "127.0.0.1"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class NetworkConfig:
     """Network settings of the sandbox; isolated by default.
 
@@ -382,11 +470,11 @@ class NetworkConfig:
     allowed_ports: tuple[int, ...] = attrs.field(
         factory=tuple, converter=_to_int_tuple, validator=_ports
     )
-    ingress_limit: int = attrs.field(default=0, validator=_non_negative)
-    egress_limit: int = attrs.field(default=0, validator=_non_negative)
+    ingress_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    egress_limit: int = attrs.field(default=0, validator=_non_negative_int)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class SandboxConfig:
     """Everything needed to create a sandbox.
 
@@ -442,7 +530,7 @@ class SandboxConfig:
     name: str = ""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class Command:
     """A command to run in the sandbox.
 
@@ -481,7 +569,9 @@ class Command:
     allow_network: bool = False
     allow_write: bool = True
     restrict_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    max_output_bytes: int = attrs.field(default=DEFAULT_MAX_OUTPUT_BYTES, validator=_non_negative)
+    max_output_bytes: int = attrs.field(
+        default=DEFAULT_MAX_OUTPUT_BYTES, validator=_non_negative_int
+    )
     stdin: bytes | str | AsyncIterable[bytes] | None = attrs.field(default=None, eq=False)
 
     @classmethod
@@ -499,7 +589,7 @@ class Command:
         return cls(executable=argv[0], args=tuple(argv[1:]), **kwargs)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class ResourceUsage:
     """A resource-usage sample of a sandbox or command.
 
@@ -526,21 +616,21 @@ class ResourceUsage:
     cpu_time: timedelta = attrs.field(
         default=_ZERO, converter=_to_timedelta, validator=_non_negative
     )
-    memory_usage: int = attrs.field(default=0, validator=_non_negative)
+    memory_usage: int = attrs.field(default=0, validator=_non_negative_int)
     memory_percent: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
-    memory_peak: int = attrs.field(default=0, validator=_non_negative)
-    disk_usage: int = attrs.field(default=0, validator=_non_negative)
-    disk_reads: int = attrs.field(default=0, validator=_non_negative)
-    disk_writes: int = attrs.field(default=0, validator=_non_negative)
-    network_in: int = attrs.field(default=0, validator=_non_negative)
-    network_out: int = attrs.field(default=0, validator=_non_negative)
-    process_count: int = attrs.field(default=0, validator=_non_negative)
-    thread_count: int = attrs.field(default=0, validator=_non_negative)
-    file_handles: int = attrs.field(default=0, validator=_non_negative)
+    memory_peak: int = attrs.field(default=0, validator=_non_negative_int)
+    disk_usage: int = attrs.field(default=0, validator=_non_negative_int)
+    disk_reads: int = attrs.field(default=0, validator=_non_negative_int)
+    disk_writes: int = attrs.field(default=0, validator=_non_negative_int)
+    network_in: int = attrs.field(default=0, validator=_non_negative_int)
+    network_out: int = attrs.field(default=0, validator=_non_negative_int)
+    process_count: int = attrs.field(default=0, validator=_non_negative_int)
+    thread_count: int = attrs.field(default=0, validator=_non_negative_int)
+    file_handles: int = attrs.field(default=0, validator=_non_negative_int)
     uptime: timedelta = attrs.field(default=_ZERO, converter=_to_timedelta, validator=_non_negative)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class CommandResult:
     """The outcome of a finished command.
 
@@ -578,7 +668,7 @@ class CommandResult:
     resource_usage: ResourceUsage = attrs.field(factory=ResourceUsage)
     error: str = ""
     signal: str = ""
-    process_id: int = attrs.field(default=0, validator=_non_negative)
+    process_id: int = attrs.field(default=0, validator=_non_negative_int)
     metadata: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
     timed_out: bool = False
     oom_killed: bool = False
@@ -587,7 +677,7 @@ class CommandResult:
     stderr_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class FileInfo:
     """Metadata of a file in the sandbox.
 
@@ -607,8 +697,8 @@ class FileInfo:
 
     name: str
     path: str
-    size: int = attrs.field(default=0, validator=_non_negative)
-    mode: int = attrs.field(default=0, validator=_non_negative)
+    size: int = attrs.field(default=0, validator=_non_negative_int)
+    mode: int = attrs.field(default=0, validator=_non_negative_int)
     mod_time: datetime | None = attrs.field(default=None, validator=_aware)
     is_dir: bool = False
     owner: str = ""
@@ -618,7 +708,7 @@ class FileInfo:
     link_target: str = ""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class SandboxInfo:
     """A snapshot of a sandbox's identity and state.
 
@@ -665,7 +755,7 @@ class SandboxInfo:
     oom_killed: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class OutputChunk:
     """A piece of a command's output as it arrives.
 

@@ -15,6 +15,7 @@ from sandbox._constants import (
     DEFAULT_WORKING_DIR,
 )
 from sandbox._errors import ConfigError
+from sandbox._json import from_json, to_json
 from sandbox._models import (
     Command,
     CommandResult,
@@ -74,10 +75,132 @@ def test_timedelta_accepts_seconds(seconds: float) -> None:
 
 
 def test_timedelta_rejects_other_types() -> None:
-    with pytest.raises(TypeError, match="seconds"):
+    with pytest.raises(TypeError, match=r"^timeout must be a timedelta or a number of seconds"):
         Command(timeout="5")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^timeout "):
         Command(timeout=True)
+
+
+_DURATION_FIELDS: list[tuple[Any, str]] = [
+    (lambda v: Command(timeout=v), "timeout"),
+    (lambda v: Command(idle_timeout=v), "idle_timeout"),
+    (lambda v: ResourceLimits(wall_time_limit=v), "wall_time_limit"),
+    (lambda v: ResourceLimits(cpu_time_limit=v), "cpu_time_limit"),
+    (lambda v: SandboxConfig(timeout=v), "timeout"),
+    (lambda v: SandboxConfig(cleanup_delay=v), "cleanup_delay"),
+    (lambda v: SandboxConfig(stats_interval=v), "stats_interval"),
+    (lambda v: ResourceUsage(cpu_time=v), "cpu_time"),
+    (lambda v: ResourceUsage(uptime=v), "uptime"),
+    (lambda v: CommandResult(duration=v), "duration"),
+]
+
+
+@pytest.mark.parametrize(("build", "field"), _DURATION_FIELDS)
+@pytest.mark.parametrize(
+    ("seconds", "problem"),
+    [
+        (float("nan"), "must be a finite number of seconds, got nan"),
+        (float("inf"), "must be a finite number of seconds, got inf"),
+        (float("-inf"), "must be a finite number of seconds, got -inf"),
+        (1e20, "must be between -86399999999999 and 86399999999999 seconds"),
+        (-1e20, "must be between -86399999999999 and 86399999999999 seconds"),
+        (10**20, "must be between -86399999999999 and 86399999999999 seconds"),
+    ],
+)
+def test_duration_seconds_must_be_finite_and_in_range(
+    build: Any, field: str, seconds: float, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        build(seconds)
+    assert isinstance(info.value, ValueError)
+    assert str(info.value).startswith(f"{field} {problem}")
+
+
+def test_duration_range_edges() -> None:
+    biggest = 86_399_999_999_999
+    assert Command(timeout=biggest).timeout == timedelta(seconds=biggest)
+    assert Command(timeout=timedelta.max).timeout == timedelta.max
+    assert Command(timeout=1e-7).timeout == timedelta(0)
+    with pytest.raises(ConfigError, match=r"^timeout must be between"):
+        Command(timeout=biggest + 1)
+    with pytest.raises(ConfigError, match=r"^timeout must be a finite number of seconds, got nan$"):
+        attrs.evolve(Command(), timeout=float("nan"))
+
+
+_INT_FIELDS: list[tuple[Any, str]] = [
+    (lambda v: ResourceLimits(memory_limit=v), "memory_limit"),
+    (lambda v: ResourceLimits(process_limit=v), "process_limit"),
+    (lambda v: ResourceLimits(file_limit=v), "file_limit"),
+    (lambda v: NetworkConfig(ingress_limit=v), "ingress_limit"),
+    (lambda v: Command(max_output_bytes=v), "max_output_bytes"),
+    (lambda v: ResourceUsage(memory_usage=v), "memory_usage"),
+    (lambda v: ResourceUsage(thread_count=v), "thread_count"),
+    (lambda v: CommandResult(process_id=v), "process_id"),
+    (lambda v: FileInfo(name="a", path="/a", size=v), "size"),
+    (lambda v: FileInfo(name="a", path="/a", mode=v), "mode"),
+]
+
+
+@pytest.mark.parametrize(("build", "field"), _INT_FIELDS)
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (1.5, "must be an int, got float 1.5"),
+        (2.0, "must be an int, got float 2.0"),
+        (float("nan"), "must be an int, got float nan"),
+        (True, "must be an int, got bool True"),
+        (False, "must be an int, got bool False"),
+        ("5", "must be an int, got str '5'"),
+        (None, "must be an int, got NoneType None"),
+        (2**63, "must be at most 9223372036854775807 (int64), got 9223372036854775808"),
+        (2**200, "must be at most 9223372036854775807 (int64), got an int of 201 bits"),
+    ],
+)
+def test_int_fields_reject_non_ints(build: Any, field: str, value: Any, problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build(value)
+    assert isinstance(info.value, ValueError)
+    assert str(info.value) == f"{field} {problem}"
+
+
+@pytest.mark.parametrize(("build", "field"), _INT_FIELDS)
+def test_int_fields_accept_ints(build: Any, field: str) -> None:
+    for value in (0, 1, 2**63 - 1):
+        assert getattr(build(value), field) == value
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: ResourceLimits(cpu_limit=10**400), ConfigError, "cpu_limit is too large"),
+        (lambda: ResourceLimits(cpu_limit=float("inf")), ConfigError, "cpu_limit must be finite"),
+        (lambda: ResourceLimits(cpu_limit="2"), TypeError, "cpu_limit must be a number"),  # type: ignore[arg-type]
+        (lambda: SandboxConfig(tools="git"), TypeError, "tools must be an iterable of str"),
+        (lambda: NetworkConfig(allowed_ports=5), TypeError, "allowed_ports must be an iterable"),  # type: ignore[arg-type]
+        (lambda: NetworkConfig(port_mappings=5), TypeError, "port_mappings must be an iterable"),  # type: ignore[arg-type]
+        (lambda: SandboxConfig(environment=5), TypeError, "environment must be a mapping"),  # type: ignore[arg-type]
+        (lambda: GitConfig(config_values=["abc"]), TypeError, "config_values must be a mapping"),  # type: ignore[arg-type]
+        (lambda: PortMapping(container_port=2**200), ConfigError, "container_port must be in"),
+    ],
+)
+def test_converter_errors_name_the_field(build: Any, error: type, message: str) -> None:
+    with pytest.raises(error) as info:
+        build()
+    assert str(info.value).startswith(message)
+
+
+def test_json_round_trips_extreme_values_and_names_paths() -> None:
+    config = SandboxConfig(
+        timeout=timedelta.max,
+        resources=ResourceLimits(memory_limit=2**63 - 1, wall_time_limit=86_399_999_999_999),
+    )
+    assert from_json(to_json(config), SandboxConfig) == config
+    with pytest.raises(ConfigError, match=r"resources\.memory_limit must be at most"):
+        from_json('{"resources":{"memory_limit":9223372036854775808}}', SandboxConfig)
+    with pytest.raises(ConfigError, match=r"resources\.memory_limit: expected int, got float"):
+        from_json('{"resources":{"memory_limit":1.5}}', SandboxConfig)
+    with pytest.raises(ConfigError, match=r"resources\.wall_time_limit: expected integer"):
+        from_json('{"resources":{"wall_time_limit":1e20}}', SandboxConfig)
 
 
 def test_float_fields_convert_ints() -> None:
