@@ -55,8 +55,8 @@ def _add_gc(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     p.add_argument(
         "--older-than", type=parse_duration, metavar="DURATION",
-        help="also remove resources whose owner cannot be checked from here (another host, "
-        "no owner labels) once older than DURATION (30s, 10m, 2h, 1d)",
+        help="remove only what is at least DURATION old (30s, 10m, 2h, 1d); resources whose "
+        "owner cannot be checked from here (another host, no owner labels) are never removed",
     )
     p.set_defaults(run=_run_gc)
 

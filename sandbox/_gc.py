@@ -9,9 +9,9 @@ ones whose owner is provably gone:
 * the owner ran on this host before the last reboot (another boot id);
 * its pid no longer exists, is a zombie, or now belongs to a process that started later.
 
-It never touches a resource whose owner is alive, nor anything without the SDK's labels. A
-resource whose owner cannot be checked from here (another host, missing owner labels) is kept,
-unless ``older_than`` is given and it is older than that.
+It never touches a resource whose owner is alive or cannot be checked from here (another
+host, missing owner labels), nor anything without the SDK's labels. ``older_than`` narrows the
+removal further to resources at least that old.
 """
 
 from __future__ import annotations
@@ -158,12 +158,17 @@ def owner_verdict(
     age = (now or datetime.now(UTC)) - when if when else None
 
     def unverifiable(why: str) -> tuple[bool, str]:
-        if older_than is not None and age is not None and age >= older_than:
-            return True, f"{why}, and it is {_age_text(age)} old (older than " \
-                         f"{_age_text(older_than)})"
-        if older_than is not None and age is None:
-            return False, f"{why}, and its age is unknown"
-        return False, f"{why}; pass older_than to collect it by age"
+        return False, f"{why}, so it cannot be proven gone; remove it by hand if it is"
+
+    def gone(why: str) -> tuple[bool, str]:
+        if older_than is None:
+            return True, why
+        if age is None:
+            return False, f"{why}, but its age is unknown (older_than was given)"
+        if age < older_than:
+            return False, f"{why}, but it is only {_age_text(age)} old (younger than " \
+                          f"{_age_text(older_than)})"
+        return True, f"{why}, and it is {_age_text(age)} old"
 
     if not host or not pid_text.isdigit():
         return unverifiable("it has no owner labels to check")
@@ -171,12 +176,12 @@ def owner_verdict(
         return unverifiable(f"its owner ran on another host ({host!r})")
     pid = int(pid_text)
     if boot and here.boot_id and boot != here.boot_id:
-        return True, f"its owner (pid {pid}) ran before this host last rebooted"
+        return gone(f"its owner (pid {pid}) ran before this host last rebooted")
     alive, start = _pid_start(pid)
     if not alive:
-        return True, f"its owner (pid {pid}) has exited"
+        return gone(f"its owner (pid {pid}) has exited")
     if ticks and start is not None and ticks != start:
-        return True, f"its owner (pid {pid}) has exited; the pid now belongs to a newer process"
+        return gone(f"its owner (pid {pid}) has exited; the pid now belongs to a newer process")
     me = " (this process)" if pid == os.getpid() else ""
     return False, f"its owner (pid {pid}){me} is alive"
 
@@ -194,9 +199,9 @@ async def gc(
 
     Args:
         dry_run: Only report what would be removed.
-        older_than: Also remove resources whose owner cannot be checked from here (created
-            on another host, or without owner labels) once they are at least this old.
-            Resources of a live owner are never removed.
+        older_than: Remove only resources at least this old (their owner gone as well).
+            Resources of a live owner, or of one that cannot be checked from here (another
+            host, no owner labels), are never removed.
         docker: An aiodocker client to use (yours to close); by default one is opened to
             DOCKER_HOST or the default socket and closed before returning.
 

@@ -90,15 +90,13 @@ def test_other_boot_means_gone_even_if_pid_is_alive() -> None:
     assert remove and "rebooted" in reason
 
 
-def test_other_host_kept_unless_older_than() -> None:
+def test_other_host_is_never_removed_whatever_its_age() -> None:
     labels = labels_of(os.getpid(), **{LABEL_OWNER_HOST: "elsewhere",
                                         LABEL_OWNER_PID: str(dead_pid())})
     remove, reason = owner_verdict(labels, here=HERE, now=NOW)
-    assert not remove and "another host" in reason and "older_than" in reason
-    remove, reason = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(hours=4))
+    assert not remove and "another host" in reason and "cannot be proven" in reason
+    remove, reason = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(0))
     assert not remove
-    remove, reason = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(hours=2))
-    assert remove and "3h old" in reason
 
 
 def test_live_owner_never_removed_whatever_older_than() -> None:
@@ -107,14 +105,25 @@ def test_live_owner_never_removed_whatever_older_than() -> None:
     assert not remove
 
 
-def test_missing_owner_labels_kept_unless_older_than() -> None:
+def test_missing_owner_labels_never_removed() -> None:
     labels = {LABEL_MANAGED_BY: "sandbox-sdk"}
     assert owner_verdict(labels, here=HERE)[0] is False
-    remove, reason = owner_verdict(labels, here=HERE, older_than=timedelta(1))
-    assert not remove and "age is unknown" in reason
     created = NOW - timedelta(days=3)
-    assert owner_verdict(labels, here=HERE, created=created, now=NOW,
-                         older_than=timedelta(days=1))[0]
+    remove, reason = owner_verdict(labels, here=HERE, created=created, now=NOW,
+                                   older_than=timedelta(days=1))
+    assert not remove and "no owner labels" in reason
+
+
+def test_older_than_is_an_age_floor_for_dead_owners() -> None:
+    labels = labels_of(os.getpid(), **{LABEL_OWNER_PID: str(dead_pid())})
+    assert owner_verdict(labels, here=HERE, now=NOW)[0]  # 3h old, no floor
+    remove, reason = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(hours=4))
+    assert not remove and "younger than 4h" in reason
+    remove, reason = owner_verdict(labels, here=HERE, now=NOW, older_than=timedelta(hours=2))
+    assert remove and "3h old" in reason and "exited" in reason
+    no_date = {k: v for k, v in labels.items() if k != LABEL_CREATED}
+    remove, reason = owner_verdict(no_date, here=HERE, now=NOW, older_than=timedelta(hours=2))
+    assert not remove and "age is unknown" in reason
 
 
 def test_report_groups() -> None:
