@@ -44,11 +44,22 @@ def engine() -> Iterator[None]:
         pytest.fail(f"the Docker engine or test images are not ready ({problem}); run `make test`",
                     pytrace=False)
     yield
-    # Only this test process's own leftovers: another process's sandboxes are not ours to touch.
-    leftovers = docker_cli("ps", "-aq", "--filter", f"label={LABEL}",
-                           "--filter", f"label={LABEL_OWNER_PID}={os.getpid()}").split()
-    if leftovers:
-        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True, timeout=120)
+    # After the suite nothing the SDK made for this process may remain. Only this process's
+    # own: another process's sandboxes are not ours to judge or touch.
+    mine = ("--filter", f"label={LABEL}", "--filter", f"label={LABEL_OWNER_PID}={os.getpid()}")
+    leaks = {
+        "container": docker_cli("ps", "-aq", *mine).split(),
+        "network": docker_cli("network", "ls", "-q", *mine).split(),
+        "volume": docker_cli("volume", "ls", "-q", *mine).split(),
+    }
+    for kind, ids in leaks.items():
+        if ids:
+            rm = {"container": ["rm", "-f"], "network": ["network", "rm"],
+                  "volume": ["volume", "rm", "-f"]}[kind]
+            subprocess.run(["docker", *rm, *ids], capture_output=True, timeout=120)
+    if any(leaks.values()):
+        pytest.fail(f"the suite left labelled resources behind (now removed): {leaks}",
+                    pytrace=False)
 
 
 def container_exists(name_or_id: str) -> bool:

@@ -17,9 +17,10 @@ import contextlib
 import inspect
 import json
 import math
+import signal as _signal
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,9 +31,9 @@ from aiodocker.stream import Stream
 from anyio.abc import TaskGroup
 
 from .._errors import CommandExecutionFailed, EngineUnavailable, SandboxError, SandboxNotRunning
-from .._models import CommandResult, OutputChunk, ResourceUsage
+from .._models import CommandResult, OutputChunk
 from .._output import OutputCapture, StreamName
-from .._signals import signal_name
+from .._signals import parse_signal, signal_name
 from ._engine import Engine, engine_address, mapped_errors
 
 MARKER_VAR = "SANDBOX_EXEC_ID"
@@ -78,6 +79,8 @@ exit 1"""
 SWEEP_ATTEMPTS = 5
 
 Callback = Callable[[bytes], Any]
+Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
+"""Adds to a result what only the sandbox knows (usage during the command, OOM kills)."""
 
 
 async def _call(callback: Callback | None, data: bytes) -> None:
@@ -103,9 +106,10 @@ class ExecProcess:
         self, *, engine: Engine, container_id: str, exec_id: str, stream: Stream, marker: str,
         user: str, argv: Sequence[str], max_output_bytes: int, timeout: float | None,
         idle_timeout: float | None, on_stdout: Callback | None, on_stderr: Callback | None,
-        iterate: bool,
+        iterate: bool, finalize: Finalizer | None = None,
     ) -> None:
         self._engine = engine
+        self._finalize = finalize
         self.container_id = container_id
         self.exec_id = exec_id
         self._stream = stream
@@ -123,6 +127,7 @@ class ExecProcess:
         self._send = send
         self._receive = receive
         self._eof = anyio.Event()
+        self._drained = False  # the engine ended the output: the command is over
         self._done = anyio.Event()
         self._stdin_closed = False
         self._stdin_lock = anyio.Lock()
@@ -134,8 +139,6 @@ class ExecProcess:
         self._result: CommandResult | None = None
         self.start_time = datetime.now(UTC)
         self._t0 = time.monotonic()
-        self.resource_usage: ResourceUsage | None = None
-        self.oom_killed = False
 
     # -- public handle -------------------------------------------------------------------------
 
@@ -188,13 +191,17 @@ class ExecProcess:
             if transport is not None and transport.can_write_eof() and not transport.is_closing():
                 transport.write_eof()
 
-    async def kill(self, signal: str = "KILL") -> None:
-        """Send a signal to the command and every process it started.
+    async def kill(self, signal: int | str = "KILL") -> None:
+        """Send a signal (``9``, ``"TERM"``, ``"SIGINT"``, ``signal.SIGHUP``) to the command
+        and every process it started.
 
         With KILL (the default) the sweep repeats until none of them is left.
+
+        Raises:
+            ValueError: ``signal`` names no signal.
         """
-        name = signal.upper().removeprefix("SIG")
-        if name in ("KILL", "9"):
+        name = _signal.Signals(parse_signal(signal)).name.removeprefix("SIG")
+        if name == "KILL":
             self._killed = True
         await self._sweep(name)
 
@@ -248,6 +255,7 @@ class ExecProcess:
                         self._pump_error = exc
                     break
                 if msg is None:
+                    self._drained = True
                     break
                 name: StreamName = "stderr" if msg.stream == 2 else "stdout"
                 data = bytes(msg.data)
@@ -345,7 +353,10 @@ class ExecProcess:
                     f"{engine_address()} broke while it ran; it was killed, run it again",
                     retryable=True,
                 )
-            self._result = self._build(info)
+            result = self._build(info)
+            if self._finalize is not None:
+                result = await self._finalize(result)
+            self._result = result
         except SandboxError as exc:
             self._pump_error = self._pump_error or exc
         finally:
@@ -387,8 +398,6 @@ class ExecProcess:
         if self._abandoned:
             error = (error + "; " if error else "") + \
                 "the command did not end when killed (is the container paused?)"
-        if self.oom_killed and not error:
-            error = "killed by the out-of-memory killer (memory limit reached)"
         if cap.truncated:
             error = (error + "; " if error else "") + "output truncated at max_output_bytes"
         return CommandResult(
@@ -400,13 +409,11 @@ class ExecProcess:
             start_time=self.start_time,
             end_time=end,
             duration=timedelta(seconds=time.monotonic() - self._t0),
-            resource_usage=self.resource_usage or ResourceUsage(),
             error=error,
             signal=sig,
             process_id=pid,
             metadata={"container_id": self.container_id, "exec_id": self.exec_id},
             timed_out=timed_out,
-            oom_killed=self.oom_killed,
             truncated=cap.truncated,
             stdout_bytes=cap.raw("stdout"),
             stderr_bytes=cap.raw("stderr"),
@@ -431,6 +438,7 @@ async def open_exec(
     workdir: str, user: str, stdin: bytes | AsyncIterable[bytes] | None, attach_stdin: bool,
     max_output_bytes: int, time_limit: float | None, idle_timeout: float | None,
     on_stdout: Callback | None = None, on_stderr: Callback | None = None, iterate: bool = False,
+    finalize: Finalizer | None = None,
 ) -> AsyncIterator[ExecProcess]:
     """Start ``argv`` in the container; on leaving, kill it if it still runs and close up."""
     marker = uuid.uuid4().hex
@@ -465,7 +473,7 @@ async def open_exec(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
             marker=marker, user=user, argv=argv, max_output_bytes=max_output_bytes,
             timeout=time_limit, idle_timeout=idle_timeout, on_stdout=on_stdout,
-            on_stderr=on_stderr, iterate=iterate,
+            on_stderr=on_stderr, iterate=iterate, finalize=finalize,
         )
         async with _single_errors(), anyio.create_task_group() as tg:
             proc.start(tg, stdin)
@@ -475,9 +483,9 @@ async def open_exec(
             try:
                 yield proc
             finally:
-                if proc.running:
-                    # Leaving the block (normally, by an error or by cancellation) must not
-                    # leave the command running in the sandbox.
+                if not proc._drained and not proc._abandoned:
+                    # Leaving the block (normally, by an error, by a callback that raised or
+                    # by cancellation) must not leave the command running in the sandbox.
                     proc._killed = True
                     with anyio.CancelScope(shield=True):
                         await proc._sweep("KILL")

@@ -34,9 +34,10 @@ _SPOOL = 64 << 20
 _READ_SH = r"""f="$1"; lim="$2"
 [ -e "$f" ] || [ -L "$f" ] || { echo "No such file or directory" >&2; exit 2; }
 [ -d "$f" ] && { echo "Is a directory" >&2; exit 21; }
+[ -f "$f" ] || { echo "Not a regular file (a device, FIFO or socket has no end)" >&2; exit 22; }
 s=$(stat -L -c %s -- "$f") || exit 1
 [ "$s" -gt "$lim" ] && { echo "File too large: $s bytes, over the limit of $lim" >&2; exit 27; }
-exec cat -- "$f"
+exec head -c "$((lim + 1))" -- "$f"
 """
 
 _WRITE_SH = r"""f="$1"; m="$2"
@@ -110,8 +111,20 @@ async def read_file(run: Runner, path: str, *, limit: int = DEFAULT_READ_LIMIT) 
             details=f"{result.stderr.strip()}; use copy_files('sandbox:{path}', host_path), "
             "which streams to disk",
         )
+    if result.exit_code == 22:
+        raise FileOperationFailed(
+            f"read {path!r} refused: it is not a regular file", path=path,
+            details=f"{result.stderr.strip()}; read a bounded amount with execute_command, "
+                    f"e.g. ['head', '-c', '4096', {path!r}]",
+        )
     raise_for(result, "read", path)
-    return b"".join(parts)
+    data = b"".join(parts)
+    if len(data) > limit:
+        raise FileOperationFailed(
+            f"read {path!r} refused: the file grew past read_file's limit while being read",
+            path=path, details=f"limit {limit} bytes; use copy_files('sandbox:{path}', host_path)",
+        )
+    return data
 
 
 async def write_file(run: Runner, path: str, content: bytes, mode: int) -> None:
@@ -205,12 +218,19 @@ async def copy_to_sandbox(run: Runner, src: Path, dest: str) -> None:
 
 
 def _extract(archive: IO[bytes], dest: Path, arcroot: str) -> None:
+    # The "tar" filter keeps an untrusted archive inside dest (no absolute paths, no links
+    # out) but also drops group/other write bits; put those back, never setuid/setgid/sticky.
+    modes: list[tuple[Path, int]] = []
     with tarfile.open(fileobj=archive, mode="r|") as tf:
         for member in tf:
             rel = member.name
             if rel == arcroot or rel.startswith(arcroot + "/"):
                 member.name = dest.name + rel[len(arcroot):]
             tf.extract(member, dest.parent, filter="tar")
+            if member.isreg() or member.isdir():
+                modes.append((dest.parent / member.name, member.mode & 0o777))
+    for path, mode in reversed(modes):  # directories after what they hold
+        path.chmod(mode)
 
 
 async def copy_from_sandbox(run: Runner, src: str, dest: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -56,9 +57,10 @@ from .._models import (
 )
 from .._protocol import CommandLike, OutputCallback
 from . import _files
+from ._cgroup import HostCgroup, command_usage
 from ._create import EngineFacts, plan_container
 from ._engine import Engine, client_like, new_client
-from ._exec import ExecProcess, open_exec
+from ._exec import ExecProcess, Finalizer, open_exec
 from ._health import watch_container
 from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
@@ -111,7 +113,9 @@ def _seconds(value: timedelta) -> float | None:
 
 
 def _is_root(user: str) -> bool:
-    return user.split(":", 1)[0] in ("0", "root")
+    """True when ``user`` ("uid[:gid]", names allowed) is root or runs in the root group."""
+    uid, _, gid = user.partition(":")
+    return uid in ("0", "root") or gid in ("0", "root")
 
 
 async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
@@ -137,6 +141,10 @@ async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
                         getattr(coro, "__qualname__", coro), task.exception())
         raise cancelled
     task.result()
+
+
+def _join_errors(first: str, rest: str) -> str:
+    return f"{first}; {rest}" if rest else first
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -166,6 +174,8 @@ class DockerSandbox:
         self.id = uuid.uuid4().hex[:12]
         self._name = self._config.name or f"sandbox-{self.id}"
         self._container_id: str | None = None
+        self._cgroup: HostCgroup | None = None
+        self._cgroup_looked_up = False
         self._created_resources = False
         self._status = SandboxStatus.CREATING
         self._initialized = False
@@ -301,8 +311,13 @@ class DockerSandbox:
         await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
                            platform=cfg.architecture)
         labels = {**_owner_labels(), LABEL_SANDBOX_ID: self.id}
-        plan = plan_container(cfg, name=self._name, labels=labels, engine=self._facts,
-                              command=list(KEEPALIVE))
+        try:
+            plan = plan_container(cfg, name=self._name, labels=labels, engine=self._facts,
+                                  command=list(KEEPALIVE))
+        except SandboxInitFailed as exc:
+            # A setting this engine cannot enforce, refused: "resources.x: why".
+            self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
+            raise
         # The main process stays root; every command runs as the sandbox user instead. On this
         # engine a container whose User is non-root gives even root execs no capabilities,
         # which would leave the SDK unable to prepare the workspace or kill another uid's tree.
@@ -320,10 +335,21 @@ class DockerSandbox:
         self._created_resources = True
 
         async def create() -> None:
-            created = await engine.query_json(
-                "create the sandbox container", "containers/create", "POST",
-                params=plan.params, data=body,
-            )
+            try:
+                created = await engine.query_json(
+                    "create the sandbox container", "containers/create", "POST",
+                    params=plan.params, data=body,
+                )
+            except SandboxError as exc:
+                cause = exc.cause
+                if isinstance(cause, aiodocker.DockerError) and cause.status == 409:
+                    raise SandboxInitFailed(
+                        f"a container named {self._name!r} already exists on the engine",
+                        details="choose another SandboxConfig.name, or leave it empty for a "
+                                "generated one; the existing container was not touched",
+                        cause=exc,
+                    ) from exc
+                raise
             self._container_id = created["Id"]
 
         # A create cancelled in flight still finishes on the engine, after a removal by name
@@ -339,6 +365,23 @@ class DockerSandbox:
         await self._prepare_workdir()
         await self._workspace.populate(self._run_internal, sandbox_user=self._user)
         self._start_background()
+
+    async def _find_own_container(self, errors: list[str]) -> str | None:
+        """The id of a container this sandbox made whose create answer never reached us.
+
+        Found by our sandbox-id label, never by name: the name may belong to someone else.
+        """
+        assert self._engine is not None
+        filters = json.dumps({"label": [f"{LABEL_SANDBOX_ID}={self.id}"]})
+        try:
+            found = await self._engine.query_json(
+                "look for the sandbox container", "containers/json", "GET",
+                params={"all": "1", "filters": filters},
+            )
+        except SandboxError as exc:
+            errors.append(str(exc))
+            return None
+        return str(found[0]["Id"]) if found else None
 
     async def _prepare_workdir(self) -> None:
         """Create the working directory, owned by the sandbox user, if the image lacks it."""
@@ -414,12 +457,16 @@ class DockerSandbox:
 
     async def _wall_clock(self, seconds: float) -> None:
         await anyio.sleep(seconds)
-        if self._status is not SandboxStatus.RUNNING:
+        if self._status not in (SandboxStatus.RUNNING, SandboxStatus.PAUSED):
             return
         self.mark_failed(f"TimeoutExceeded: wall_time_limit of {seconds:g} s reached")
         self._audit.limit("wall_time", self._status_reason)
         assert self._engine is not None
         with contextlib.suppress(SandboxError):
+            if self._paused:
+                # Pausing must not outlive the limit; a frozen container ignores SIGKILL.
+                await self._engine.request("unpause the sandbox at its wall time limit",
+                                           f"containers/{self._container_id}/unpause", "POST")
             await self._engine.request("stop the sandbox at its wall time limit",
                                        f"containers/{self._container_id}/kill", "POST")
 
@@ -461,8 +508,11 @@ class DockerSandbox:
             if self._owns_docker:
                 self._docker = closing
         if self._engine is not None and self._created_resources:
-            target = self._container_id or self._name
-            short = self._container_id[:12] if self._container_id else self._name
+            target = self._container_id or await self._find_own_container(errors)
+        else:
+            target = None
+        if self._engine is not None and target is not None:
+            short = target[:12]
             with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT) as scope:
                 if self._paused:
                     # A paused container cannot be removed (cgroup v1: SIGKILL waits for the
@@ -530,7 +580,8 @@ class DockerSandbox:
         if command.user and self._user and not _is_root(self._user) and _is_root(command.user):
             asked = f"user={command.user!r} for {argv}"
             raise self._audit.refused("security.run_as_user", asked, SecurityViolation(
-                f"Command.user={command.user!r} would run as root in a sandbox that runs as "
+                f"Command.user={command.user!r} would run as root (user or group) in a sandbox "
+                f"that runs as "
                 f"{self._user!r}", details="per-command settings may only narrow the sandbox's"))
         user = command.user or self._user
         if not command.allow_write:
@@ -571,14 +622,13 @@ class DockerSandbox:
         command = to_command(cmd)
         params = self._exec_params(command)
         assert self._container_id is not None
-        start, ooms = time.monotonic(), self._oom_events
         try:
             async with open_exec(
                 engine, self._container_id, attach_stdin=params["stdin"] is not None,
-                on_stdout=on_stdout, on_stderr=on_stderr, **params,
+                on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finalizer(),
+                **params,
             ) as proc:
                 result = await proc.wait()
-            result = await self._finish_result(result, start, ooms)
         except Exception as exc:
             self._audit_command(params, error=exc)
             raise
@@ -590,12 +640,39 @@ class DockerSandbox:
         self._audit.command(params["argv"], user=params["user"], cwd=params["workdir"],
                             env=params["env"], result=result, error=error)
 
-    async def _finish_result(self, result: CommandResult, start: float, ooms: int) -> CommandResult:
+    async def _host_cgroup(self) -> HostCgroup | None:
+        """The container's cgroup on this host, looked up once; None for a remote engine."""
+        if not self._cgroup_looked_up:
+            self._cgroup_looked_up = True
+            assert self._engine is not None and self._container_id is not None
+            with contextlib.suppress(SandboxError):
+                data = await self._engine.query_json(
+                    "inspect the sandbox", f"containers/{self._container_id}/json", deadline=5)
+                pid = int((data.get("State") or {}).get("Pid") or 0)
+                self._cgroup = HostCgroup.find(pid, self._container_id)
+        return self._cgroup
+
+    async def _finalizer(self) -> Finalizer:
+        """Return what completes a command's result; call it just before the command starts."""
+        cgroup = await self._host_cgroup()
+        before = cgroup.read() if cgroup is not None else None
+        start, ooms = time.monotonic(), self._oom_events
+
+        async def finalize(result: CommandResult) -> CommandResult:
+            end = time.monotonic()
+            usage = self._sampler.usage_between(start, end) if self._sampler else None
+            after = cgroup.read() if cgroup is not None and before is not None else None
+            if before is not None and after is not None:
+                usage = command_usage(usage, before, after, end - start)
+            return await self._finish_result(result, usage, ooms)
+        return finalize
+
+    async def _finish_result(self, result: CommandResult, usage: ResourceUsage | None,
+                             ooms: int) -> CommandResult:
         """Add what only the sandbox knows: usage during the command, and OOM kills."""
-        end = time.monotonic()
         changes: dict[str, Any] = {}
-        if self._sampler is not None:
-            changes["resource_usage"] = self._sampler.usage_between(start, end)
+        if usage is not None:
+            changes["resource_usage"] = usage
         if result.exit_code == 137 and not result.timed_out:
             if self._oom_events == ooms and self._config.resources.memory_limit:
                 # The oom event may trail the exec's end by a moment.
@@ -603,7 +680,8 @@ class DockerSandbox:
                     await self._oom_seen.wait()
             if self._oom_events > ooms:
                 changes["oom_killed"] = True
-                changes["error"] = "killed by the out-of-memory killer (memory limit reached)"
+                changes["error"] = _join_errors(
+                    "killed by the out-of-memory killer (memory limit reached)", result.error)
         cpu_time = self._config.resources.cpu_time_limit.total_seconds()
         if result.signal == "SIGXCPU" and cpu_time and not result.error:
             changes["error"] = f"killed by SIGXCPU: cpu_time_limit of {cpu_time:g} s reached"
@@ -626,7 +704,7 @@ class DockerSandbox:
         proc: ExecProcess | None = None
         try:
             async with open_exec(engine, self._container_id, attach_stdin=True, iterate=True,
-                                 **params) as proc:
+                                 finalize=await self._finalizer(), **params) as proc:
                 yield proc
         except Exception as exc:
             # The block may fail after the command ended; then its result is the record.

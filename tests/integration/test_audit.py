@@ -17,6 +17,7 @@ from sandbox import (
     ResourceLimits,
     Sandbox,
     SandboxConfig,
+    SandboxInitFailed,
     SecurityPolicy,
     SecurityViolation,
 )
@@ -131,11 +132,18 @@ async def test_wall_time_and_refused_policy_are_security_events(
     with pytest.raises(SecurityViolation):
         async with Sandbox(config):
             pass
+    config = SandboxConfig(image=IMAGE_BUSYBOX, resources=ResourceLimits(network_in_limit=1000),
+                           security=SecurityPolicy(log_security_events=True))
+    with pytest.raises(SandboxInitFailed):
+        async with Sandbox(config):
+            pass
     records = audit_records(caplog)
     (wall,) = of(records, "limit")
     assert wall["limit"] == "wall_time" and "wall_time_limit" in wall["detail"]
-    (refused,) = of(records, "refused")
-    assert refused["rule"] == "security.add_capabilities" and refused["asked"] == "initialize"
+    caps, bandwidth = of(records, "refused")
+    assert caps["rule"] == "security.add_capabilities" and caps["asked"] == "initialize"
+    assert bandwidth["rule"] == "resources.network_in_limit"
+    assert "not enforced" in bandwidth["error"]
 
 
 async def test_nothing_is_audited_by_default(caplog: pytest.LogCaptureFixture) -> None:

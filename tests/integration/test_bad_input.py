@@ -7,8 +7,11 @@ writing to /proc and ``..`` inside a path (test_files).
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
 
+import aiodocker
 import anyio
 import pytest
 
@@ -19,6 +22,7 @@ from sandbox import (
     ConfigError,
     FileOperationFailed,
     ResourceLimits,
+    ResourceUsage,
     Sandbox,
     SandboxAlreadyExists,
     SandboxConfig,
@@ -54,6 +58,22 @@ async def init_fails(sb: Sandbox, *needles: str, within: float = 15) -> SandboxI
 async def test_image_that_cannot_be_pulled_fails_fast_naming_it() -> None:
     ref = "127.0.0.1:1/nothing/here:1"
     await init_fails(Sandbox(SandboxConfig(image=ref)), ref, "pull", within=10)
+
+
+async def test_a_taken_name_fails_and_leaves_the_other_container_alone() -> None:
+    """The name belongs to a container the SDK did not make: refuse, never remove it."""
+    name = f"not-ours-{uuid.uuid4().hex[:8]}"
+    docker = aiodocker.Docker()
+    try:
+        theirs = await docker.containers.create(
+            {"Image": IMAGE_BUSYBOX, "Cmd": ["sleep", "600"]}, name=name)
+        await init_fails(busybox(name=name), name, "already exists", "SandboxConfig.name")
+        info = await theirs.show()
+        assert info["Name"] == f"/{name}" and "io.sandbox.id" not in info["Config"]["Labels"]
+    finally:
+        with contextlib.suppress(aiodocker.DockerError):
+            await (await docker.containers.get(name)).delete(force=True)
+        await docker.close()
 
 
 async def test_working_directory_that_is_a_file() -> None:
@@ -164,7 +184,9 @@ async def test_every_public_method_after_cleanup() -> None:
     assert info.status is SandboxStatus.DESTROYED
     assert sb.get_working_directory() == "/workspace"
     assert isinstance(sb.get_environment(), dict)
-    assert sb.usage_history() == [] or sb.usage_history()
+    history = sb.usage_history()
+    assert isinstance(history, list)
+    assert all(isinstance(u, ResourceUsage) and u.timestamp is not None for u in history)
 
 
 async def test_one_sandbox_from_many_tasks_at_once() -> None:

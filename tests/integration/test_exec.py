@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import AsyncIterator
 
 import anyio
 import anyio.lowlevel
@@ -238,3 +240,40 @@ async def test_concurrent_commands_in_one_sandbox() -> None:
             for i in range(20):
                 tg.start_soon(one, i)
         assert results == {i: f"{i}\n" for i in range(20)}
+
+
+async def test_a_callback_that_raises_ends_the_call_and_the_command() -> None:
+    def explode(_data: bytes) -> None:
+        raise LookupError("callback failed")
+
+    async def feed() -> AsyncIterator[bytes]:
+        yield b"x\n"
+        raise KeyError("stdin source failed")
+
+    async with busybox() as sb:
+        with anyio.fail_after(10), pytest.raises(LookupError, match="callback failed"):
+            await sb.execute_command("echo go; sleep 1001", on_stdout=explode)
+        with anyio.fail_after(10), pytest.raises(KeyError, match="stdin source failed"):
+            await sb.execute_command(Command.shell("cat; sleep 1002", stdin=feed()))
+        ps = await sb.execute_command("ps -o args")
+        assert "sleep 100" not in ps.stdout, ps.stdout
+
+
+async def test_kill_takes_any_spelling_of_a_signal_and_refuses_nonsense() -> None:
+    trap = "trap 'echo got-$0; exit 3' TERM INT; echo ready; while :; do sleep 0.05; done"
+    async with busybox() as sb:
+        for sig in (signal.SIGTERM, "TERM", "SIGINT", 15):
+            async with sb.stream_command(["sh", "-c", trap, "it"]) as proc:
+                async for _chunk in proc:
+                    break
+                await proc.kill(sig)
+                r = await proc.wait()
+            assert r.exit_code == 3 and "got-it" in r.stdout, (sig, r)
+        async with sb.stream_command("echo ready; sleep 1003") as proc:
+            async for _chunk in proc:
+                break
+            with pytest.raises(ValueError, match="NOPE"):
+                await proc.kill("NOPE")
+            await proc.kill()
+            r = await proc.wait()
+        assert r.signal == "SIGKILL" and not r.success

@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+import anyio
 import pytest
 
 from sandbox import (
@@ -70,6 +71,21 @@ async def test_write_to_read_only_location_as_user() -> None:
         assert infos[0].owner in ("sandbox", "1000")
 
 
+async def test_read_file_refuses_devices_and_fifos_at_once() -> None:
+    """A device or FIFO has no end: read_file must refuse, not hang or fill memory."""
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        r = await sb.execute_command("mkfifo /tmp/pipe && ln -s /dev/zero /tmp/zero")
+        assert r.success, r
+        for path in ("/dev/zero", "/dev/urandom", "/tmp/pipe", "/tmp/zero"):
+            with anyio.fail_after(5), pytest.raises(FileOperationFailed,
+                                                     match="not a regular file") as ei:
+                await sb.read_file(path)
+            assert path in str(ei.value) and "head" in str(ei.value)
+        # A symlink to a regular file is still read through.
+        await sb.execute_command("echo hi > /tmp/real && ln -s /tmp/real /tmp/link")
+        assert await sb.read_file("/tmp/link") == b"hi\n"
+
+
 @pytest.mark.slow
 async def test_100_mib_round_trip_intact() -> None:
     data = os.urandom(100 * 1024 * 1024)
@@ -93,12 +109,16 @@ async def test_copy_tree_both_ways(tmp_path: Path) -> None:
         assert r.stdout == "run\nprint('x')\n"
         await sb.copy_files(str(src / "run.sh"), "sandbox:renamed.sh")
         assert (await sb.execute_command("./renamed.sh")).stdout == "run\n"
-        await sb.execute_command("echo new > proj/pkg/new.txt")
+        await sb.execute_command("echo new > proj/pkg/new.txt && chmod 664 proj/pkg/new.txt "
+                                 "&& chmod 2775 proj/pkg && chmod u+s proj/run.sh")
         out = tmp_path / "out"
         out.mkdir()
         await sb.copy_files("sandbox:/workspace/proj", str(out))
         assert (out / "proj" / "pkg" / "new.txt").read_text() == "new\n"
+        # Modes come back as they were, but never setuid/setgid onto the host.
         assert stat.S_IMODE((out / "proj" / "run.sh").stat().st_mode) == 0o755
+        assert stat.S_IMODE((out / "proj" / "pkg" / "new.txt").stat().st_mode) == 0o664
+        assert stat.S_IMODE((out / "proj" / "pkg").stat().st_mode) == 0o775
         await sb.copy_files("sandbox:proj/pkg/mod.py", str(tmp_path / "single.py"))
         assert (tmp_path / "single.py").read_text() == "print('x')\n"
         with pytest.raises(SandboxFileNotFound):

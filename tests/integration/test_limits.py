@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+import aiodocker
 import anyio
 import pytest
 
@@ -133,6 +134,24 @@ async def test_wall_time_limit_stops_the_sandbox() -> None:
         assert "wall_time_limit" in info.status_reason
         with pytest.raises(SandboxNotRunning, match="wall_time_limit"):
             await sb.execute_command("echo too late")
+
+
+async def test_pausing_does_not_escape_the_wall_time_limit() -> None:
+    async with sandbox(wall_time_limit=2) as sb:
+        docker = aiodocker.Docker()
+        try:
+            container = await docker.containers.get(sb.backend.container_id or "")
+            await container.pause()
+            await wait_for_status(sb, SandboxStatus.PAUSED, 3)
+            await wait_for_status(sb, SandboxStatus.FAILED, 6)
+            with anyio.fail_after(5):
+                while True:
+                    if not (await container.show())["State"]["Running"]:
+                        break
+                    await anyio.sleep(0.1)
+        finally:
+            await docker.close()
+        assert "wall_time_limit" in (await sb.get_info()).status_reason
 
 
 async def test_oom_of_the_main_process_fails_the_sandbox(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,69 @@
+"""Resource usage through the Sandbox: the sampler's latest sample and per-command usage."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import anyio
+import pytest
+
+from sandbox import (
+    IMAGE_BUSYBOX,
+    IMAGE_PYTHON,
+    Command,
+    ResourceLimits,
+    Sandbox,
+    SandboxConfig,
+)
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+MiB = 1 << 20
+GZIP_50M = "head -c 50M /dev/zero | gzip > /tmp/x"
+
+
+async def test_latest_sample_is_fresh_and_answers_without_the_engine() -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        first = await sb.get_resource_usage()
+        assert first.timestamp is not None
+        await anyio.sleep(2.5)
+        latest = await sb.get_resource_usage()
+        assert latest.timestamp is not None and latest.timestamp > first.timestamp
+        age = (datetime.now(UTC) - latest.timestamp).total_seconds()
+        assert -1 < age < 2.5, age
+        assert latest.process_count >= 1 and latest.uptime.total_seconds() > 1
+        assert sb.usage_history()[-1] == latest
+
+
+async def test_per_command_usage_of_a_short_cpu_burst() -> None:
+    """The issue's example, shorter than one sampling interval: CPU time is still exact."""
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+        r = await sb.execute_command(GZIP_50M)
+        assert r.success, r
+        u = r.resource_usage
+        assert u.cpu_time.total_seconds() > 0.05, u
+        assert u.cpu_time.total_seconds() <= r.duration.total_seconds() * 2 + 0.05, u
+        assert u.uptime.total_seconds() == pytest.approx(r.duration.total_seconds(), abs=0.1)
+        assert u.memory_peak > 0 and u.memory_usage > 0 and u.timestamp is not None
+        # An idle command next to it uses next to nothing.
+        idle = (await sb.execute_command("sleep 0.3")).resource_usage
+        assert idle.cpu_time.total_seconds() < u.cpu_time.total_seconds() / 4, (idle, u)
+
+
+async def test_per_command_usage_without_a_sampler_and_for_streams() -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, stats_interval=0)) as sb:
+        r = await sb.execute_command(GZIP_50M)
+        assert r.resource_usage.cpu_time.total_seconds() > 0.05, r.resource_usage
+        async with sb.stream_command(GZIP_50M) as proc:
+            streamed = await proc.wait()
+        assert streamed.resource_usage.cpu_time.total_seconds() > 0.05, streamed.resource_usage
+
+
+async def test_stream_command_reports_an_oom_kill() -> None:
+    cfg = SandboxConfig(image=IMAGE_PYTHON, resources=ResourceLimits(memory_limit=64 * MiB))
+    async with Sandbox(cfg) as sb:
+        hog = Command(executable="python3", args=["-c", "b = bytearray(200 * 2**20)"])
+        async with sb.stream_command(hog) as proc:
+            r = await proc.wait()
+        assert r.oom_killed and r.exit_code == 137 and "out-of-memory" in r.error, r
+        assert r.resource_usage.memory_peak > 32 * MiB, r.resource_usage

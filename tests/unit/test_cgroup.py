@@ -1,0 +1,91 @@
+"""Finding and reading a container's cgroup from fake /proc and /sys/fs/cgroup trees."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import attrs
+
+from sandbox._models import ResourceUsage
+from sandbox.docker._cgroup import Counters, HostCgroup, command_usage
+
+CID = "ab" * 32
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def v1_tree(tmp: Path, cid: str = CID) -> tuple[Path, Path]:
+    proc, root = tmp / "proc", tmp / "cgroup"
+    controllers = ["cpu,cpuacct", "memory", "blkio", "pids", "name=systemd"]
+    lines = [f"{i}:{c}:/docker/{cid}\n" for i, c in enumerate(controllers)]
+    write(proc / "42" / "cgroup", "".join(lines) + f"0::/docker/{cid}\n")
+    write(root / "cpu,cpuacct" / "docker" / cid / "cpuacct.usage", "1500000000\n")
+    mem = root / "memory" / "docker" / cid
+    write(mem / "memory.usage_in_bytes", "10000\n")
+    write(mem / "memory.max_usage_in_bytes", "90000\n")
+    write(mem / "memory.stat", "cache 4000\ntotal_inactive_file 3000\n")
+    write(root / "blkio" / "docker" / cid / "blkio.throttle.io_service_bytes_recursive",
+          "254:0 Read 100\n254:0 Write 200\n254:0 Sync 300\n254:0 Total 300\n"
+          "8:0 Write 5\nTotal 305\n")
+    return proc, root
+
+
+def test_v1_found_and_read(tmp_path: Path) -> None:
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None and not cg.v2
+    assert cg.read() == Counters(cpu_ns=1_500_000_000, memory=7000, read_bytes=100,
+                                 write_bytes=205, high_water=90000)
+
+
+def test_v2_found_and_read(tmp_path: Path) -> None:
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    write(proc / "7" / "cgroup", f"0::/system.slice/docker-{CID}.scope\n")
+    write(root / "cgroup.controllers", "cpu io memory pids\n")
+    d = root / "system.slice" / f"docker-{CID}.scope"
+    write(d / "cpu.stat", "usage_usec 2500\nuser_usec 2000\n")
+    write(d / "memory.current", "8000\n")
+    write(d / "memory.stat", "anon 5000\ninactive_file 1000\n")
+    write(d / "io.stat", "254:0 rbytes=10 wbytes=20 rios=1 wios=2\n8:0 rbytes=1 wbytes=2\n")
+    cg = HostCgroup.find(7, CID, proc=proc, root=root)
+    assert cg is not None and cg.v2
+    # No memory.peak (Linux < 5.19): no high-water mark.
+    assert cg.read() == Counters(cpu_ns=2_500_000, memory=7000, read_bytes=11, write_bytes=22)
+
+
+def test_not_found_for_another_container_a_gone_pid_or_a_missing_tree(tmp_path: Path) -> None:
+    proc, root = v1_tree(tmp_path)
+    assert HostCgroup.find(42, "cd" * 32, proc=proc, root=root) is None
+    assert HostCgroup.find(43, CID, proc=proc, root=root) is None
+    assert HostCgroup.find(0, CID, proc=proc, root=root) is None
+    assert HostCgroup.find(42, CID, proc=proc, root=tmp_path / "elsewhere") is None
+
+
+def test_read_after_the_cgroup_is_gone_is_none(tmp_path: Path) -> None:
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None
+    (cg.cpu / "cpuacct.usage").unlink()
+    assert cg.read() is None
+
+
+def test_command_usage_takes_deltas_and_a_risen_high_water_mark() -> None:
+    before = Counters(cpu_ns=1_000_000_000, memory=100, read_bytes=10, write_bytes=20,
+                      high_water=500)
+    after = Counters(cpu_ns=1_250_000_000, memory=300, read_bytes=15, write_bytes=60,
+                     high_water=900)
+    window = ResourceUsage(memory_peak=400, network_in=7, process_count=3)
+    u = command_usage(window, before, after, 0.5)
+    assert u.cpu_time == timedelta(milliseconds=250)
+    assert u.cpu_usage == 50.0
+    assert (u.memory_usage, u.memory_peak) == (300, 900)
+    assert (u.disk_reads, u.disk_writes) == (5, 40)
+    assert (u.network_in, u.process_count) == (7, 3)  # from the window
+    assert u.uptime == timedelta(seconds=0.5) and u.timestamp is not None
+    # A mark that did not rise says nothing about this command: the readings decide.
+    flat = command_usage(None, before, attrs.evolve(after, high_water=500), 0.5)
+    assert flat.memory_peak == 300
