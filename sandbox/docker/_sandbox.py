@@ -363,7 +363,8 @@ class DockerSandbox:
         self._started_at = datetime.now(UTC)
         self._status = SandboxStatus.RUNNING
         await self._prepare_workdir()
-        await self._workspace.populate(self._run_internal, sandbox_user=self._user)
+        git_env = await self._workspace.populate(self._run_internal, sandbox_user=self._user)
+        self._env = {**git_env, **self._env}
         self._start_background()
 
     async def _find_own_container(self, errors: list[str]) -> str | None:

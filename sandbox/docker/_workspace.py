@@ -52,7 +52,16 @@ if [ -n "$m" ]; then chmod -- "$m" "$d" || exit 1; fi
 """
 
 # Pairs of (key, value) follow the script name; exit 127 tells "no git" from a bad key.
+# git's global file lives in $HOME; on a read-only root (or a uid whose home is /) that cannot
+# be written, so the file goes to /tmp and GIT_CONFIG_GLOBAL (git >= 2.32) points every later
+# command at it. The script prints that assignment for the sandbox to export.
 _GIT_CONFIG_SH = r"""command -v git >/dev/null 2>&1 || { echo "git: not found" >&2; exit 127; }
+h="${HOME:-/}"
+if [ ! -w "$h" ] && [ ! -w "$h/.gitconfig" ]; then
+  export GIT_CONFIG_GLOBAL="/tmp/.gitconfig-$(id -u)"
+  : >> "$GIT_CONFIG_GLOBAL" || exit 1
+  echo "GIT_CONFIG_GLOBAL=$GIT_CONFIG_GLOBAL"
+fi
 while [ $# -ge 2 ]; do
   git config --global --replace-all -- "$1" "$2" || exit 1
   shift 2
@@ -484,14 +493,17 @@ class Workspace:
         if repo.permissions:
             os.chmod(root, int(repo.permissions, 8))
 
-    async def populate(self, run: Runner, *, sandbox_user: str) -> None:
-        """After start: copy files in, set their owner and mode, and configure git."""
+    async def populate(self, run: Runner, *, sandbox_user: str) -> dict[str, str]:
+        """After start: copy files in, set their owner and mode, and configure git.
+
+        Returns environment variables later commands need (where git's config went).
+        """
         repo = self.repo
         if repo is None:
-            return
+            return {}
         if self.mode is Mode.CONTAINER_COPY:
             await self._copy_in(run, sandbox_user)
-        await self._configure_git(run)
+        return await self._configure_git(run)
 
     async def _copy_in(self, run: Runner, sandbox_user: str) -> None:
         repo, source = self.repo, self._source
@@ -526,7 +538,7 @@ class Workspace:
         if repo.url:
             await self._remove_temp(source)
 
-    async def _configure_git(self, run: Runner) -> None:
+    async def _configure_git(self, run: Runner) -> dict[str, str]:
         repo = self.repo
         assert repo is not None
         gc = repo.git_config
@@ -544,10 +556,12 @@ class Workspace:
                     "repository git_config is set, but the image lacks git",
                     details="use an image with git (e.g. sandbox-python:latest) or drop "
                             "git_config")
-            return  # nothing was asked for explicitly; a git-less image simply has no git
+            return {}  # nothing was asked for explicitly; a git-less image simply has no git
         if not result.success:
             raise SandboxInitFailed("could not apply repository git_config in the sandbox",
                                     details=(result.stderr or result.error).strip())
+        key, _, value = result.stdout.strip().partition("=")
+        return {key: value} if key == "GIT_CONFIG_GLOBAL" and value else {}
 
     async def _remove_temp(self, path: Path) -> None:
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(path, ignore_errors=True))

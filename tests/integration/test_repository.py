@@ -306,6 +306,24 @@ async def test_git_config_is_global_for_the_sandbox_user(bare: Bare) -> None:
         assert r.stdout.strip() == "Agent Smith/agent@example.invalid", r.stderr
 
 
+async def test_git_config_on_a_read_only_root(bare: Bare) -> None:
+    """$HOME cannot be written: git's global file goes to /tmp, and commands find it."""
+    gc = GitConfig(user_name="Ro Agent", user_email="ro@example.invalid")
+    for user in ("1000", "0"):
+        cfg = SandboxConfig(
+            image=IMAGE_PYTHON, security=SecurityPolicy(run_as_user=user, read_only_root=True),
+            repository=RepositoryConfig(url=str(bare.path), git_config=gc))
+        async with Sandbox(cfg) as sb:
+            r = await sb.execute_command("touch ~/x; git config --global --list")
+            assert "Read-only file system" in r.stderr, r
+            assert {"user.name=Ro Agent", "safe.directory=/workspace"} <= \
+                set(r.stdout.splitlines()), r
+            assert sb.get_environment()["GIT_CONFIG_GLOBAL"].startswith("/tmp/")
+            r = await sb.execute_command("echo x > f && git add f && git commit -qm c && "
+                                         "git log -1 --format=%an")
+            assert r.stdout.strip() == "Ro Agent", r
+
+
 async def test_git_works_on_a_mount_owned_by_another_uid(bare: Bare, tmp_path: Path) -> None:
     work = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(bare.path), str(work))
