@@ -685,7 +685,8 @@ class FileInfo:
         name: Base name.
         path: Absolute path in the sandbox.
         size: Size in bytes.
-        mode: Permission and type bits, as in ``st_mode``.
+        mode: Permission bits (``S_IMODE`` of ``st_mode``, setuid/setgid/sticky included);
+            the type is in ``is_dir`` and ``permissions``.
         mod_time: Last modification time.
         is_dir: The entry is a directory.
         owner: Owner user name or uid.

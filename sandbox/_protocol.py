@@ -66,7 +66,7 @@ class ExecutionSandbox(Protocol):
         ...
 
     def set_environment(self, env: Mapping[str, str]) -> None:
-        """Replace the environment applied to every command."""
+        """Merge `env` into the environment applied to every later command."""
         ...
 
     async def get_resource_usage(self) -> ResourceUsage:
