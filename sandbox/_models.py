@@ -72,7 +72,6 @@ class SandboxStatus(enum.StrEnum):
 # bodies name the plain functions because mypy's attrs plugin only understands those.
 
 _INT64_MAX = 2**63 - 1
-_MAX_SECONDS = timedelta.max.days * 86_400 + timedelta.max.seconds  # about 2.7 million years
 
 
 def _name(field: attrs.Attribute[Any] | None) -> str:
@@ -86,25 +85,33 @@ def _show(value: object) -> str:
     return repr(value)
 
 
+#: The longest duration the JSON wire format (Go's int64 nanoseconds) can carry.
+MAX_DURATION = timedelta(microseconds=_INT64_MAX // 1000)
+
+
 def _to_timedelta(value: timedelta | float, field: attrs.Attribute[Any] | None = None) -> timedelta:
-    """Accept a timedelta or a finite number of seconds within timedelta's range."""
-    if isinstance(value, timedelta):
-        return value
+    """Accept a timedelta or a finite number of seconds within Go's time.Duration range."""
     name = _name(field)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
-            f"{name} must be a timedelta or a number of seconds, "
-            f"got {type(value).__name__} {value!r}"
-        )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
-    try:
-        return timedelta(seconds=value)
-    except OverflowError:
+    if isinstance(value, timedelta):
+        td = value
+    else:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(
+                f"{name} must be a timedelta or a number of seconds, "
+                f"got {type(value).__name__} {value!r}"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
+        try:
+            td = timedelta(seconds=value)
+        except OverflowError:
+            td = timedelta.max
+    if abs(td) > MAX_DURATION:
         raise ConfigError(
-            f"{name} must be between -{_MAX_SECONDS} and {_MAX_SECONDS} seconds "
-            f"(timedelta's range), got {_show(value)}"
-        ) from None
+            f"{name} must be within {MAX_DURATION.total_seconds():.0f} seconds (about 292 "
+            f"years, the range of Go's time.Duration on the wire), got {_show(value)}"
+        )
+    return td
 
 
 def _to_float(value: float, field: attrs.Attribute[Any] | None = None) -> float:

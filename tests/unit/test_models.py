@@ -17,6 +17,7 @@ from sandbox._constants import (
 from sandbox._errors import ConfigError
 from sandbox._json import from_json, to_json
 from sandbox._models import (
+    MAX_DURATION,
     Command,
     CommandResult,
     FileInfo,
@@ -102,9 +103,9 @@ _DURATION_FIELDS: list[tuple[Any, str]] = [
         (float("nan"), "must be a finite number of seconds, got nan"),
         (float("inf"), "must be a finite number of seconds, got inf"),
         (float("-inf"), "must be a finite number of seconds, got -inf"),
-        (1e20, "must be between -86399999999999 and 86399999999999 seconds"),
-        (-1e20, "must be between -86399999999999 and 86399999999999 seconds"),
-        (10**20, "must be between -86399999999999 and 86399999999999 seconds"),
+        (1e20, "must be within 9223372037 seconds"),
+        (-1e20, "must be within 9223372037 seconds"),
+        (10**20, "must be within 9223372037 seconds"),
     ],
 )
 def test_duration_seconds_must_be_finite_and_in_range(
@@ -117,12 +118,15 @@ def test_duration_seconds_must_be_finite_and_in_range(
 
 
 def test_duration_range_edges() -> None:
-    biggest = 86_399_999_999_999
-    assert Command(timeout=biggest).timeout == timedelta(seconds=biggest)
-    assert Command(timeout=timedelta.max).timeout == timedelta.max
+    """The range is what Go's time.Duration (int64 nanoseconds) can carry on the wire."""
+    assert timedelta(microseconds=(2**63 - 1) // 1000) == MAX_DURATION
+    assert Command(timeout=MAX_DURATION).timeout == MAX_DURATION
+    assert Command(timeout=9_223_372_036).timeout == timedelta(seconds=9_223_372_036)
     assert Command(timeout=1e-7).timeout == timedelta(0)
-    with pytest.raises(ConfigError, match=r"^timeout must be between"):
-        Command(timeout=biggest + 1)
+    with pytest.raises(ConfigError, match=r"^timeout must be within .*Go's time.Duration"):
+        Command(timeout=9_223_372_037)
+    with pytest.raises(ConfigError, match=r"^timeout must be within"):
+        Command(timeout=timedelta.max)
     with pytest.raises(ConfigError, match=r"^timeout must be a finite number of seconds, got nan$"):
         attrs.evolve(Command(), timeout=float("nan"))
 
@@ -191,10 +195,13 @@ def test_converter_errors_name_the_field(build: Any, error: type, message: str) 
 
 def test_json_round_trips_extreme_values_and_names_paths() -> None:
     config = SandboxConfig(
-        timeout=timedelta.max,
-        resources=ResourceLimits(memory_limit=2**63 - 1, wall_time_limit=86_399_999_999_999),
+        timeout=MAX_DURATION,
+        resources=ResourceLimits(memory_limit=2**63 - 1,
+                                 wall_time_limit=MAX_DURATION - timedelta(microseconds=1)),
     )
     assert from_json(to_json(config), SandboxConfig) == config
+    with pytest.raises(ConfigError, match=r"^invalid .*timeout: integer nanoseconds out of"):
+        from_json('{"timeout": 9223372036854775808}', SandboxConfig)
     with pytest.raises(ConfigError, match=r"resources\.memory_limit must be at most"):
         from_json('{"resources":{"memory_limit":9223372036854775808}}', SandboxConfig)
     with pytest.raises(ConfigError, match=r"resources\.memory_limit: expected int, got float"):
