@@ -16,9 +16,11 @@ labels (argument) + labels              ``Labels``; user keys under ``io.sandbox
 annotations                             ``Labels`` ``io.sandbox.annotation.<key>``, and also
                                         HC ``Annotations`` on API >= 1.43 only
 (always)                                ``StopTimeout=2``: the keep-alive holds no state
-runtime                                 HC ``Runtime``; must be one of the engine's runtimes
+runtime                                 HC ``Runtime``; must be one of the engine's runtimes;
+                                        "" = the engine's default, whose rules then apply
 architecture                            query ``platform=linux/<arch>``
 resources.cpu_limit                     HC ``NanoCpus``; 0.01 <= cores <= engine NCPU
+  (cpu_*, memory_*: refused under a runtime registered with ``--ignore-cgroups``)
 resources.cpu_request                   HC ``CpuShares = max(2, round(cores * 1024))``
 resources.memory_limit                  HC ``Memory`` and ``MemorySwap`` equal (no swap)
 resources.memory_request                HC ``MemoryReservation`` (<= memory_limit)
@@ -40,11 +42,14 @@ security.prevent_escalation             also refuses adding SYS_ADMIN, ALL and t
                                         ESCALATING_CAPABILITIES, seccomp "unconfined" and
                                         the host PID namespace
 security.seccomp_profile                "" or "runtime/default": engine default;
-                                        "unconfined"; a path or inline JSON: sent inline
+                                        "unconfined"; a path or inline JSON: sent inline;
+                                        under prevent_escalation it must deny something
 security.apparmor_profile               ``apparmor=<p>``; refused if the engine lacks it
+                                        and under runsc
 security.selinux_context                ``label=...``; refused if the engine lacks SELinux
 security.read_only_paths                HC ``ReadonlyPaths`` = Docker defaults + these
-security.masked_paths                   HC ``MaskedPaths`` = Docker defaults + these
+security.masked_paths                   HC ``MaskedPaths`` = Docker defaults + these;
+                                        both refused under runsc
 security.isolate_process=False          HC ``PidMode=host``, needs allow_host_pid=True
                                         and prevent_escalation=False
 network.isolated, security.isolate_     HC ``NetworkMode=none`` unless the sandbox is
@@ -73,6 +78,16 @@ Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none
   when an exec allocated the memory; under runc only that exec dies.
 * runsc ignores OCI seccomp profiles (a profile denying mkdir did not) and RLIMIT_CPU (a busy
   loop outlived ``cpu=1``), so a custom seccomp profile and cpu_time_limit are refused there.
+* runsc (release 20221219) ignores ``MaskedPaths`` and ``ReadonlyPaths``: a masked
+  /etc/hostname and /usr stayed readable, read-only /etc and /home stayed writable; so listed
+  paths are refused there. Docker's defaults do not matter: gVisor's /proc has no keys, kcore,
+  timer_list or sysrq-trigger, /sys/firmware is empty and /proc/sys refuses writes (EPERM).
+  ``ReadonlyRootfs`` is enforced. Its binary holds "AppArmor profile %q is being ignored", so
+  apparmor_profile is refused there too.
+* runsc with ``--ignore-cgroups`` enforces no memory, CPU or pids cgroup limit (a memory hog
+  outlived a 64 MiB limit for 20 s); ``EngineFacts.runtime_args`` shows the flag.
+* Seccomp: ``{}`` (no ``defaultAction``) installs no filter at all (``Seccomp: 0``), and a rule
+  with empty ``names`` or an ``includes`` the sandbox does not meet denies nothing.
 * ``seccomp=<path>`` makes start fail: the engine wants the JSON content inline.
 * Under runsc, PID 1 is still docker-init, and tmpfs mounts work; the tmpfs ``uid=``/``gid=``
   options work under runc (the mount point then belongs to the sandbox user).
@@ -123,6 +138,8 @@ ESCALATING_CAPABILITIES: Final = frozenset(
     {
         "ALL", "BPF", "DAC_READ_SEARCH", "MAC_ADMIN", "MAC_OVERRIDE", "PERFMON", "SYS_ADMIN",
         "SYS_BOOT", "SYS_MODULE", "SYS_PTRACE", "SYS_RAWIO",
+        # Lets root raise hard rlimits: file_limit, cpu_time_limit and runsc's process_limit.
+        "SYS_RESOURCE",
     }
 )
 #: Linux capability names (without CAP_), as of Linux 5.9.
@@ -148,6 +165,14 @@ DOCKER_READONLY_PATHS: Final = (
 #: Storage drivers that can cap a container's writable layer (StorageOpt size).
 _DISK_QUOTA_DRIVERS: Final = frozenset({"btrfs", "zfs", "devicemapper"})
 _SELINUX_KEYS: Final = ("user", "role", "type", "level")
+#: Seccomp default actions that let a syscall through ("": no filter is installed at all).
+_SECCOMP_ALLOWING: Final = frozenset({"", "SCMP_ACT_ALLOW", "SCMP_ACT_LOG"})
+_SECCOMP_DENYING: Final = frozenset({
+    "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD",
+    "SCMP_ACT_TRAP",
+})
+#: Limits that only cgroups enforce; process_limit is RLIMIT_NPROC under gVisor, not a cgroup.
+_CGROUP_LIMITS: Final = ("cpu_limit", "cpu_request", "memory_limit", "memory_request")
 _UNENFORCED_NETWORK: Final = (
     "allowed_hosts", "blocked_hosts", "allowed_ports", "ingress_limit", "egress_limit",
 )
@@ -165,6 +190,9 @@ class EngineFacts:
 
     Attributes:
         runtimes: Names of the OCI runtimes the engine has, e.g. ``{"runc", "runsc"}``.
+        runtime_paths: Each runtime's binary where reported, e.g. ``{"runsc": "/usr/bin/runsc"}``.
+        runtime_args: Each runtime's extra arguments where reported, e.g.
+            ``{"runsc": ("--network=none",)}``: ``--ignore-cgroups`` there turns off limits.
         default_runtime: Runtime used when a config names none.
         cgroup_version: ``"1"`` or ``"2"``; ``""`` when unknown.
         storage_driver: Storage driver, e.g. ``"overlay2"``.
@@ -177,6 +205,8 @@ class EngineFacts:
     """
 
     runtimes: frozenset[str] = frozenset({"runc"})
+    runtime_paths: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    runtime_args: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, hash=False)
     default_runtime: str = "runc"
     cgroup_version: str = ""
     storage_driver: str = ""
@@ -198,8 +228,19 @@ class EngineFacts:
                 backing = str(pair[1])
         version = version or {}
         machine = str(info.get("Architecture") or "")
+        runtimes: Mapping[str, Any] = info.get("Runtimes") or {}
+        paths: dict[str, str] = {}
+        args: dict[str, tuple[str, ...]] = {}
+        for runtime, spec in runtimes.items():
+            if isinstance(spec, Mapping):
+                if spec.get("path"):
+                    paths[runtime] = str(spec["path"])
+                if spec.get("runtimeArgs"):
+                    args[runtime] = tuple(str(arg) for arg in spec["runtimeArgs"])
         return cls(
-            runtimes=frozenset(info.get("Runtimes") or ()),
+            runtimes=frozenset(runtimes),
+            runtime_paths=paths,
+            runtime_args=args,
             default_runtime=str(info.get("DefaultRuntime") or "runc"),
             cgroup_version=str(info.get("CgroupVersion") or ""),
             storage_driver=str(info.get("Driver") or ""),
@@ -210,6 +251,21 @@ class EngineFacts:
             ncpu=int(info.get("NCPU") or 0),
             api_version=str(version.get("ApiVersion") or ""),
         )
+
+    def is_gvisor(self, runtime: str) -> bool:
+        """Tell whether `runtime` is gVisor: named ``runsc*`` or running a ``runsc`` binary."""
+        binary = posixpath.basename(self.runtime_paths.get(runtime, ""))
+        return runtime.startswith("runsc") or binary.startswith("runsc")
+
+    def ignores_cgroups(self, runtime: str) -> bool:
+        """Tell whether `runtime` runs with gVisor's ``--ignore-cgroups`` (the last one wins)."""
+        ignored = False
+        for arg in self.runtime_args.get(runtime, ()):
+            name, _, value = arg.lstrip("-").partition("=")
+            if arg.startswith("-") and name == "ignore-cgroups":
+                # Go's flag package: a bare flag is true, else 1/t/T/TRUE/true/True.
+                ignored = not value or value.lower() in ("1", "t", "true")
+        return ignored
 
     def has_security_option(self, name: str) -> bool:
         """Tell whether the engine reports the security feature `name` (``apparmor``...)."""
@@ -269,13 +325,16 @@ def plan_container(
     host: dict[str, Any] = {"Init": True}
     if runtime:
         host["Runtime"] = runtime
-    pids_limit = _resources(config.resources, runtime, engine, host)
+    # The rules follow the runtime that will run the sandbox, the engine's default included.
+    effective = runtime or engine.default_runtime
+    gvisor = engine.is_gvisor(effective)
+    pids_limit = _resources(config.resources, effective, engine, host)
     networked = _is_networked(config)
     exposed = _network(config.network, networked, host)
     user = _user(config.security)
     working_dir = _working_dir(config.working_dir)
-    writable = _filesystem(config.security, working_dir, host)
-    _security(config.security, runtime, engine, host)
+    writable = _filesystem(config.security, working_dir, gvisor, host)
+    _security(config.security, gvisor, engine, host)
 
     body: dict[str, Any] = {
         "Image": config.image,
@@ -320,15 +379,19 @@ def _runtime(runtime: str, engine: EngineFacts) -> str:
     return runtime
 
 
-def _is_gvisor(runtime: str) -> bool:
-    return runtime.startswith("runsc")
-
-
 def _resources(
     res: ResourceLimits, runtime: str, engine: EngineFacts, host: dict[str, Any]
 ) -> int:
     """Fill the resource options of `host` and return the process limit in force."""
-    gvisor = _is_gvisor(runtime)
+    gvisor = engine.is_gvisor(runtime)
+    if engine.ignores_cgroups(runtime):
+        cgroup_limited = [f"resources.{field}" for field in _CGROUP_LIMITS if getattr(res, field)]
+        if cgroup_limited:
+            raise SandboxInitFailed(
+                f"{', '.join(cgroup_limited)}: runtime {runtime!r} runs with --ignore-cgroups, "
+                "so the engine would not enforce it",
+                details="use runtime 'runc', or register the runtime without --ignore-cgroups",
+            )
     if res.cpu_limit:
         if res.cpu_limit < MIN_CPU_LIMIT:
             raise SandboxInitFailed(
@@ -503,7 +566,9 @@ def _working_dir(path: str) -> str:
     return posixpath.normpath(path) if path else ""
 
 
-def _filesystem(sec: SecurityPolicy, working_dir: str, host: dict[str, Any]) -> tuple[str, ...]:
+def _filesystem(
+    sec: SecurityPolicy, working_dir: str, gvisor: bool, host: dict[str, Any]
+) -> tuple[str, ...]:
     """Fill the root filesystem and tmpfs options of `host`; return the tmpfs mount points."""
     tmpfs: dict[str, str] = {}
     for entry in sec.tmpfs_paths:
@@ -532,6 +597,14 @@ def _filesystem(sec: SecurityPolicy, working_dir: str, host: dict[str, Any]) -> 
         extra: tuple[str, ...] = getattr(sec, field)
         if not extra:
             continue  # No key keeps the engine's defaults.
+        if gvisor:
+            # gVisor ignores OCI maskedPaths/readonlyPaths (measured); its own /proc and /sys
+            # lack or protect what Docker's defaults cover, so only listed paths are refused.
+            raise SandboxInitFailed(
+                f"security.{field}: gVisor (runsc) ignores it: the paths would stay "
+                + ("visible" if field == "masked_paths" else "writable"),
+                details="use runtime 'runc', or read_only_root / tmpfs_paths",
+            )
         for path in extra:
             if not path.startswith("/"):
                 raise ConfigError(f"security.{field}: {path!r} must be an absolute path")
@@ -550,10 +623,9 @@ def _tmpfs_owner(sec: SecurityPolicy) -> str:
 
 
 def _security(
-    sec: SecurityPolicy, runtime: str, engine: EngineFacts, host: dict[str, Any]
+    sec: SecurityPolicy, gvisor: bool, engine: EngineFacts, host: dict[str, Any]
 ) -> None:
     """Fill capabilities, security options and the PID namespace of `host`."""
-    gvisor = _is_gvisor(runtime)
     options: list[str] = []
     if sec.no_new_privileges or sec.prevent_escalation:
         options.append(NO_NEW_PRIVILEGES)
@@ -586,6 +658,12 @@ def _security(
 
     options.extend(_seccomp(sec, gvisor))
     if sec.apparmor_profile:
+        if gvisor:
+            # runsc logs "AppArmor profile %q is being ignored" and starts anyway.
+            raise SandboxInitFailed(
+                "security.apparmor_profile: gVisor (runsc) ignores AppArmor profiles",
+                details="use runtime 'runc' on an engine with AppArmor, or leave it empty",
+            )
         if not engine.has_security_option("apparmor"):
             raise SecurityViolation(
                 "security.apparmor_profile: AppArmor is not enabled on this engine",
@@ -668,8 +746,38 @@ def _seccomp(sec: SecurityPolicy, gvisor: bool) -> list[str]:
         raise SandboxInitFailed(
             f"security.seccomp_profile: {source!r} must hold a JSON object"
         )
+    if sec.prevent_escalation and not _seccomp_denies(document):
+        raise SecurityViolation(
+            f"security.seccomp_profile: {source!r} allows every syscall by default and no rule "
+            "denies one, which is as good as 'unconfined'",
+            details="add a rule with action SCMP_ACT_ERRNO, SCMP_ACT_KILL* or SCMP_ACT_TRAP, or "
+            "set security.prevent_escalation=False",
+        )
     # The engine wants the content, not a path: a path fails at start (measured).
     return ["seccomp=" + json.dumps(document, separators=(",", ":"))]
+
+
+def _seccomp_denies(document: Mapping[str, Any]) -> bool:
+    """Tell whether a profile denies anything: by default, or by an unconditional rule.
+
+    Measured: ``{}`` installs no filter at all, and a rule with no names denies nothing.
+    Rules with ``includes``/``excludes`` apply only on some arches, kernels or capabilities.
+    """
+    default = document.get("defaultAction") or ""
+    if not isinstance(default, str) or default not in _SECCOMP_ALLOWING:
+        return True  # A malformed action fails at start: the engine says why.
+    rules = document.get("syscalls")
+    for rule in rules if isinstance(rules, list) else ():
+        if (
+            isinstance(rule, Mapping)
+            and isinstance(rule.get("action"), str)
+            and rule["action"] in _SECCOMP_DENYING
+            and (rule.get("names") or rule.get("name"))
+            and not rule.get("includes")
+            and not rule.get("excludes")
+        ):
+            return True
+    return False
 
 
 def _selinux_labels(context: str) -> list[str]:

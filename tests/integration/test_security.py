@@ -187,6 +187,21 @@ async def test_gvisor_runtime_and_its_process_limit() -> None:
         assert await run(sb, "echo alive") == "alive\n"
 
 
+async def test_gvisor_enforces_read_only_root_and_hides_what_docker_masks() -> None:
+    # runsc ignores MaskedPaths/ReadonlyPaths (so listed ones are refused, below); Docker's
+    # defaults need nothing from it: gVisor's own /proc and /sys lack or protect those paths.
+    config = SandboxConfig(image=IMAGE_BUSYBOX, runtime="runsc",
+                           security=SecurityPolicy(read_only_root=True))
+    async with Sandbox(config) as sb:
+        result = await sb.execute_command("touch /etc/x")
+        assert not result.success and "Read-only file system" in result.stderr
+        script = "for p in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug " \
+                 "/proc/sysrq-trigger; do [ -e $p ] && echo $p; done; ls -A /sys/firmware"
+        assert await run(sb, script) == ""
+        result = await sb.execute_command("echo x > /proc/sys/kernel/domainname")
+        assert not result.success and "Operation not permitted" in result.stderr
+
+
 # -- refusals --------------------------------------------------------------------------------------
 
 
@@ -219,6 +234,18 @@ async def test_gvisor_runtime_and_its_process_limit() -> None:
      SandboxInitFailed),
     (SandboxConfig(runtime="runsc", resources=ResourceLimits(cpu_time_limit=5)),
      "resources.cpu_time_limit", SandboxInitFailed),
+    (SandboxConfig(runtime="runsc", security=SecurityPolicy(masked_paths=["/etc/hostname"])),
+     "security.masked_paths", SandboxInitFailed),
+    (SandboxConfig(runtime="runsc", security=SecurityPolicy(read_only_paths=["/etc"])),
+     "security.read_only_paths", SandboxInitFailed),
+    (SandboxConfig(runtime="runsc", security=SecurityPolicy(apparmor_profile="docker-default")),
+     "security.apparmor_profile", SandboxInitFailed),
+    (SandboxConfig(security=SecurityPolicy(seccomp_profile='{"defaultAction": "SCMP_ACT_LOG"}')),
+     "security.seccomp_profile", SecurityViolation),
+    (SandboxConfig(security=SecurityPolicy(seccomp_profile="{}")),
+     "security.seccomp_profile", SecurityViolation),
+    (SandboxConfig(security=SecurityPolicy(add_capabilities=["SYS_RESOURCE"])),
+     "security.add_capabilities", SecurityViolation),
 ], ids=lambda v: v if isinstance(v, str) else "")
 async def test_unenforceable_fields_are_refused_at_initialize(
     config: SandboxConfig, field: str, error: type[Exception]
@@ -229,6 +256,8 @@ async def test_unenforceable_fields_are_refused_at_initialize(
     assert str(caught.value).startswith(field + ":") or f" {field}:" in str(caught.value)
     if field == "runtime":
         assert "available:" in str(caught.value) and "runsc" in str(caught.value)
+    elif config.runtime == "runsc":
+        assert "gVisor (runsc)" in str(caught.value)  # the runtime's reason, not another
     assert no_container_with(sb.id)
 
 
@@ -251,7 +280,7 @@ async def test_allow_write_false_cannot_write_the_working_dir() -> None:
 
 async def test_root_command_in_non_root_sandbox_is_refused() -> None:
     async with sandbox(IMAGE_PYTHON, run_as_user="1000") as sb:
-        for user in ("root", "0", "0:0"):
+        for user in ("root", "0", "0:0", "1000:0", "1000:root"):
             with pytest.raises(SecurityViolation, match="root"):
                 await sb.execute_command(Command.shell("touch /tmp/ran", user=user))
         assert await run(sb, "ls /tmp") == ""

@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from sandbox._constants import DEFAULT_PROCESS_LIMIT
@@ -74,6 +75,9 @@ def test_engine_facts_from_recorded_info() -> None:
     assert facts == EngineFacts(
         runtimes=frozenset({"io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc",
                             "runsc"}),
+        runtime_paths={"io.containerd.runc.v2": "runc", "io.containerd.runtime.v1.linux": "runc",
+                       "runc": "runc", "runsc": "/usr/bin/runsc"},
+        runtime_args={"runsc": ("--network=none",)},
         default_runtime="runc",
         cgroup_version="1",
         storage_driver="overlay2",
@@ -86,6 +90,66 @@ def test_engine_facts_from_recorded_info() -> None:
     )
     assert facts.has_security_option("seccomp")
     assert not facts.has_security_option("apparmor")
+    assert facts.is_gvisor("runsc") and not facts.is_gvisor("runc")
+    assert not facts.ignores_cgroups("runsc")
+    hash(facts)
+
+
+IGNORE_CGROUPS_INFO = {
+    "Runtimes": {
+        "runc": {"path": "runc"},
+        "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--ignore-cgroups"]},
+        "gvisor": {"path": "/usr/local/bin/runsc", "runtimeArgs": ["-ignore-cgroups=true"]},
+        "runsc-cg": {"path": "/usr/bin/runsc",
+                     "runtimeArgs": ["--ignore-cgroups", "--ignore-cgroups=false"]},
+    },
+    "DefaultRuntime": "runc",
+}
+
+
+def test_engine_facts_keep_runtime_args() -> None:
+    facts = EngineFacts.from_info(IGNORE_CGROUPS_INFO)
+    assert facts.runtime_args["runsc"] == ("--network=none", "--ignore-cgroups")
+    assert facts.ignores_cgroups("runsc") and facts.ignores_cgroups("gvisor")
+    assert not facts.ignores_cgroups("runsc-cg")  # the last flag wins, as in Go's flag package
+    assert not facts.ignores_cgroups("runc") and not facts.ignores_cgroups("nope")
+    assert facts.is_gvisor("gvisor")  # known by its binary, not its name
+
+
+@pytest.mark.parametrize("runtime", ["runsc", "gvisor"])
+@pytest.mark.parametrize("field", ["cpu_limit", "cpu_request", "memory_limit", "memory_request"])
+def test_cgroup_limits_refused_under_ignore_cgroups(runtime: str, field: str) -> None:
+    facts = EngineFacts.from_info(IGNORE_CGROUPS_INFO)
+    value = 64 * MiB if field.startswith("memory") else 0.5
+    limits = ResourceLimits(**{field: value})
+    with pytest.raises(SandboxInitFailed, match=rf"^resources.{field}: runtime '{runtime}' runs "
+                       r"with --ignore-cgroups"):
+        plan(facts, runtime=runtime, resources=limits)
+    assert host(facts, runtime="runsc-cg", resources=limits)  # cgroups on: allowed
+    assert host(facts, runtime="runc", resources=limits)
+
+
+def test_ignore_cgroups_names_every_field_and_keeps_nproc() -> None:
+    facts = EngineFacts.from_info(IGNORE_CGROUPS_INFO)
+    limits = ResourceLimits(memory_limit=64 * MiB, cpu_limit=1)
+    with pytest.raises(SandboxInitFailed,
+                       match=r"^resources.cpu_limit, resources.memory_limit: runtime"):
+        plan(facts, runtime="runsc", resources=limits)
+    # process_limit is RLIMIT_NPROC inside gVisor, not a cgroup: still enforced.
+    h = host(facts, runtime="runsc", resources=ResourceLimits(process_limit=64))
+    assert h["Ulimits"] == [{"Name": "nproc", "Soft": 64, "Hard": 64}]
+
+
+def test_engine_default_runtime_rules_apply() -> None:
+    facts = attrs.evolve(EngineFacts.from_info(IGNORE_CGROUPS_INFO), default_runtime="runsc")
+    with pytest.raises(SandboxInitFailed, match=r"^resources.memory_limit: runtime 'runsc'"):
+        plan(facts, runtime="", resources=ResourceLimits(memory_limit=64 * MiB))
+    with pytest.raises(SandboxInitFailed, match=r"^security.masked_paths: gVisor"):
+        plan(facts, runtime="", security=SecurityPolicy(masked_paths=("/etc",)))
+    h = host(facts, runtime="")
+    assert "Runtime" not in h and "PidsLimit" not in h
+    assert h["Ulimits"] == [{"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT,
+                             "Hard": DEFAULT_PROCESS_LIMIT}]
 
 
 def test_engine_facts_prefer_version() -> None:
@@ -476,6 +540,20 @@ def test_read_only_and_masked_paths_extend_docker_defaults() -> None:
         sec(masked_paths=("x",))
 
 
+@pytest.mark.parametrize(("field", "shown"), [
+    ("masked_paths", "visible"), ("read_only_paths", "writable"),
+])
+def test_listed_paths_refused_under_runsc(field: str, shown: str) -> None:
+    policy = SecurityPolicy(**{field: ("/etc",)})
+    with pytest.raises(SandboxInitFailed,
+                       match=rf"^security.{field}: gVisor \(runsc\) ignores it: .* stay {shown}"):
+        plan(runtime="runsc", security=policy)
+    # Docker's defaults alone are fine: no key is sent, and gVisor's /proc covers them.
+    h = host(runtime="runsc", security=SecurityPolicy(read_only_root=True))
+    assert "MaskedPaths" not in h and "ReadonlyPaths" not in h
+    assert h["ReadonlyRootfs"] is True
+
+
 # --- privileges -----------------------------------------------------------------------------
 
 
@@ -514,12 +592,14 @@ def test_unknown_capability_refused() -> None:
         sec(add_capabilities=("FLY",))
 
 
-@pytest.mark.parametrize("cap", ["SYS_ADMIN", "ALL", "sys_ptrace"])
+@pytest.mark.parametrize(
+    "cap", ["SYS_ADMIN", "ALL", "sys_ptrace", "SYS_RESOURCE", "cap_sys_resource"]
+)
 def test_escalating_capability_needs_prevent_escalation_off(cap: str) -> None:
     with pytest.raises(SecurityViolation, match=r"security.add_capabilities: .*prevent_escal"):
         sec(add_capabilities=(cap,))
     h = sec(add_capabilities=(cap,), prevent_escalation=False)
-    assert h["CapAdd"] == [cap.upper()]
+    assert h["CapAdd"] == [cap.upper().removeprefix("CAP_")]
 
 
 def test_host_pid() -> None:
@@ -554,11 +634,59 @@ def test_seccomp_unconfined() -> None:
 
 def test_seccomp_file_sent_inline_compact(tmp_path: Path) -> None:
     profile = tmp_path / "p.json"
-    profile.write_text('{\n  "defaultAction": "SCMP_ACT_ALLOW",\n  "syscalls": []\n}\n')
+    profile.write_text('{\n  "defaultAction": "SCMP_ACT_ALLOW",\n  "syscalls": [\n'
+                       '    {"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"}\n  ]\n}\n')
     h = sec(seccomp_profile=str(profile))
-    assert h["SecurityOpt"][1] == 'seccomp={"defaultAction":"SCMP_ACT_ALLOW","syscalls":[]}'
+    assert h["SecurityOpt"][1] == ('seccomp={"defaultAction":"SCMP_ACT_ALLOW","syscalls":'
+                                   '[{"names":["mkdir"],"action":"SCMP_ACT_ERRNO"}]}')
     h = sec(seccomp_profile=' {"defaultAction": "SCMP_ACT_ERRNO"}')
     assert h["SecurityOpt"][1] == 'seccomp={"defaultAction":"SCMP_ACT_ERRNO"}'
+
+
+ALLOW_ALL_PROFILES = [
+    {},
+    {"defaultAction": None},
+    {"defaultAction": "SCMP_ACT_ALLOW"},
+    {"defaultAction": "SCMP_ACT_LOG", "syscalls": []},
+    {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": [], "action": "SCMP_ACT_ERRNO"}]},
+    {"defaultAction": "SCMP_ACT_ALLOW",
+     "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_LOG"}]},
+    {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "includes": {"caps": ["SYS_ADMIN"]}}]},
+    {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "excludes": {"arches": ["amd64"]}}]},
+    {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir"], "action": ["x"]}, 7]},
+    {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": {"names": ["mkdir"]}},
+]
+
+
+@pytest.mark.parametrize("profile", ALLOW_ALL_PROFILES, ids=str)
+def test_seccomp_default_allow_profile_needs_prevent_escalation_off(
+    tmp_path: Path, profile: dict[str, Any]
+) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile))
+    for value in (str(path), json.dumps(profile)):
+        with pytest.raises(SecurityViolation, match=r"^security.seccomp_profile: .* allows every "
+                           r"syscall by default and no rule denies one"):
+            sec(seccomp_profile=value)
+        h = sec(seccomp_profile=value, prevent_escalation=False)
+        assert h["SecurityOpt"][1] == "seccomp=" + json.dumps(profile, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("profile", [
+    {"defaultAction": "SCMP_ACT_ERRNO"},
+    {"defaultAction": "SCMP_ACT_KILL_PROCESS", "syscalls": []},
+    *({"defaultAction": default, "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_LOG"},
+                                              {"names": ["mkdirat"], "action": action}]}
+      for default in ("SCMP_ACT_ALLOW", "SCMP_ACT_LOG")
+      for action in ("SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS",
+                     "SCMP_ACT_KILL_THREAD", "SCMP_ACT_TRAP")),
+    {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"name": "mkdir", "action": "SCMP_ACT_ERRNO",
+                                                      "includes": {}}]},
+], ids=str)
+def test_seccomp_profile_that_denies_something_is_allowed(profile: dict[str, Any]) -> None:
+    assert sec(seccomp_profile=json.dumps(profile))["SecurityOpt"][1].startswith("seccomp={")
 
 
 def test_seccomp_file_problems(tmp_path: Path) -> None:
@@ -588,9 +716,13 @@ def test_seccomp_profile_refused_on_runsc(tmp_path: Path) -> None:
 def test_apparmor() -> None:
     with pytest.raises(SecurityViolation, match=r"security.apparmor_profile: AppArmor is not"):
         sec(apparmor_profile="docker-default")
-    engine = EngineFacts(security_options=("name=apparmor", "name=seccomp,profile=default"))
+    engine = EngineFacts(runtimes=frozenset({"runc", "runsc"}),
+                         security_options=("name=apparmor", "name=seccomp,profile=default"))
     h = host(engine, security=SecurityPolicy(apparmor_profile="docker-default"))
     assert h["SecurityOpt"] == ["no-new-privileges:true", "apparmor=docker-default"]
+    with pytest.raises(SandboxInitFailed,
+                       match=r"^security.apparmor_profile: gVisor \(runsc\) ignores AppArmor"):
+        plan(engine, runtime="runsc", security=SecurityPolicy(apparmor_profile="docker-default"))
 
 
 @pytest.mark.parametrize(
