@@ -53,8 +53,22 @@ def exists(image: str) -> bool:
     return probe.returncode == 0
 
 
+_apt_updated = False
+
+
 def apt_install(*packages: str) -> None:
+    """Install Debian packages; refresh the package lists first (once per run).
+
+    On a fresh machine the lists may be empty (engine.sh refreshes them only when it installs
+    something itself), so an install without ``apt-get update`` could find nothing.
+    """
+    global _apt_updated
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    say(f"installing {' '.join(packages)} from Debian's packages")
+    if not _apt_updated:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
+        _apt_updated = True
     subprocess.run(["apt-get", "install", "-y", "-qq", *packages], check=True, env=env,
                    stdout=subprocess.DEVNULL)
 
