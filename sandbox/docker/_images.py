@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -50,7 +51,6 @@ async def ensure_image(
 async def pull(engine: Engine, ref: ImageRef, on_progress: PullProgress | None, *,
                platform: str = "") -> None:
     """Pull an image, reporting each progress record; a failed pull names the reference."""
-    repo, _, _ = ref.engine_name.partition("@")
     params: dict[str, str] = {"fromImage": ref.repository_name}
     if ref.digest:
         params["fromImage"] = f"{ref.repository_name}@{ref.digest}"
@@ -61,9 +61,12 @@ async def pull(engine: Engine, ref: ImageRef, on_progress: PullProgress | None, 
     error = ""
     try:
         with mapped_errors(f"pull image {ref.engine_name!r}"):
-            async with engine.docker._query(
-                "images/create", "POST", params=params, timeout=None,
-            ) as resp:
+            async with contextlib.AsyncExitStack() as stack:
+                # No total deadline (a big image takes long), but neither the answer's
+                # headers nor any later progress line may take longer than the idle limit.
+                with anyio.fail_after(PULL_IDLE_TIMEOUT):
+                    resp = await stack.enter_async_context(engine.docker._query(
+                        "images/create", "POST", params=params, timeout=None))
                 while True:
                     with anyio.fail_after(PULL_IDLE_TIMEOUT):
                         line = await resp.content.readline()
@@ -89,4 +92,3 @@ async def pull(engine: Engine, ref: ImageRef, on_progress: PullProgress | None, 
                                 details=str(exc), cause=exc) from exc
     if error:
         raise SandboxInitFailed(f"could not pull image {ref.engine_name!r}", details=error)
-    _ = repo
