@@ -75,6 +75,9 @@ while [ $i -lt 100 ]; do
 done
 exit 1"""
 
+#: How long a command's output may stay open after its container stopped.
+STOPPED_GRACE = 2.0
+
 #: A sweep that could not finish (it could not fork, or found survivors) is run again.
 SWEEP_ATTEMPTS = 5
 
@@ -128,6 +131,8 @@ class ExecProcess:
         self._receive = receive
         self._eof = anyio.Event()
         self._drained = False  # the engine ended the output: the command is over
+        self._stopped: SandboxError | None = None  # why the container stopped under us
+        self._stopped_event = anyio.Event()
         self._done = anyio.Event()
         self._stdin_closed = False
         self._stdin_lock = anyio.Lock()
@@ -204,6 +209,16 @@ class ExecProcess:
         if name == "KILL":
             self._killed = True
         await self._sweep(name)
+
+    def container_stopped(self, error: SandboxError) -> None:
+        """Tell the command its container stopped; `error` is raised if its output never ends.
+
+        Under gVisor an exec's output stream can stay open after the sandbox died (measured:
+        an OOM-killed runsc sandbox left execute_command waiting for good).
+        """
+        if self._stopped is None:
+            self._stopped = error
+            self._stopped_event.set()
 
     async def wait(self) -> CommandResult:
         """Wait for the command to end and return its result.
@@ -340,6 +355,9 @@ class ExecProcess:
     async def finish(self) -> None:
         """Wait for EOF, read the exit code and build the result."""
         try:
+            await _first_of(self._eof, self._stopped_event)
+            if not self._eof.is_set():
+                await self._end_with_container()
             await self._eof.wait()  # bounded after a kill: see _sweep
             self._capture.finish()
             info = await self._exit_info()
@@ -361,6 +379,18 @@ class ExecProcess:
             self._pump_error = self._pump_error or exc
         finally:
             self._done.set()
+
+    async def _end_with_container(self) -> None:
+        """The container stopped: give the output a moment to end, else stop reading."""
+        with anyio.move_on_after(STOPPED_GRACE):
+            await self._eof.wait()
+        if self._eof.is_set():
+            return  # the usual case: the engine ended the output, the result tells the rest
+        self._killed = self._abandoned = True
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self._stream.close()
+        assert self._stopped is not None
+        raise self._stopped
 
     async def _exit_info(self) -> dict[str, Any]:
         info: dict[str, Any] = {}
@@ -418,6 +448,16 @@ class ExecProcess:
             stdout_bytes=cap.raw("stdout"),
             stderr_bytes=cap.raw("stderr"),
         )
+
+
+async def _first_of(*events: anyio.Event) -> None:
+    """Wait until any one of ``events`` is set."""
+    async with anyio.create_task_group() as tg:
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+        for event in events:
+            tg.start_soon(wait, event)
 
 
 @contextlib.asynccontextmanager

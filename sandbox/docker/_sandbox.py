@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,8 @@ class DockerSandbox:
         self._container_id: str | None = None
         self._cgroup: HostCgroup | None = None
         self._cgroup_looked_up = False
+        self._live: set[ExecProcess] = set()  # commands running now
+        self._gvisor = False
         self._created_resources = False
         self._status = SandboxStatus.CREATING
         self._initialized = False
@@ -218,16 +220,7 @@ class DockerSandbox:
     def _require_running(self) -> Engine:
         if self._status is SandboxStatus.RUNNING and self._engine is not None:
             return self._engine
-        if not self._initialized:
-            raise SandboxNotRunning("the sandbox was never initialized: call initialize() or "
-                                    "use `async with Sandbox(...)`")
-        if self._oom_killed:
-            raise ResourceLimitExceeded(
-                "the sandbox's main process was killed by the out-of-memory killer",
-                details=self._status_reason,
-            )
-        reason = f" ({self._status_reason})" if self._status_reason else ""
-        raise SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
+        raise self._not_running()
 
     def mark_failed(self, reason: str, *, exit_code: int | None = None,
                     oom_killed: bool = False) -> None:
@@ -238,6 +231,33 @@ class DockerSandbox:
         self._status_reason = reason
         self._exit_code = exit_code
         self._oom_killed = self._oom_killed or oom_killed
+        for proc in self._live:
+            proc.container_stopped(self._not_running())
+
+    def _not_running(self) -> SandboxError:
+        """The error for a call that needs the container, given why it is not running."""
+        if not self._initialized:
+            return SandboxNotRunning("the sandbox was never initialized: call initialize() or "
+                                     "use `async with Sandbox(...)`")
+        if self._oom_killed:
+            return ResourceLimitExceeded(
+                "the sandbox's main process was killed by the out-of-memory killer",
+                details=self._status_reason,
+            )
+        reason = f" ({self._status_reason})" if self._status_reason else ""
+        return SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
+
+    @contextlib.contextmanager
+    def _tracked(self, proc: ExecProcess) -> Iterator[ExecProcess]:
+        """Keep `proc` where a stopping container can reach it while it runs."""
+        self._live.add(proc)
+        try:
+            if self._status is not SandboxStatus.RUNNING and self._status is not \
+                    SandboxStatus.PAUSED:
+                proc.container_stopped(self._not_running())
+            yield proc
+        finally:
+            self._live.discard(proc)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -308,6 +328,7 @@ class DockerSandbox:
         except SandboxError as exc:
             raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
         self._facts = EngineFacts.from_info(await engine.info())
+        self._gvisor = self._facts.is_gvisor(cfg.runtime or self._facts.default_runtime)
         await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
                            platform=cfg.architecture)
         labels = {**_owner_labels(), LABEL_SANDBOX_ID: self.id}
@@ -629,7 +650,8 @@ class DockerSandbox:
                 on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finalizer(),
                 **params,
             ) as proc:
-                result = await proc.wait()
+                with self._tracked(proc):
+                    result = await proc.wait()
         except Exception as exc:
             self._audit_command(params, error=exc)
             raise
@@ -640,6 +662,43 @@ class DockerSandbox:
                        error: BaseException | None = None) -> None:
         self._audit.command(params["argv"], user=params["user"], cwd=params["workdir"],
                             env=params["env"], result=result, error=error)
+
+    async def _raise_if_container_died(self, patience: float) -> None:
+        """Under gVisor a command can fail *because* the sandbox died (exit 128, "urpc ...
+        EOF" on stderr, when the OOM killer took the whole sandbox); then that is the news.
+        """
+        if self._status is SandboxStatus.RUNNING:
+            assert self._engine is not None
+            state: Mapping[str, Any] = {}
+            with anyio.move_on_after(patience + 5):
+                give_up = time.monotonic() + patience
+                while True:
+                    try:
+                        data = await self._engine.query_json(
+                            "inspect the sandbox", f"containers/{self._container_id}/json",
+                            deadline=5)
+                    except SandboxError:
+                        return
+                    state = data.get("State") or {}
+                    if not state.get("Running") or time.monotonic() >= give_up:
+                        break
+                    await anyio.sleep(0.05)
+            if state.get("Running", True):
+                return
+            # The event watcher explains the stop best (a kill from outside, OOM); wait for it.
+            with anyio.move_on_after(1.0):
+                while True:
+                    if self._status is not SandboxStatus.RUNNING:
+                        break
+                    await anyio.sleep(0.02)
+            if self._status is SandboxStatus.RUNNING:
+                code = state.get("ExitCode")
+                self.mark_failed(
+                    f"the container's main process exited with code {code}"
+                    + (" (OOMKilled)" if state.get("OOMKilled") else ""),
+                    exit_code=code, oom_killed=bool(state.get("OOMKilled")))
+        if self._status is SandboxStatus.FAILED:
+            raise self._not_running()
 
     async def _host_cgroup(self) -> HostCgroup | None:
         """The container's cgroup on this host, looked up once; None for a remote engine."""
@@ -671,6 +730,10 @@ class DockerSandbox:
     async def _finish_result(self, result: CommandResult, usage: ResourceUsage | None,
                              ooms: int) -> CommandResult:
         """Add what only the sandbox knows: usage during the command, and OOM kills."""
+        if result.exit_code != 0 and self._gvisor and not result.timed_out:
+            # runsc reports its own lost connection to the dying sandbox as exit 128, often
+            # before the engine has seen the container stop.
+            await self._raise_if_container_died(2.0 if result.exit_code == 128 else 0.0)
         changes: dict[str, Any] = {}
         if usage is not None:
             changes["resource_usage"] = usage
@@ -706,7 +769,8 @@ class DockerSandbox:
         try:
             async with open_exec(engine, self._container_id, attach_stdin=True, iterate=True,
                                  finalize=await self._finalizer(), **params) as proc:
-                yield proc
+                with self._tracked(proc):
+                    yield proc
         except Exception as exc:
             # The block may fail after the command ended; then its result is the record.
             self._audit_command(params, result=proc.result if proc else None, error=exc)
