@@ -106,9 +106,10 @@ async def test_timeout_keeps_output_so_far_and_kills_setsid_children() -> None:
 
 async def test_idle_timeout() -> None:
     async with busybox() as sb:
+        # Without stdin, `read` gets EOF at once: a command that ends is not an idle one.
         result = await sb.execute_command(
-            Command.shell("echo prompt; read answer", idle_timeout=1, stdin=None))
-        # stdin is not attached, so `read` gets EOF at once; use a real stuck command:
+            Command.shell("echo prompt; read answer; echo after", idle_timeout=1, stdin=None))
+        assert not result.timed_out and result.stdout == "prompt\nafter\n", result
         result = await sb.execute_command(Command.shell("echo prompt; sleep 30", idle_timeout=1))
         assert result.timed_out and "idle" in result.error
         assert result.stdout == "prompt\n"

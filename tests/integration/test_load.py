@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+from sandbox import IMAGE_BUSYBOX, NetworkConfig, Sandbox, SandboxConfig, SecurityPolicy
 from tests.conftest import container_exists, docker_cli
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -95,7 +95,11 @@ async def test_fifty_sandboxes_twenty_concurrent_commands_each() -> None:
 
 async def test_soak_create_destroy_without_growth() -> None:
     async def one_round() -> None:
-        async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, stats_interval=1)) as sb:
+        # Networked, so a leaked per-sandbox network would show in the count.
+        cfg = SandboxConfig(image=IMAGE_BUSYBOX, stats_interval=1,
+                            network=NetworkConfig(isolated=False),
+                            security=SecurityPolicy(allow_networking=True, isolate_network=False))
+        async with Sandbox(cfg) as sb:
             await sb.write_file("f", "x")
             assert (await sb.execute_command("cat f")).stdout == "x"
             async with sb.stream_command("echo s") as proc:
