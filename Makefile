@@ -55,11 +55,19 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy --strict
 
-bench: venv engine images
-	$(PY) -m pip install --quiet docker
-	$(PY) bench/run.py
+# docker-py lives only in this separate bench virtualenv (same python3, the SDK editable), never
+# in $(VENV); `venv` first so python3's venv module is known to work.
+BENCH_VENV ?= .venv-bench
+$(BENCH_VENV)/.installed: pyproject.toml | venv
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e . docker
+	touch $@
 
-# Removes the virtualenv and every container, network and volume carrying our label; nothing else.
+bench: $(BENCH_VENV)/.installed engine images
+	$(BENCH_VENV)/bin/python bench/run.py
+
+# Removes the virtualenvs and every container, network and volume carrying our label; nothing else.
 clean:
 	bash scripts/clean.sh
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -62,6 +62,13 @@ def untar_one(archive: bytes) -> bytes:
         return f.read()
 
 
+def untar_tree(archive: bytes, dest: Path) -> None:
+    """Unpack a tar from the sandbox into the host directory ``dest``, as the SDK and docker cp
+    do (the "tar" filter: nothing outside ``dest``, no setuid bits)."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r|") as tf:
+        tf.extractall(dest, filter="tar")
+
+
 def make_small_tree(root: Path, count: int = 1000, size: int = 512) -> Path:
     """Write ``count`` files of ``size`` bytes in 10 sub-directories."""
     root.mkdir(parents=True, exist_ok=True)

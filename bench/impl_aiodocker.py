@@ -1,8 +1,9 @@
 """Raw aiodocker: the same engine calls the SDK makes, written the way a careful user would.
 
 Exec = create the exec, start it attached, read all output, inspect the exit code.
-Files go through exec too (``cat``, ``tar``), as the SDK does; stdin is half-closed with
-``write_eof`` on the hijacked transport, the only way aiodocker 0.27 can send EOF.
+Files go through exec too (``cat``, ``tar -x``, ``tar -c``), as the SDK does; stdin is
+half-closed with ``write_eof`` on the hijacked transport, the only way aiodocker 0.27 can send
+EOF.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import aiodocker
 import anyio
 from aiodocker.execs import Exec
-from common import BENCH_LABEL, KEEPALIVE, Box, tar_tree
+from common import BENCH_LABEL, KEEPALIVE, Box, tar_tree, untar_tree
 
 
 async def _exit_code(ex: Exec) -> int:
@@ -101,6 +102,13 @@ class RawAiodocker:
         code = await self._run(box, ["/bin/sh", "-c", 'mkdir -p "$1" && tar -x -f - -C "$1"',
                                      "t", parent], stdin=archive)
         assert code == 0
+
+    async def get_tree(self, box: Box, src: str, dest: Path) -> None:
+        parent, name = src.rsplit("/", 1)
+        parts: list[bytes] = []
+        assert await self._run(box, ["tar", "-c", "-f", "-", "-C", parent, "--", name],
+                               sink=parts) == 0
+        await anyio.to_thread.run_sync(untar_tree, b"".join(parts), dest)
 
     async def usage(self, box: Box) -> None:
         # aiodocker 0.27's stats(stream=False) waits two engine ticks (1-2 s); one-shot is what a

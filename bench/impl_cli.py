@@ -1,7 +1,7 @@
 """The ``docker`` CLI, one process per operation (its start-up cost is part of what it costs).
 
 Exec = ``docker exec``. Files: ``docker exec -i ... cat >`` to write and ``docker exec ... cat``
-to read (the same engine calls as the SDK), ``docker cp`` for the tree (archive API).
+to read (the same engine calls as the SDK), ``docker cp`` for the tree, in and out (archive API).
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ class DockerCLI:
 
     async def put_tree(self, box: Box, src: Path, dest: str) -> None:
         await _docker("cp", str(src), f"{box.cid}:{dest}", keep=False)
+
+    async def get_tree(self, box: Box, src: str, dest: Path) -> None:
+        await _docker("cp", f"{box.cid}:{src}", str(dest), keep=False)
 
     async def usage(self, box: Box) -> None:
         await _docker("stats", "--no-stream", "--format", "{{json .}}", box.cid)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import anyio
 import docker
-from common import BENCH_LABEL, KEEPALIVE, Box, tar_one, tar_tree, untar_one
+from common import BENCH_LABEL, KEEPALIVE, Box, tar_one, tar_tree, untar_one, untar_tree
 
 T = TypeVar("T")
 
@@ -94,6 +94,13 @@ class DockerPy:
 
     async def put_tree(self, box: Box, src: Path, dest: str) -> None:
         await self._t(self._put_tree, box.cid, src, dest)
+
+    def _get_tree(self, cid: str, src: str, dest: Path) -> None:
+        stream, _ = self.api.get_archive(cid, src)
+        untar_tree(b"".join(stream), dest)
+
+    async def get_tree(self, box: Box, src: str, dest: Path) -> None:
+        await self._t(self._get_tree, box.cid, src, dest)
 
     def _usage(self, cid: str) -> None:
         self.api.stats(cid, stream=False, one_shot=True)

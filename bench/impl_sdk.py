@@ -68,5 +68,8 @@ class SDK:
     async def put_tree(self, box: Box, src: Path, dest: str) -> None:
         await box.sb.copy_files(str(src), f"sandbox:{dest}")
 
+    async def get_tree(self, box: Box, src: str, dest: Path) -> None:
+        await box.sb.copy_files(f"sandbox:{src}", str(dest))
+
     async def usage(self, box: Box) -> None:
         await box.sb.get_resource_usage()
