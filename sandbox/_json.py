@@ -105,7 +105,7 @@ def _structure_timedelta(value: Any, _: type) -> timedelta:
     """Decode integer nanoseconds; the sub-microsecond part is truncated toward zero."""
     if type(value) is not int:
         raise TypeError(f"expected integer nanoseconds, got {_type_name(value)} {value!r}")
-    if abs(value) > 2**63 - 1:
+    if not -(2**63) <= value <= 2**63 - 1:
         raise ValueError("integer nanoseconds out of Go's time.Duration (int64) range, got "
                          f"a number of {len(str(abs(value)))} digits")
     micros = abs(value) // 1_000

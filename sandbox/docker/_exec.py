@@ -76,7 +76,7 @@ done
 exit 1"""
 
 #: How long a command's output may stay open after its container stopped.
-STOPPED_GRACE = 2.0
+STOPPED_GRACE = 5.0
 
 #: A sweep that could not finish (it could not fork, or found survivors) is run again.
 SWEEP_ATTEMPTS = 5

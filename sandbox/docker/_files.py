@@ -7,6 +7,7 @@ Through exec, permissions are the sandbox user's own, and every mount behaves as
 
 from __future__ import annotations
 
+import os
 import posixpath
 import stat as stat_mod
 import tarfile
@@ -34,6 +35,7 @@ _SPOOL = 64 << 20
 _READ_SH = r"""f="$1"; lim="$2"
 [ -e "$f" ] || [ -L "$f" ] || { echo "No such file or directory" >&2; exit 2; }
 [ -d "$f" ] && { echo "Is a directory" >&2; exit 21; }
+[ -e "$f" ] || { echo "No such file or directory" >&2; exit 2; }
 [ -f "$f" ] || { echo "Not a regular file (a device, FIFO or socket has no end)" >&2; exit 22; }
 s=$(stat -L -c %s -- "$f") || exit 1
 [ "$s" -gt "$lim" ] && { echo "File too large: $s bytes, over the limit of $lim" >&2; exit 27; }
@@ -218,19 +220,31 @@ async def copy_to_sandbox(run: Runner, src: Path, dest: str) -> None:
 
 
 def _extract(archive: IO[bytes], dest: Path, arcroot: str) -> None:
-    # The "tar" filter keeps an untrusted archive inside dest (no absolute paths, no links
-    # out) but also drops group/other write bits; put those back, never setuid/setgid/sticky.
-    modes: list[tuple[Path, int]] = []
+    """Unpack the sandbox's tar of ``arcroot`` as ``dest``; the archive is untrusted.
+
+    The "tar" filter keeps every member inside (no absolute names, no ``..``, no links out)
+    but drops group/other write bits; those are put back at the end, never setuid/setgid,
+    and never through a symlink. Directories stay writable until their contents are in.
+    """
+    root = os.path.realpath(dest.parent)
+    modes: list[tuple[str, int]] = []
     with tarfile.open(fileobj=archive, mode="r|") as tf:
         for member in tf:
             rel = member.name
             if rel == arcroot or rel.startswith(arcroot + "/"):
                 member.name = dest.name + rel[len(arcroot):]
-            tf.extract(member, dest.parent, filter="tar")
+            safe = tarfile.tar_filter(member, root)
+            if safe.isdir():
+                safe = safe.replace(mode=0o700, deep=False)
+            tf.extract(safe, root, filter="fully_trusted")
             if member.isreg() or member.isdir():
-                modes.append((dest.parent / member.name, member.mode & 0o777))
-    for path, mode in reversed(modes):  # directories after what they hold
-        path.chmod(mode)
+                modes.append((safe.name, member.mode & 0o777))
+    for name, mode in reversed(modes):  # directories after what they hold
+        path = os.path.join(root, name)
+        if os.path.islink(path) or \
+                os.path.commonpath([root, os.path.realpath(path)]) != root:
+            continue
+        os.chmod(path, mode)
 
 
 async def copy_from_sandbox(run: Runner, src: str, dest: Path) -> None:

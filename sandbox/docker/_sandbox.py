@@ -113,9 +113,15 @@ def _seconds(value: timedelta) -> float | None:
 
 
 def _is_root(user: str) -> bool:
-    """True when ``user`` ("uid[:gid]", names allowed) is root or runs in the root group."""
-    uid, _, gid = user.partition(":")
-    return uid in ("0", "root") or gid in ("0", "root")
+    return user.split(":", 1)[0] in ("0", "root")
+
+
+def _widens(asked: str, sandbox: str) -> bool:
+    """True when running as ``asked`` gives root (user or group) the sandbox user lacks."""
+    uid, _, gid = asked.partition(":")
+    s_uid, _, s_gid = sandbox.partition(":")
+    root = ("0", "root")
+    return (uid in root and s_uid not in root) or (gid in root and s_gid not in root)
 
 
 async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
@@ -231,8 +237,12 @@ class DockerSandbox:
         self._status_reason = reason
         self._exit_code = exit_code
         self._oom_killed = self._oom_killed or oom_killed
+
+    def _stop_commands(self) -> None:
+        """Tell running commands their container is gone (once it really is)."""
+        error = self._not_running()
         for proc in self._live:
-            proc.container_stopped(self._not_running())
+            proc.container_stopped(error)
 
     def _not_running(self) -> SandboxError:
         """The error for a call that needs the container, given why it is not running."""
@@ -462,6 +472,7 @@ class DockerSandbox:
             self.mark_failed(reason, exit_code=exit_code, oom_killed=oom_killed)
             if oom_killed:
                 self._audit.limit("memory", f"the sandbox stopped: {reason}")
+        self._stop_commands()
 
     def _on_oom(self) -> None:
         self._oom_events += 1
@@ -491,6 +502,7 @@ class DockerSandbox:
                                            f"containers/{self._container_id}/unpause", "POST")
             await self._engine.request("stop the sandbox at its wall time limit",
                                        f"containers/{self._container_id}/kill", "POST")
+        self._stop_commands()
 
     async def cleanup(self) -> None:
         """Remove the container and everything created for it; safe to call twice.
@@ -551,6 +563,8 @@ class DockerSandbox:
                     cause = exc.cause
                     if not (isinstance(cause, aiodocker.DockerError) and cause.status == 404):
                         errors.append(str(exc))
+                # Commands still running (another task's) must not wait on a removed container.
+                self._stop_commands()
             if scope.cancelled_caught and not await self._removal_under_way(target):
                 errors.append(f"remove the sandbox container {short}: no answer within "
                               f"{DEFAULT_CLEANUP_TIMEOUT:g} s")
@@ -599,7 +613,8 @@ class DockerSandbox:
                 "Command.restrict_paths cannot be enforced for a single command",
                 details="use SecurityPolicy.read_only_paths / masked_paths for the sandbox",
             ))
-        if command.user and self._user and not _is_root(self._user) and _is_root(command.user):
+        if command.user and self._user and not _is_root(self._user) and \
+                _widens(command.user, self._user):
             asked = f"user={command.user!r} for {argv}"
             raise self._audit.refused("security.run_as_user", asked, SecurityViolation(
                 f"Command.user={command.user!r} would run as root (user or group) in a sandbox "
@@ -703,13 +718,13 @@ class DockerSandbox:
     async def _host_cgroup(self) -> HostCgroup | None:
         """The container's cgroup on this host, looked up once; None for a remote engine."""
         if not self._cgroup_looked_up:
-            self._cgroup_looked_up = True
             assert self._engine is not None and self._container_id is not None
             with contextlib.suppress(SandboxError):
                 data = await self._engine.query_json(
                     "inspect the sandbox", f"containers/{self._container_id}/json", deadline=5)
                 pid = int((data.get("State") or {}).get("Pid") or 0)
                 self._cgroup = HostCgroup.find(pid, self._container_id)
+                self._cgroup_looked_up = True  # an engine error is worth another try
         return self._cgroup
 
     async def _finalizer(self) -> Finalizer:
@@ -792,7 +807,8 @@ class DockerSandbox:
             max_output_bytes=(64 << 10) if on_stdout is not None else 1 << 20, time_limit=None,
             idle_timeout=None, on_stdout=on_stdout,
         ) as proc:
-            return await proc.wait()
+            with self._tracked(proc):
+                return await proc.wait()
 
     # -- files -----------------------------------------------------------------------------------
 

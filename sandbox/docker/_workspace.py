@@ -57,7 +57,8 @@ if [ -n "$m" ]; then chmod -- "$m" "$d" || exit 1; fi
 # command at it. The script prints that assignment for the sandbox to export.
 _GIT_CONFIG_SH = r"""command -v git >/dev/null 2>&1 || { echo "git: not found" >&2; exit 127; }
 h="${HOME:-/}"
-if [ ! -w "$h" ] && [ ! -w "$h/.gitconfig" ]; then
+# Probe by writing: git needs a lock file beside .gitconfig, and test -w ignores a read-only fs.
+if ( : > "$h/.sandbox-probe-$$" ) 2>/dev/null; then rm -f "$h/.sandbox-probe-$$"; else
   export GIT_CONFIG_GLOBAL="/tmp/.gitconfig-$(id -u)"
   : >> "$GIT_CONFIG_GLOBAL" || exit 1
   echo "GIT_CONFIG_GLOBAL=$GIT_CONFIG_GLOBAL"

@@ -81,9 +81,12 @@ async def test_read_file_refuses_devices_and_fifos_at_once() -> None:
                                                      match="not a regular file") as ei:
                 await sb.read_file(path)
             assert path in str(ei.value) and "head" in str(ei.value)
-        # A symlink to a regular file is still read through.
-        await sb.execute_command("echo hi > /tmp/real && ln -s /tmp/real /tmp/link")
+        # A symlink to a regular file is still read through; a dangling one is missing.
+        await sb.execute_command("echo hi > /tmp/real && ln -s /tmp/real /tmp/link && "
+                                 "ln -s /tmp/gone /tmp/dangling")
         assert await sb.read_file("/tmp/link") == b"hi\n"
+        with pytest.raises(SandboxFileNotFound, match="/tmp/dangling"):
+            await sb.read_file("/tmp/dangling")
 
 
 @pytest.mark.slow

@@ -291,3 +291,9 @@ async def test_root_command_in_non_root_sandbox_is_refused() -> None:
             with pytest.raises(SecurityViolation, match="root"):
                 await sb.execute_command(Command.shell("touch /tmp/ran", user=user))
         assert await run(sb, "ls /tmp") == ""
+    # A sandbox in the root group (as OpenShift runs things) keeps that group, not more.
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, security=SecurityPolicy(
+            run_as_user="1000", run_as_group="0"))) as sb:
+        assert (await sb.execute_command(Command.shell("id -g", user="1000:0"))).stdout == "0\n"
+        with pytest.raises(SecurityViolation, match="root"):
+            await sb.execute_command(Command.shell("id -u", user="root"))
