@@ -54,6 +54,9 @@ async def main() -> None:
             image=IMAGE_PYTHON,
             repository=RepositoryConfig(local_path=str(repo), mount_point="/workspace"),
             security=SecurityPolicy(run_as_user=str(os.getuid()), run_as_group=str(os.getgid())),
+            # No __pycache__ in the user's checkout; and a .pyc written in the same second as an
+            # edit of the same size would be taken as current, hiding the fix.
+            environment={"PYTHONDONTWRITEBYTECODE": "1"},
         )
         async with Sandbox(config) as sb:
             result = await sb.execute_command("python3 -m unittest 2>&1 | tail -3")

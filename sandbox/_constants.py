@@ -20,6 +20,8 @@ DEFAULT_PROCESS_LIMIT: Final = 1024
 DEFAULT_STATS_INTERVAL: Final = timedelta(seconds=1)
 DEFAULT_ENGINE_TIMEOUT: Final = 60.0
 DEFAULT_CLEANUP_TIMEOUT: Final = 30.0
+#: Removing a gVisor sandbox can take over 30 s on a loaded host.
+GVISOR_CLEANUP_TIMEOUT: Final = 120.0
 
 #: Label keys put on everything the SDK creates, so leaks can be found and collected.
 LABEL_PREFIX: Final = "io.sandbox."
