@@ -277,15 +277,18 @@ def _no_nul_items(_: object, attribute: attrs.Attribute[Any], value: tuple[str, 
             raise ConfigError(f"{attribute.name}[{i}] must not contain NUL bytes")
 
 
-def _env(_: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
-    """Require variable names that can be passed to exec: non-empty, no '=' or NUL."""
-    for key, val in value.items():
+def check_environment(env: Mapping[str, str], name: str = "environment") -> None:
+    """Require variables that can be passed to exec: names non-empty without '=' or NUL,
+    values without NUL; ``name`` leads the error message."""
+    for key, val in env.items():
         if not key or "=" in key or "\0" in key:
-            raise ConfigError(
-                f"{attribute.name} key {key!r} must be non-empty without '=' or NUL bytes"
-            )
+            raise ConfigError(f"{name} key {key!r} must be non-empty without '=' or NUL bytes")
         if "\0" in val:
-            raise ConfigError(f"{attribute.name}[{key!r}] must not contain NUL bytes")
+            raise ConfigError(f"{name}[{key!r}] must not contain NUL bytes")
+
+
+def _env(_: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
+    check_environment(value, attribute.name)
 
 
 def _octal(_: object, attribute: attrs.Attribute[Any], value: str) -> None:

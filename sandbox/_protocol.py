@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from ._errors import ConfigError
 from ._models import Command, CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo
 
 __all__ = ["CommandLike", "ExecutionSandbox", "OutputCallback"]
@@ -13,6 +14,19 @@ __all__ = ["CommandLike", "ExecutionSandbox", "OutputCallback"]
 CommandLike: TypeAlias = Command | str | Sequence[str]
 #: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
 OutputCallback: TypeAlias = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
+
+
+def to_command(cmd: CommandLike) -> Command:
+    """Accept a Command, a shell string or an argv sequence; refuse an empty one."""
+    if isinstance(cmd, Command):
+        if not cmd.executable:
+            raise ConfigError("Command.executable is empty: say what to run")
+        return cmd
+    if isinstance(cmd, str):
+        if not cmd.strip():
+            raise ConfigError("the command string is empty: say what to run")
+        return Command.shell(cmd)
+    return Command.argv(list(cmd))
 
 
 @runtime_checkable

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 import attrs
 
 from ._errors import (
-    ConfigError,
     FileOperationFailed,
     SandboxAlreadyExists,
     SandboxError,
@@ -39,24 +38,13 @@ from ._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
+    check_environment,
 )
-from ._protocol import CommandLike, OutputCallback
+from ._protocol import CommandLike, OutputCallback, to_command
 
 __all__ = ["FakeSandbox"]
 
 Responder = CommandResult | SandboxError | Callable[[Command], CommandResult]
-
-
-def _to_command(cmd: CommandLike) -> Command:
-    if isinstance(cmd, Command):
-        if not cmd.executable:
-            raise ConfigError("Command.executable is empty: say what to run")
-        return cmd
-    if isinstance(cmd, str):
-        if not cmd.strip():
-            raise ConfigError("the command string is empty: say what to run")
-        return Command.shell(cmd)
-    return Command.argv(list(cmd))
 
 
 def _text(command: Command) -> str:
@@ -142,7 +130,7 @@ class FakeSandbox:
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
         self._check("execute_command")
-        command = _to_command(cmd)
+        command = to_command(cmd)
         self.commands.append(command)
         response: Responder = self.default_result
         for pattern, candidate in self._rules:
@@ -239,10 +227,7 @@ class FakeSandbox:
         return dict(self._env)
 
     def set_environment(self, env: Mapping[str, str]) -> None:
-        for key, value in env.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ConfigError(f"environment variable {key!r}: names must be non-empty and "
-                                  "free of '=' and NUL, values free of NUL")
+        check_environment(env)
         self._env.update(env)
 
     # -- info -----------------------------------------------------------------------------------

@@ -55,8 +55,9 @@ from .._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
+    check_environment,
 )
-from .._protocol import CommandLike, OutputCallback
+from .._protocol import CommandLike, OutputCallback, to_command
 from . import _files
 from ._cgroup import HostCgroup, command_usage
 from ._create import EngineFacts, plan_container
@@ -93,19 +94,6 @@ def _owner_labels() -> dict[str, str]:
         stat = Path(f"/proc/{os.getpid()}/stat").read_text()
         labels[LABEL_OWNER_START] = stat.rsplit(")", 1)[1].split()[19]
     return labels
-
-
-def to_command(cmd: CommandLike) -> Command:
-    """Accept a Command, a shell string or an argv sequence."""
-    if isinstance(cmd, Command):
-        if not cmd.executable:
-            raise ConfigError("Command.executable is empty: say what to run")
-        return cmd
-    if isinstance(cmd, str):
-        if not cmd.strip():
-            raise ConfigError("the command string is empty: say what to run")
-        return Command.shell(cmd)
-    return Command.argv(list(cmd))
 
 
 def _seconds(value: timedelta) -> float | None:
@@ -263,8 +251,7 @@ class DockerSandbox:
         """Keep `proc` where a stopping container can reach it while it runs."""
         self._live.add(proc)
         try:
-            if self._status is not SandboxStatus.RUNNING and self._status is not \
-                    SandboxStatus.PAUSED:
+            if self._status not in (SandboxStatus.RUNNING, SandboxStatus.PAUSED):
                 proc.container_stopped(self._not_running())
             yield proc
         finally:
@@ -711,11 +698,10 @@ class DockerSandbox:
                         break
                     await anyio.sleep(0.02)
             if self._status is SandboxStatus.RUNNING:
-                code = state.get("ExitCode")
-                self.mark_failed(
+                code, oom = state.get("ExitCode"), bool(state.get("OOMKilled"))
+                self._on_container_stop(
                     f"the container's main process exited with code {code}"
-                    + (" (OOMKilled)" if state.get("OOMKilled") else ""),
-                    exit_code=code, oom_killed=bool(state.get("OOMKilled")))
+                    + (" (OOMKilled)" if oom else ""), code, oom)
         if self._status is SandboxStatus.FAILED:
             raise self._not_running()
 
@@ -880,10 +866,7 @@ class DockerSandbox:
 
     def set_environment(self, env: Mapping[str, str]) -> None:
         """Merge variables into the environment of later commands."""
-        for key, value in env.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ConfigError(f"environment variable {key!r}: names must be non-empty and "
-                                  "free of '=' and NUL, values free of NUL")
+        check_environment(env)
         self._env.update(env)
 
     # -- info --------------------------------------------------------------------------------------
