@@ -9,17 +9,8 @@ all: test
 # `python3 -m venv` needs Debian's python3-venv (ensurepip); it is installed, as root, only
 # when creating the virtualenv fails without it.
 $(VENV)/.installed: pyproject.toml
-	@if ! python3 -m venv $(VENV) >/dev/null 2>&1; then \
-	    if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-	        echo "venv: 'python3 -m venv' does not work here, and only root on Debian/Ubuntu can fix it." >&2; \
-	        echo "venv: install Python 3 with its venv module (Debian/Ubuntu: apt-get install python3-venv), then rerun make." >&2; \
-	        exit 1; \
-	    fi; \
-	    echo "venv: installing python3-venv from Debian's packages" >&2; \
-	    export DEBIAN_FRONTEND=noninteractive; \
-	    apt-get update -qq >/dev/null && apt-get install -y -qq python3-venv >/dev/null || exit 1; \
-	    python3 -m venv $(VENV) || exit 1; \
-	fi
+	@python3 -m venv $(VENV) >/dev/null 2>&1 || \
+	    { bash scripts/apt-install.sh venv python3-venv && python3 -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $@
@@ -36,12 +27,7 @@ images: engine
 # the package's own service (on :5000, all interfaces) is stopped where systemd started it.
 test-tools:
 	@command -v docker-registry >/dev/null 2>&1 || { \
-	    [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || { \
-	        echo "test-tools: install docker-registry (Debian/Ubuntu: apt-get install docker-registry)" >&2; exit 1; }; \
-	    echo "test-tools: installing docker-registry from Debian's packages" >&2; \
-	    export DEBIAN_FRONTEND=noninteractive; \
-	    { apt-get install -y -qq docker-registry >/dev/null 2>&1 || \
-	      { apt-get update -qq >/dev/null && apt-get install -y -qq docker-registry >/dev/null; }; } || exit 1; \
+	    bash scripts/apt-install.sh test-tools docker-registry && \
 	    if command -v systemctl >/dev/null 2>&1; then \
 	        systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi; }
 
