@@ -36,6 +36,21 @@ def engine_ok() -> str | None:
     return None
 
 
+_LIST: dict[str, tuple[str, ...]] = {
+    "container": ("ps", "-aq"), "network": ("network", "ls", "-q"),
+    "volume": ("volume", "ls", "-q"),
+}
+_REMOVE: dict[str, tuple[str, ...]] = {
+    "container": ("rm", "-f"), "network": ("network", "rm"), "volume": ("volume", "rm", "-f"),
+}
+
+
+def ours(kind: str) -> list[str]:
+    """Ids of the containers, networks or volumes the SDK made for this test process."""
+    return docker_cli(*_LIST[kind], "--filter", f"label={LABEL}",
+                      "--filter", f"label={LABEL_OWNER_PID}={os.getpid()}").split()
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[None]:
     """Fail (never skip) when the engine or the test images are missing."""
@@ -46,17 +61,10 @@ def engine() -> Iterator[None]:
     yield
     # After the suite nothing the SDK made for this process may remain. Only this process's
     # own: another process's sandboxes are not ours to judge or touch.
-    mine = ("--filter", f"label={LABEL}", "--filter", f"label={LABEL_OWNER_PID}={os.getpid()}")
-    leaks = {
-        "container": docker_cli("ps", "-aq", *mine).split(),
-        "network": docker_cli("network", "ls", "-q", *mine).split(),
-        "volume": docker_cli("volume", "ls", "-q", *mine).split(),
-    }
+    leaks = {kind: ours(kind) for kind in _REMOVE}
     for kind, ids in leaks.items():
         if ids:
-            rm = {"container": ["rm", "-f"], "network": ["network", "rm"],
-                  "volume": ["volume", "rm", "-f"]}[kind]
-            subprocess.run(["docker", *rm, *ids], capture_output=True, timeout=120)
+            subprocess.run(["docker", *_REMOVE[kind], *ids], capture_output=True, timeout=120)
     if any(leaks.values()):
         pytest.fail(f"the suite left labelled resources behind (now removed): {leaks}",
                     pytrace=False)

@@ -58,7 +58,8 @@ async def test_normal_exit_and_exception_leave_nothing() -> None:
     assert sb2.status is SandboxStatus.DESTROYED and leftovers(sb2.id) == {}
 
 
-async def test_asyncio_task_cancel_during_command_leaves_nothing() -> None:
+async def task_in_a_long_command() -> tuple[asyncio.Task[None], list[Sandbox]]:
+    """A task inside `async with Sandbox` running `sleep 1000`, and (soon) its sandbox."""
     boxes: list[Sandbox] = []
     running = asyncio.Event()
 
@@ -70,6 +71,11 @@ async def test_asyncio_task_cancel_during_command_leaves_nothing() -> None:
 
     task = asyncio.ensure_future(work())
     await asyncio.wait_for(running.wait(), 30)
+    return task, boxes
+
+
+async def test_asyncio_task_cancel_during_command_leaves_nothing() -> None:
+    task, boxes = await task_in_a_long_command()
     await asyncio.sleep(0.3)
     task.cancel()
     t0 = time.monotonic()
@@ -82,17 +88,7 @@ async def test_asyncio_task_cancel_during_command_leaves_nothing() -> None:
 
 async def test_repeated_task_cancel_during_cleanup_still_removes() -> None:
     """A caller that cancels again and again while cleanup runs cannot make it leak."""
-    boxes: list[Sandbox] = []
-    running = asyncio.Event()
-
-    async def work() -> None:
-        async with busybox() as sb:
-            boxes.append(sb)
-            running.set()
-            await sb.execute_command("sleep 1000")
-
-    task = asyncio.ensure_future(work())
-    await asyncio.wait_for(running.wait(), 30)
+    task, boxes = await task_in_a_long_command()
     await asyncio.sleep(0.2)
     for _ in range(20):
         task.cancel()

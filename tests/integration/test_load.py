@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from sandbox import IMAGE_BUSYBOX, NetworkConfig, Sandbox, SandboxConfig, SecurityPolicy
-from tests.conftest import container_exists, docker_cli
+from tests.conftest import container_exists, ours
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
@@ -42,14 +42,6 @@ def settle() -> None:
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-def labelled(kind: str) -> int:
-    """Resources carrying this process's owner label, of one kind."""
-    label = f"label=io.sandbox.owner.pid={os.getpid()}"
-    if kind == "containers":
-        return len(docker_cli("ps", "-aq", "--filter", label).split())
-    return len(docker_cli(kind.rstrip("s"), "ls", "-q", "--filter", label).split())
 
 
 @pytest.mark.slow
@@ -107,12 +99,12 @@ async def test_soak_create_destroy_without_growth() -> None:
 
     await one_round()  # warm up: imports, the first client, lazily built objects
     gc.collect()
-    before = (labelled("containers"), labelled("networks"), labelled("volumes"), open_fds(),
+    before = (len(ours("container")), len(ours("network")), len(ours("volume")), open_fds(),
               len(asyncio.all_tasks()))
     for _ in range(SOAK_ITERATIONS):
         await one_round()
     await asyncio.sleep(0)  # let finished tasks be reaped
     gc.collect()
-    after = (labelled("containers"), labelled("networks"), labelled("volumes"), open_fds(),
+    after = (len(ours("container")), len(ours("network")), len(ours("volume")), open_fds(),
              len(asyncio.all_tasks()))
     assert after == before, "containers, networks, volumes, fds, tasks: before/after"
