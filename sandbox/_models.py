@@ -361,13 +361,15 @@ def _ports(_: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -
         _check_port(f"{attribute.name}[{i}]", port, allow_zero=False)
 
 
-def _one_of(*allowed: str) -> Any:
-    """Build a validator requiring the value to be one of `allowed`."""
+def _one_of(*allowed: str, empty_means: str = "") -> Any:
+    """Build a validator requiring the value to be one of `allowed`, or "" (what Go writes
+    for a string never set) when `empty_means` names the value it then stands for."""
 
     def check(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-        if value not in allowed:
+        if value not in allowed and not (empty_means and value == ""):
+            also = f" ('' means {empty_means})" if empty_means else ""
             raise ConfigError(
-                f"{attribute.name} must be one of {', '.join(allowed)}, got {value!r}"
+                f"{attribute.name} must be one of {', '.join(allowed)}{also}, got {value!r}"
             )
 
     return check
@@ -464,6 +466,10 @@ class SecurityPolicy:
         tmpfs_paths: Paths backed by tmpfs inside the sandbox.
         enable_audit_log: Record every operation in an audit log.
         log_security_events: Log refused operations.
+        allowed_hosts: Hosts the sandbox may reach (the design's egress allow-list; not
+            enforced yet, so creating a sandbox with any refuses it).
+        blocked_hosts: Hosts the sandbox may not reach (likewise refused for now).
+        allowed_ports: Destination ports the sandbox may reach (likewise refused for now).
     """
 
     run_as_user: str = ""
@@ -485,6 +491,11 @@ class SecurityPolicy:
     tmpfs_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
     enable_audit_log: bool = False
     log_security_events: bool = False
+    allowed_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    blocked_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    allowed_ports: tuple[int, ...] = attrs.field(
+        factory=tuple, converter=_to_int_tuple, validator=_ports
+    )
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
@@ -544,13 +555,13 @@ class PortMapping:
     Attributes:
         host_port: Host port; 0 lets the engine pick a free one.
         container_port: Port inside the sandbox (required).
-        protocol: ``"tcp"`` or ``"udp"``.
+        protocol: ``"tcp"`` (also ``""``) or ``"udp"``.
         host_ip: Host address to bind; loopback by default.
     """
 
     host_port: int = attrs.field(default=0, validator=_host_port)
     container_port: int = attrs.field(validator=_port)
-    protocol: str = attrs.field(default="tcp", validator=_one_of(*_PROTOCOLS))
+    protocol: str = attrs.field(default="tcp", validator=_one_of(*_PROTOCOLS, empty_means="tcp"))
     host_ip: str = "127.0.0.1"
 
 
@@ -603,7 +614,8 @@ class SandboxConfig:
         image: Image reference to run.
         runtime: OCI runtime, e.g. ``"runc"`` or ``"runsc"``.
         architecture: Image platform architecture, e.g. ``"amd64"``; empty uses the engine's.
-        pull_policy: When to pull the image: ``"missing"``, ``"always"`` or ``"never"``.
+        pull_policy: When to pull the image: ``"missing"`` (also ``""``), ``"always"`` or
+            ``"never"``.
         resources: Resource limits.
         security: Security policy.
         repository: Repository to put into the sandbox, if any.
@@ -624,7 +636,9 @@ class SandboxConfig:
     image: str = DEFAULT_IMAGE
     runtime: str = DEFAULT_RUNTIME
     architecture: str = ""
-    pull_policy: str = attrs.field(default=DEFAULT_PULL_POLICY, validator=_one_of(*_PULL_POLICIES))
+    pull_policy: str = attrs.field(
+        default=DEFAULT_PULL_POLICY, validator=_one_of(*_PULL_POLICIES, empty_means="missing")
+    )
     resources: ResourceLimits = attrs.field(factory=ResourceLimits)
     security: SecurityPolicy = attrs.field(factory=SecurityPolicy)
     repository: RepositoryConfig | None = None
