@@ -396,6 +396,19 @@ def check_environment(env: Mapping[str, str], name: str = "environment") -> None
             raise ConfigError(f"{name}[{key!r}] must not contain NUL bytes")
 
 
+def as_config(config: object) -> SandboxConfig:
+    """Return `config`, or the default `SandboxConfig` for None; refuse anything else (a dict
+    of settings, say) with a ConfigError, rather than an AttributeError later."""
+    if config is None:
+        return SandboxConfig()
+    if not isinstance(config, SandboxConfig):
+        raise ConfigError(
+            f"config must be a SandboxConfig, got {type(config).__name__} {_show(config)}",
+            details="pass SandboxConfig(...); from_json(text, SandboxConfig) reads JSON",
+        )
+    return config
+
+
 def _env(_: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
     check_environment(value, attribute.name)
 

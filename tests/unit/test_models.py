@@ -507,3 +507,24 @@ def test_long_values_are_cut_in_messages() -> None:
 def test_wrong_types_through_evolve() -> None:
     with pytest.raises(ConfigError, match=r"^no_new_privileges must be a bool, got int 0"):
         attrs.evolve(SecurityPolicy(), no_new_privileges=0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("config", [{}, {"image": "alpine"}, "alpine", ResourceLimits()])
+async def test_sandboxes_refuse_a_config_of_another_type(config: Any) -> None:
+    """A dict of settings used to fail later with an AttributeError (or, empty, be ignored)."""
+    from sandbox import Sandbox
+    from sandbox.docker._sandbox import DockerSandbox
+    from sandbox.testing import FakeSandbox
+
+    message = r"^config must be a SandboxConfig, got .*: pass SandboxConfig\(\.\.\.\)"
+    with pytest.raises(ConfigError, match=message):
+        Sandbox(config)
+    with pytest.raises(ConfigError, match=message):
+        FakeSandbox(config)
+    with pytest.raises(ConfigError, match=message):
+        await FakeSandbox().initialize(config)
+    docker = DockerSandbox()
+    with pytest.raises(ConfigError, match=message):
+        await docker.initialize(config)
+    assert not docker._initialized  # a corrected retry is still possible
