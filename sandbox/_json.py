@@ -7,7 +7,7 @@ import enum
 import json
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, get_args, get_origin
 
 import attrs
@@ -16,13 +16,14 @@ from cattrs.cols import homogenous_tuple_structure_factory, mapping_structure_fa
 from cattrs.errors import (
     AttributeValidationNote,
     ClassValidationError,
+    ForbiddenExtraKeysError,
     IterableValidationError,
     IterableValidationNote,
 )
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._errors import ConfigError
-from ._models import Command, CommandResult
+from ._models import Command, CommandResult, RepositoryConfig
 
 __all__ = ["configure_converter", "from_json", "to_json"]
 
@@ -33,6 +34,9 @@ _EXCLUDED: dict[type, tuple[str, ...]] = {
     Command: ("stdin",),
     CommandResult: ("stdout_bytes", "stderr_bytes"),
 }
+
+#: Go's zero time.Time, which it writes for a time never set; read as None.
+_GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 
 _RFC3339 = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})[Tt](?P<time>\d{2}:\d{2}:\d{2})"
@@ -112,8 +116,18 @@ def _structure_timedelta(value: Any, _: type) -> timedelta:
     return timedelta(microseconds=micros if value >= 0 else -micros)
 
 
+def _structure_optional_datetime(value: Any, _: type) -> datetime | None:
+    """Like `_structure_datetime`, reading null and Go's zero time (a time never set) as None."""
+    if value is None:
+        return None
+    parsed = _structure_datetime(value, datetime)
+    return None if parsed == _GO_ZERO_TIME else parsed
+
+
 def _structure_bytes(value: Any, _: type) -> bytes:
-    """Decode standard base64, as Go encodes []byte."""
+    """Decode standard base64, as Go encodes []byte; null (Go's nil slice) is empty."""
+    if value is None:
+        return b""
     if type(value) is not str:
         raise TypeError(f"expected base64 string, got {_type_name(value)} {value!r}")
     return base64.b64decode(value, validate=True)
@@ -128,10 +142,19 @@ def _is_dict(tp: Any) -> bool:
     return get_origin(tp) is dict
 
 
-def _require(kind: type, label: str, hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """Wrap `hook` to first check the JSON value is a `kind` (a JSON `label`)."""
+def _require(
+    kind: type,
+    label: str,
+    hook: Callable[[Any, Any], Any],
+    *,
+    empty: Callable[[], Any] | None = None,
+) -> Callable[[Any, Any], Any]:
+    """Wrap `hook` to first check the JSON value is a `kind` (a JSON `label`); JSON null, which
+    Go writes for a nil slice or map, becomes ``empty()`` when that is given."""
 
     def structure(value: Any, cl: Any) -> Any:
+        if value is None and empty is not None:
+            return empty()
         if not isinstance(value, kind):
             raise TypeError(f"expected {label}, got {_type_name(value)} {value!r}")
         return hook(value, cl)
@@ -139,7 +162,59 @@ def _require(kind: type, label: str, hook: Callable[[Any, Any], Any]) -> Callabl
     return structure
 
 
-def configure_converter(converter: cattrs.Converter) -> None:
+def _field_types(cls: type) -> dict[str, Any]:
+    """The resolved type of each attrs field of `cls`."""
+    return {f.name: f.type for f in attrs.fields(attrs.resolve_types(cls))}
+
+
+def _go_zero_json(tp: Any) -> Any:
+    """What Go's encoding/json writes for the zero value of the struct mirroring `tp`."""
+    if attrs.has(tp):
+        return {
+            f.name: _go_zero_json(f.type)
+            for f in attrs.fields(attrs.resolve_types(tp))
+            if f.name not in _EXCLUDED.get(tp, ())
+        }
+    if tp is str:
+        return ""
+    if tp is bool:
+        return False
+    if tp in (int, float, timedelta):
+        return 0
+    if tp is datetime or tp == datetime | None:
+        return "0001-01-01T00:00:00Z"
+    return None  # nil slice, map or pointer
+
+
+def _is_go_zero(value: Any, tp: Any) -> bool:
+    """Tell whether `value` is what Go writes (or could write) for a zero `tp`: every key
+    absent, null, or its zero; nested structs likewise. Unknown keys are not zero."""
+    if value is None:
+        return True
+    if attrs.has(tp):
+        types = _field_types(tp)
+        return isinstance(value, dict) and all(
+            key in types and _is_go_zero(item, types[key]) for key, item in value.items()
+        )
+    if _is_homogeneous_tuple(tp) or _is_dict(tp):
+        return value in ([], {})
+    zero = _go_zero_json(tp)
+    return zero is not None and type(value) is type(zero) and bool(value == zero)
+
+
+def _structure_repository(converter: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """Read Go's zero RepositoryConfig (``"repository": {"url": "", ...}``, which Go always
+    writes) as "no repository", that is None."""
+
+    def structure(value: Any, _: Any) -> RepositoryConfig | None:
+        if _is_go_zero(value, RepositoryConfig):
+            return None
+        return converter.structure(value, RepositoryConfig)
+
+    return structure
+
+
+def configure_converter(converter: cattrs.Converter, *, strict: bool = True) -> None:
     """Configure `converter` for JSON compatible with Go's encoding/json.
 
     Rules:
@@ -148,14 +223,20 @@ def configure_converter(converter: cattrs.Converter) -> None:
       float also accepts ints.
     * Enums are their string values; unknown values are errors listing the allowed ones.
     * datetime is RFC 3339 with an offset (UTC written as "Z", fraction trimmed like Go's
-      RFC3339Nano); naive times are refused both ways.
+      RFC3339Nano); naive times are refused both ways. An optional time reads null and Go's
+      zero time ("0001-01-01T00:00:00Z") as None; None is omitted on output.
     * timedelta is integer nanoseconds (Go's time.Duration); sub-microsecond parts truncate.
     * bytes are standard base64 strings (Go's []byte).
-    * Tuples are JSON arrays and dicts JSON objects; anything else is an error.
-    * attrs classes are JSON objects keyed by attribute name. Unknown keys are ignored,
-      missing keys take the default, None-valued fields are omitted on output (Go's
-      omitempty for pointers) and zero values are kept. Python-only fields (Command.stdin,
-      CommandResult.stdout_bytes and stderr_bytes) are never read or written.
+    * Tuples are JSON arrays and dicts JSON objects; null (Go's nil slice or map) reads as
+      empty; anything else is an error. Empty ones are written as [] and {}.
+    * attrs classes are JSON objects keyed by attribute name. With `strict` (the default)
+      unknown keys are errors naming them; otherwise they are ignored, as Go does. Missing
+      keys take the default, None-valued fields are omitted on output (Go's omitempty for
+      pointers) and zero values are kept. Python-only fields (Command.stdin,
+      CommandResult.stdout_bytes and stderr_bytes) are never written, and are unknown keys
+      when read.
+    * SandboxConfig.repository is always written, None as Go's zero RepositoryConfig; that
+      zero value (every key absent, null or zero) reads back as None.
     """
     for primitive in (int, float, str, bool):
         converter.register_structure_hook(primitive, _strict_primitive(primitive))
@@ -163,25 +244,44 @@ def configure_converter(converter: cattrs.Converter) -> None:
     converter.register_structure_hook(enum.Enum, _structure_enum)
     converter.register_unstructure_hook(datetime, _unstructure_datetime)
     converter.register_structure_hook(datetime, _structure_datetime)
+    converter.register_structure_hook_factory(
+        lambda tp: tp == datetime | None, lambda _: _structure_optional_datetime
+    )
     converter.register_unstructure_hook(timedelta, _unstructure_timedelta)
     converter.register_structure_hook(timedelta, _structure_timedelta)
     converter.register_unstructure_hook(bytes, lambda data: base64.b64encode(data).decode())
     converter.register_structure_hook(bytes, _structure_bytes)
+    converter.register_structure_hook_factory(
+        lambda tp: tp == RepositoryConfig | None, lambda _: _structure_repository(converter)
+    )
 
     def tuple_hook(tp: Any) -> Callable[[Any, Any], Any]:
-        return _require(list, "array", homogenous_tuple_structure_factory(tp, converter))
+        base = homogenous_tuple_structure_factory(tp, converter)
+        return _require(list, "array", base, empty=tuple)
 
     def dict_hook(tp: Any) -> Callable[[Any, Any], Any]:
-        return _require(dict, "object", mapping_structure_factory(tp, converter))
+        return _require(dict, "object", mapping_structure_factory(tp, converter), empty=dict)
 
     def attrs_structure(cls: type) -> Callable[[Any, Any], Any]:
         skip: dict[str, Any] = {name: override(omit=True) for name in _EXCLUDED.get(cls, ())}
-        return _require(dict, "object", make_dict_structure_fn(cls, converter, **skip))
+        return _require(dict, "object", make_dict_structure_fn(
+            cls, converter, _cattrs_forbid_extra_keys=strict, **skip
+        ))
 
     def attrs_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
         skip: dict[str, Any] = {name: override(omit=True) for name in _EXCLUDED.get(cls, ())}
         base: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cls, converter, **skip)
-        return lambda obj: {k: v for k, v in base(obj).items() if v is not None}
+        # Go always writes a struct field; None there is Go's zero value.
+        zeros = {
+            name: _go_zero_json(RepositoryConfig)
+            for name, tp in _field_types(cls).items()
+            if tp == RepositoryConfig | None
+        }
+        return lambda obj: {
+            k: zeros[k] if v is None and k in zeros else v
+            for k, v in base(obj).items()
+            if v is not None or k in zeros
+        }
 
     converter.register_structure_hook_factory(_is_homogeneous_tuple, tuple_hook)
     converter.register_structure_hook_factory(_is_dict, dict_hook)
@@ -191,6 +291,8 @@ def configure_converter(converter: cattrs.Converter) -> None:
 
 _converter = cattrs.Converter()
 configure_converter(_converter)
+_lenient_converter = cattrs.Converter()
+configure_converter(_lenient_converter, strict=False)
 
 
 def to_json(obj: Any, *, indent: int | None = None) -> str:
@@ -205,8 +307,14 @@ def to_json(obj: Any, *, indent: int | None = None) -> str:
     )
 
 
-def from_json(text: str | bytes, cls: type[T]) -> T:
-    """Decode JSON into `cls`.
+def from_json(text: str | bytes, cls: type[T], *, strict: bool = True) -> T:
+    """Decode JSON into `cls`, accepting what Go's encoding/json writes for the same structs.
+
+    Args:
+        text: The JSON document.
+        cls: The model (or e.g. ``list[PortMapping]``) to build.
+        strict: Refuse keys `cls` does not have (the default), so a misspelt or misplaced
+            setting is an error rather than silently dropped; False ignores them, as Go does.
 
     Raises:
         ConfigError: The text is not JSON or does not describe a valid `cls`; the details
@@ -218,7 +326,7 @@ def from_json(text: str | bytes, cls: type[T]) -> T:
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
         raise ConfigError(what, details=f"malformed JSON: {exc}", cause=exc) from exc
     try:
-        return _converter.structure(raw, cls)
+        return (_converter if strict else _lenient_converter).structure(raw, cls)
     except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
         problems: list[str] = []
         _describe(exc, "", problems)
@@ -244,6 +352,11 @@ def _describe(exc: BaseException, path: str, out: list[str]) -> None:
             _describe(sub, _join(path, item), out)
         for sub in rest:
             _describe(sub, path, out)
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        where = f"{path}: " if path else ""
+        keys = ", ".join(sorted(exc.extra_fields))
+        out.append(f"{where}unknown key(s) {keys} in {exc.cl.__name__}: remove or move them "
+                   "(from_json(..., strict=False) ignores unknown keys)")
     elif isinstance(exc, ConfigError):
         # Raised by a model validator; its message starts with the field name.
         out.append(f"{path}.{exc}" if path else str(exc))

@@ -3,14 +3,18 @@
 All are frozen attrs classes with keyword-only constructors. Sizes and counts are ints
 (not floats or bools) up to 2**63-1, durations are `datetime.timedelta` (constructors also
 accept finite int/float seconds within timedelta's range), times are timezone-aware datetimes.
-Invalid values raise `ConfigError` (a `ValueError`), values of the wrong kind for a converted
-field a `TypeError`; either message starts with the field name. Collections are stored as
+Every field is type-checked at construction from its annotation: str fields take str, bool
+fields only True/False (not "yes" or 1), nested configs only their class (a dict is refused;
+`from_json` builds nested configs from JSON). Invalid values and values of the wrong type raise
+`ConfigError` (a `ValueError`) whose message starts with the field name and, for a wrong type,
+says what was expected and got, and how to set ``Class.field``. Collections are stored as
 tuples; mappings as private `dict` copies.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
@@ -78,28 +82,42 @@ def _name(field: attrs.Attribute[Any] | None) -> str:
     return field.name if field is not None else "value"
 
 
+_SHOW_MAX = 80
+
+
 def _show(value: object) -> str:
-    """repr() for messages; huge ints (whose repr may even fail) are described instead."""
+    """repr() for messages; huge ints (whose repr may even fail) are described, long reprs cut."""
     if isinstance(value, int) and value.bit_length() > 128:
         return f"an int of {value.bit_length()} bits"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= _SHOW_MAX else f"{text[:_SHOW_MAX - 3]}..."
+
+
+def _wrong_type(
+    name: str, expected: str, value: object, owner: str, field: str, advice: str
+) -> ConfigError:
+    """Build the error for a value of the wrong type: what was expected, got, and what to do."""
+    return ConfigError(
+        f"{name} must be {expected}, got {type(value).__name__} {_show(value)}",
+        details=f"set {owner or 'the'}.{field} to {advice}",
+    )
 
 
 #: The longest duration the JSON wire format (Go's int64 nanoseconds) can carry.
 MAX_DURATION = timedelta(microseconds=_INT64_MAX // 1000)
 
 
-def _to_timedelta(value: timedelta | float, field: attrs.Attribute[Any] | None = None) -> timedelta:
+def _to_timedelta(
+    value: timedelta | float, field: attrs.Attribute[Any] | None = None, owner: str = ""
+) -> timedelta:
     """Accept a timedelta or a finite number of seconds within Go's time.Duration range."""
     name = _name(field)
     if isinstance(value, timedelta):
         td = value
     else:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(
-                f"{name} must be a timedelta or a number of seconds, "
-                f"got {type(value).__name__} {value!r}"
-            )
+            raise _wrong_type(name, "a timedelta or a number of seconds", value, owner, name,
+                              "a timedelta, or an int or float of seconds")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
         try:
@@ -114,11 +132,11 @@ def _to_timedelta(value: timedelta | float, field: attrs.Attribute[Any] | None =
     return td
 
 
-def _to_float(value: float, field: attrs.Attribute[Any] | None = None) -> float:
+def _to_float(value: float, field: attrs.Attribute[Any] | None = None, owner: str = "") -> float:
     """Accept an int or float (not bool or str)."""
     name = _name(field)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+        raise _wrong_type(name, "a number", value, owner, name, "an int or float")
     try:
         return float(value)
     except OverflowError:
@@ -126,76 +144,165 @@ def _to_float(value: float, field: attrs.Attribute[Any] | None = None) -> float:
 
 
 def _to_str_tuple(
-    value: Iterable[str], field: attrs.Attribute[Any] | None = None
+    value: Iterable[str], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> tuple[str, ...]:
     """Copy an iterable of strings to a tuple, refusing a lone string."""
     if isinstance(value, str | bytes):
-        raise TypeError(
-            f"{_name(field)} must be an iterable of str, not a single "
-            f"{type(value).__name__} {value!r}"
-        )
-    return _to_tuple(value, field, "str")
+        name = _name(field)
+        raise _wrong_type(name, "an iterable of str, not a single string", value, owner, name,
+                          f"a list of str, e.g. [{value!r}]")
+    return _to_tuple(value, field, owner, "str", lambda item: isinstance(item, str))
 
 
 def _to_int_tuple(
-    value: Iterable[int], field: attrs.Attribute[Any] | None = None
+    value: Iterable[int], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> tuple[int, ...]:
     """Copy an iterable of ints to a tuple."""
-    return _to_tuple(value, field, "int")
+    return _to_tuple(value, field, owner, "int", _is_int)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _to_port_tuple(
-    value: Iterable[PortMapping], field: attrs.Attribute[Any] | None = None
+    value: Iterable[PortMapping], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> tuple[PortMapping, ...]:
     """Copy an iterable of port mappings to a tuple."""
-    return _to_tuple(value, field, "PortMapping")
+    return _to_tuple(value, field, owner, "PortMapping", lambda item: isinstance(item, PortMapping))
 
 
-def _to_tuple(value: Iterable[_T], field: attrs.Attribute[Any] | None, item: str) -> tuple[_T, ...]:
+def _to_tuple(
+    value: Iterable[_T],
+    field: attrs.Attribute[Any] | None,
+    owner: str,
+    item: str,
+    ok: Callable[[object], bool],
+) -> tuple[_T, ...]:
+    name = _name(field)
+    advice = f"a list of {item}" + ("(...)" if item[0].isupper() else "")
+    if isinstance(value, Mapping):
+        # Iterating a dict gives its keys, which is never what was meant.
+        raise _wrong_type(name, f"an iterable of {item}", value, owner, name, advice)
     try:
-        items = iter(value)
+        items = tuple(value)
     except TypeError:
-        raise TypeError(
-            f"{_name(field)} must be an iterable of {item}, got {type(value).__name__} {value!r}"
-        ) from None
-    return tuple(items)
+        raise _wrong_type(name, f"an iterable of {item}", value, owner, name, advice) from None
+    for i, each in enumerate(items):
+        if not ok(each):
+            article = "an" if item[0] in "aeiou" else "a"
+            raise _wrong_type(f"{name}[{i}]", f"{article} {item}", each, owner, name, advice)
+    return items
 
 
 def _to_str_dict(
-    value: Mapping[str, str], field: attrs.Attribute[Any] | None = None
+    value: Mapping[str, str], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> dict[str, str]:
-    """Copy a mapping so the frozen instance does not share it with the caller."""
-    try:
-        return dict(value)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{_name(field)} must be a mapping of str to str, got {type(value).__name__} {value!r}"
-        ) from None
+    """Copy a mapping of str to str so the frozen instance does not share it with the caller."""
+    name = _name(field)
+    advice = "a dict of str to str"
+    if not isinstance(value, Mapping):
+        raise _wrong_type(name, "a mapping of str to str", value, owner, name, advice)
+    copy = dict(value)
+    for key, val in copy.items():
+        if not isinstance(key, str):
+            raise _wrong_type(f"{name} key {_show(key)}", "a str", key, owner, name, advice)
+        if not isinstance(val, str):
+            raise _wrong_type(f"{name}[{key!r}]", "a str", val, owner, name, advice)
+    return copy
 
 
-def _to_status(value: SandboxStatus | str) -> SandboxStatus:
+def _to_status(
+    value: SandboxStatus | str, field: attrs.Attribute[Any] | None = None, owner: str = ""
+) -> SandboxStatus:
     """Accept a status member or its string value."""
+    name = _name(field)
+    allowed = ", ".join(s.value for s in SandboxStatus)
+    if not isinstance(value, str):
+        raise _wrong_type(name, f"a SandboxStatus or one of {allowed}", value, owner, name,
+                          "a SandboxStatus, e.g. SandboxStatus.RUNNING")
     try:
         return SandboxStatus(value)
     except ValueError:
-        allowed = ", ".join(s.value for s in SandboxStatus)
-        raise ConfigError(f"status must be one of {allowed}, got {value!r}") from None
+        raise ConfigError(f"{name} must be one of {allowed}, got {value!r}") from None
 
 
-_FieldConverter: TypeAlias = "Callable[[Any, attrs.Attribute[Any]], Any]"
+_FieldConverter: TypeAlias = "Callable[..., Any]"
 _FIELD_AWARE: frozenset[Any] = frozenset(
-    {_to_timedelta, _to_float, _to_str_tuple, _to_int_tuple, _to_port_tuple, _to_str_dict}
+    {_to_timedelta, _to_float, _to_str_tuple, _to_int_tuple, _to_port_tuple, _to_str_dict,
+     _to_status}
 )
 
 
-def _named_converters(_: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
-    """Pass the field to the converters above, so their errors can name it."""
-    return [
-        f.evolve(converter=attrs.Converter(cast(_FieldConverter, f.converter), takes_field=True))
-        if f.converter in _FIELD_AWARE
-        else f
-        for f in fields
-    ]
+def _type_check(annotation: str, owner: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """Build a validator refusing values that do not match `annotation` (a field's type string).
+
+    Names of classes are looked up in this module when first needed, so a field may name a
+    class defined further down.
+    """
+    parts = [part.strip() for part in annotation.split("|")]
+    resolved: list[tuple[Callable[[object], bool], str, str]] = []
+
+    def resolve() -> list[tuple[Callable[[object], bool], str, str]]:
+        if not resolved:
+            resolved.extend(_type_rule(part) for part in parts)
+        return resolved
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        rules = resolve()
+        if any(ok(value) for ok, _, _ in rules):
+            return
+        expected = " or ".join(what for _, what, _ in rules)
+        advice = " or ".join(how for _, _, how in rules)
+        if isinstance(value, Mapping) and any(how.endswith("(...)") for _, _, how in rules):
+            advice += " (nested configs are not built from dicts; from_json() reads JSON)"
+        raise _wrong_type(attribute.name, expected, value, owner, attribute.name, advice)
+
+    return check
+
+
+def _type_rule(part: str) -> tuple[Callable[[object], bool], str, str]:
+    """Return (test, expected, advice) for one member of a field's annotation."""
+    simple: dict[str, tuple[Callable[[object], bool], str, str]] = {
+        "None": (lambda v: v is None, "None", "None"),
+        "str": (lambda v: isinstance(v, str), "a str", "a str"),
+        "bool": (lambda v: isinstance(v, bool), "a bool", "True or False"),
+        "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int", "an int"),
+        "float": (lambda v: isinstance(v, float), "a float", "an int or float"),
+        "bytes": (lambda v: isinstance(v, bytes), "bytes", "bytes"),
+        "datetime": (lambda v: isinstance(v, datetime), "a datetime",
+                     "a timezone-aware datetime, e.g. datetime.now(UTC)"),
+        "timedelta": (lambda v: isinstance(v, timedelta), "a timedelta", "a timedelta"),
+        "AsyncIterable[bytes]": (lambda v: hasattr(v, "__aiter__"),
+                                 "an async iterable of bytes", "an async iterable of bytes"),
+    }
+    if part in simple:
+        return simple[part]
+    if part.startswith("tuple["):
+        return (lambda v: isinstance(v, tuple), "a tuple", "a list or tuple")
+    if part.startswith("dict["):
+        return (lambda v: isinstance(v, dict), "a dict", "a dict")
+    if part.startswith("Literal["):
+        # The field's own validator then lists the allowed values.
+        return (lambda v: isinstance(v, str), "a str", f"one of {part[8:-1]}")
+    cls = globals()[part]
+    return (lambda v: isinstance(v, cls), f"a {part}", f"{part}(...)")
+
+
+def _named_converters(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
+    """Check every field's type and pass the field and class to the converters above, so
+    their errors can name them."""
+    out = []
+    for f in fields:
+        if f.converter in _FIELD_AWARE:
+            convert = functools.partial(cast(_FieldConverter, f.converter), owner=cls.__name__)
+            f = f.evolve(converter=attrs.Converter(convert, takes_field=True))
+        if isinstance(f.type, str):
+            check = _type_check(f.type, cls.__name__)
+            validator = check if f.validator is None else attrs.validators.and_(check, f.validator)
+            f = f.evolve(validator=validator)
+        out.append(f)
+    return out
 
 
 # Validators. Messages start with the field name; `_json` prefixes the parent path.
@@ -254,13 +361,15 @@ def _ports(_: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -
         _check_port(f"{attribute.name}[{i}]", port, allow_zero=False)
 
 
-def _one_of(*allowed: str) -> Any:
-    """Build a validator requiring the value to be one of `allowed`."""
+def _one_of(*allowed: str, empty_means: str = "") -> Any:
+    """Build a validator requiring the value to be one of `allowed`, or "" (what Go writes
+    for a string never set) when `empty_means` names the value it then stands for."""
 
     def check(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-        if value not in allowed:
+        if value not in allowed and not (empty_means and value == ""):
+            also = f" ('' means {empty_means})" if empty_means else ""
             raise ConfigError(
-                f"{attribute.name} must be one of {', '.join(allowed)}, got {value!r}"
+                f"{attribute.name} must be one of {', '.join(allowed)}{also}, got {value!r}"
             )
 
     return check
@@ -285,6 +394,19 @@ def check_environment(env: Mapping[str, str], name: str = "environment") -> None
             raise ConfigError(f"{name} key {key!r} must be non-empty without '=' or NUL bytes")
         if "\0" in val:
             raise ConfigError(f"{name}[{key!r}] must not contain NUL bytes")
+
+
+def as_config(config: object) -> SandboxConfig:
+    """Return `config`, or the default `SandboxConfig` for None; refuse anything else (a dict
+    of settings, say) with a ConfigError, rather than an AttributeError later."""
+    if config is None:
+        return SandboxConfig()
+    if not isinstance(config, SandboxConfig):
+        raise ConfigError(
+            f"config must be a SandboxConfig, got {type(config).__name__} {_show(config)}",
+            details="pass SandboxConfig(...); from_json(text, SandboxConfig) reads JSON",
+        )
+    return config
 
 
 def _env(_: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
@@ -357,6 +479,10 @@ class SecurityPolicy:
         tmpfs_paths: Paths backed by tmpfs inside the sandbox.
         enable_audit_log: Record every operation in an audit log.
         log_security_events: Log refused operations.
+        allowed_hosts: Hosts the sandbox may reach (the design's egress allow-list; not
+            enforced yet, so creating a sandbox with any refuses it).
+        blocked_hosts: Hosts the sandbox may not reach (likewise refused for now).
+        allowed_ports: Destination ports the sandbox may reach (likewise refused for now).
     """
 
     run_as_user: str = ""
@@ -378,6 +504,11 @@ class SecurityPolicy:
     tmpfs_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
     enable_audit_log: bool = False
     log_security_events: bool = False
+    allowed_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    blocked_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    allowed_ports: tuple[int, ...] = attrs.field(
+        factory=tuple, converter=_to_int_tuple, validator=_ports
+    )
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
@@ -437,13 +568,13 @@ class PortMapping:
     Attributes:
         host_port: Host port; 0 lets the engine pick a free one.
         container_port: Port inside the sandbox (required).
-        protocol: ``"tcp"`` or ``"udp"``.
+        protocol: ``"tcp"`` (also ``""``) or ``"udp"``.
         host_ip: Host address to bind; loopback by default.
     """
 
     host_port: int = attrs.field(default=0, validator=_host_port)
     container_port: int = attrs.field(validator=_port)
-    protocol: str = attrs.field(default="tcp", validator=_one_of(*_PROTOCOLS))
+    protocol: str = attrs.field(default="tcp", validator=_one_of(*_PROTOCOLS, empty_means="tcp"))
     host_ip: str = "127.0.0.1"
 
 
@@ -496,7 +627,8 @@ class SandboxConfig:
         image: Image reference to run.
         runtime: OCI runtime, e.g. ``"runc"`` or ``"runsc"``.
         architecture: Image platform architecture, e.g. ``"amd64"``; empty uses the engine's.
-        pull_policy: When to pull the image: ``"missing"``, ``"always"`` or ``"never"``.
+        pull_policy: When to pull the image: ``"missing"`` (also ``""``), ``"always"`` or
+            ``"never"``.
         resources: Resource limits.
         security: Security policy.
         repository: Repository to put into the sandbox, if any.
@@ -517,7 +649,9 @@ class SandboxConfig:
     image: str = DEFAULT_IMAGE
     runtime: str = DEFAULT_RUNTIME
     architecture: str = ""
-    pull_policy: str = attrs.field(default=DEFAULT_PULL_POLICY, validator=_one_of(*_PULL_POLICIES))
+    pull_policy: str = attrs.field(
+        default=DEFAULT_PULL_POLICY, validator=_one_of(*_PULL_POLICIES, empty_means="missing")
+    )
     resources: ResourceLimits = attrs.field(factory=ResourceLimits)
     security: SecurityPolicy = attrs.field(factory=SecurityPolicy)
     repository: RepositoryConfig | None = None
@@ -593,7 +727,10 @@ class Command:
     def argv(cls, argv: Sequence[str], **kwargs: Any) -> Command:
         """Build a command from an argument vector, executable first."""
         if isinstance(argv, str | bytes):
-            raise TypeError("argv must be a sequence of str, not a single string")
+            raise ConfigError(
+                f"argv must be a sequence of str, not a single {type(argv).__name__}",
+                details=f"pass a list, e.g. Command.argv([{argv!r}]) or Command.shell({argv!r})",
+            )
         if not argv:
             raise ConfigError("argv must not be empty")
         return cls(executable=argv[0], args=tuple(argv[1:]), **kwargs)

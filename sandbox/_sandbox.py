@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._errors import SandboxInitFailed
-from ._models import CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo
+from ._models import CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo, as_config
 from ._models import SandboxStatus as SandboxStatus
 from ._protocol import CommandLike, OutputCallback
 
@@ -41,7 +41,7 @@ class Sandbox:
         on_pull_progress: Callable[[Mapping[str, Any]], object] | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:
-        config = config or SandboxConfig()
+        config = as_config(config)
         if config.type not in BACKENDS:
             raise SandboxInitFailed(
                 f"unknown sandbox type {config.type!r}",

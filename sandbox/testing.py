@@ -38,6 +38,7 @@ from ._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
+    as_config,
     check_environment,
 )
 from ._protocol import CommandLike, OutputCallback, to_command
@@ -63,7 +64,7 @@ class FakeSandbox:
     """
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
-        self.config = config or SandboxConfig()
+        self.config = as_config(config)
         self.status = SandboxStatus.CREATING
         self.commands: list[Command] = []
         self.files: dict[str, tuple[bytes, int]] = {}
@@ -109,7 +110,7 @@ class FakeSandbox:
         if self._initialized:
             raise SandboxAlreadyExists("this sandbox was already initialized")
         if config is not None:
-            self.config = config
+            self.config = config = as_config(config)
             self._cwd = config.working_dir
             self._env = dict(config.environment)
             self.dirs.add(config.working_dir)

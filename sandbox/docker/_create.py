@@ -58,12 +58,13 @@ network.isolated, security.isolate_     HC ``NetworkMode=none`` unless the sandb
                                         or "" for the backend to fill (``needs_network``)
 network.dns_servers / dns_search        HC ``Dns`` / ``DnsSearch``
 network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; networked
-                                        only; host_ip "" means 127.0.0.1
+                                        only; host_ip "" means 127.0.0.1, protocol "" tcp
 ======================================  =================================================
 
 Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
 ``network_out_limit``, and ``network.allowed_hosts``, ``blocked_hosts``, ``allowed_ports``,
-``ingress_limit``, ``egress_limit`` (no egress policy yet). Not create options, left to the
+``ingress_limit``, ``egress_limit``, ``security.allowed_hosts``, ``blocked_hosts``,
+``allowed_ports`` (no egress policy yet). Not create options, left to the
 backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
 ``pull_policy``, ``repository``, ``tools``, ``mcp_servers``, ``timeout``, ``cleanup_delay``,
 ``stats_interval``, ``security.enable_audit_log``, ``security.log_security_events``.
@@ -176,6 +177,7 @@ _CGROUP_LIMITS: Final = ("cpu_limit", "cpu_request", "memory_limit", "memory_req
 _UNENFORCED_NETWORK: Final = (
     "allowed_hosts", "blocked_hosts", "allowed_ports", "ingress_limit", "egress_limit",
 )
+_UNENFORCED_SECURITY: Final = ("allowed_hosts", "blocked_hosts", "allowed_ports")
 #: `uname -m` names to Go's GOARCH names, which platforms use.
 _GOARCH: Final = {
     "x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "armv6l": "arm", "i386": "386",
@@ -531,15 +533,16 @@ def _network(net: NetworkConfig, networked: bool, host: dict[str, Any]) -> dict[
     seen: set[tuple[str, int, str]] = set()
     for mapping in net.port_mappings:
         host_ip = mapping.host_ip or "127.0.0.1"
+        protocol = mapping.protocol or "tcp"  # "" is what Go writes for a protocol never set
         if mapping.host_port:
-            key = (host_ip, mapping.host_port, mapping.protocol)
+            key = (host_ip, mapping.host_port, protocol)
             if key in seen:
                 raise ConfigError(
                     f"network.port_mappings: host port {host_ip}:{mapping.host_port}/"
-                    f"{mapping.protocol} is mapped twice"
+                    f"{protocol} is mapped twice"
                 )
             seen.add(key)
-        port = f"{mapping.container_port}/{mapping.protocol}"
+        port = f"{mapping.container_port}/{protocol}"
         # HostPort "" lets the engine pick a free port.
         bindings.setdefault(port, []).append(
             {"HostIp": host_ip, "HostPort": str(mapping.host_port or "")}
@@ -626,6 +629,12 @@ def _security(
     sec: SecurityPolicy, gvisor: bool, engine: EngineFacts, host: dict[str, Any]
 ) -> None:
     """Fill capabilities, security options and the PID namespace of `host`."""
+    unenforced = [f"security.{f}" for f in _UNENFORCED_SECURITY if getattr(sec, f)]
+    if unenforced:
+        raise SandboxInitFailed(
+            f"{', '.join(unenforced)}: not enforced yet: no egress policy",
+            details="remove them, or keep the sandbox isolated",
+        )
     options: list[str] = []
     if sec.no_new_privileges or sec.prevent_escalation:
         options.append(NO_NEW_PRIVILEGES)

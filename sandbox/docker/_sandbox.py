@@ -55,6 +55,7 @@ from .._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
+    as_config,
     check_environment,
 )
 from .._protocol import CommandLike, OutputCallback, to_command
@@ -161,7 +162,7 @@ class DockerSandbox:
         on_pull_progress: PullProgress | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:
-        self._config = config or SandboxConfig()
+        self._config = as_config(config)
         self._docker = docker
         self._owns_docker = docker is None
         self._engine: Engine | None = None
@@ -269,6 +270,7 @@ class DockerSandbox:
 
     async def initialize(self, config: SandboxConfig | None = None) -> None:
         """Create and start the container; on any failure remove what was created."""
+        config = None if config is None else as_config(config)
         async with self._lock:
             if self._initialized:
                 raise SandboxAlreadyExists("this sandbox was already initialized; "

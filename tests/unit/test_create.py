@@ -468,6 +468,26 @@ def test_unenforced_network_fields_refused(field: str, value: Any) -> None:
         plan(network=NetworkConfig(**{field: value}))
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("allowed_hosts", ("a.com",)), ("blocked_hosts", ("b.com",)), ("allowed_ports", (443,))],
+)
+def test_unenforced_security_host_lists_refused(field: str, value: Any) -> None:
+    """The design's SecurityPolicy egress lists are refused, not silently ignored."""
+    with pytest.raises(SandboxInitFailed, match=f"^security.{field}: not enforced yet"):
+        plan(security=attrs.evolve(OPEN, **{field: value}))
+    with pytest.raises(SandboxInitFailed, match=f"^security.{field}: not enforced yet"):
+        plan(security=SecurityPolicy(**{field: value}))
+
+
+def test_empty_protocol_means_tcp() -> None:
+    """Go writes "" for a PortMapping.Protocol never set."""
+    net = NetworkConfig(isolated=False, port_mappings=(PortMapping(container_port=80,
+                                                                   protocol=""),))
+    p = plan(network=net, security=OPEN)
+    assert p.body["ExposedPorts"] == {"80/tcp": {}}
+
+
 # --- user and filesystem --------------------------------------------------------------------
 
 

@@ -70,6 +70,9 @@ def full_security() -> SecurityPolicy:
         tmpfs_paths=["/tmp"],
         enable_audit_log=True,
         log_security_events=True,
+        allowed_hosts=["pypi.org"],
+        blocked_hosts=["evil.example"],
+        allowed_ports=[443],
     )
 
 
@@ -340,6 +343,24 @@ GOLDEN_CONFIG = {
         "tmpfs_paths": ["/tmp"],
         "enable_audit_log": False,
         "log_security_events": False,
+        "allowed_hosts": [],
+        "blocked_hosts": [],
+        "allowed_ports": [],
+    },
+    # No repository: Go's zero RepositoryConfig, which Go always writes.
+    "repository": {
+        "url": "",
+        "branch": "",
+        "commit_hash": "",
+        "local_path": "",
+        "mount_point": "",
+        "read_only": False,
+        "git_config": {"user_name": "", "user_email": "", "signing_key": "", "config_values": None},
+        "include_files": None,
+        "exclude_files": None,
+        "permissions": "",
+        "owner": "",
+        "group": "",
     },
     "network": {
         "isolated": True,
@@ -399,9 +420,9 @@ def golden_config() -> SandboxConfig:
 def test_golden_config() -> None:
     text = to_json(golden_config())
     assert json.loads(text) == GOLDEN_CONFIG
-    # Compact like Go's json.Marshal, keys in field order, no `repository` (None is omitted).
+    # Compact like Go's json.Marshal, keys in field order.
     assert text.startswith('{"type":"docker","image":"alpine:3.20","runtime":"runc",')
-    assert "repository" not in text
+    assert list(json.loads(text)) == list(GOLDEN_CONFIG)
     assert from_json(json.dumps(GOLDEN_CONFIG), SandboxConfig) == golden_config()
 
 
@@ -454,19 +475,34 @@ def test_excluded_fields_never_serialised() -> None:
     result_json = json.loads(to_json(full_result()))
     assert "stdout_bytes" not in result_json
     assert "stderr_bytes" not in result_json
-    # And never read back, even when present.
-    got = from_json('{"executable":"ls","stdin":"x","stdout_bytes":"eA=="}', Command)
-    assert got.stdin is None
+    # And never read back: unknown keys when strict, ignored otherwise.
+    text = '{"executable":"ls","stdin":"x","stdout_bytes":"eA=="}'
+    assert "unknown key(s) stdin, stdout_bytes in Command" in decode_error(text, Command)
+    assert from_json(text, Command, strict=False).stdin is None
 
 
-def test_unknown_keys_ignored() -> None:
-    got = from_json('{"image":"x","future_field":{"a":1},"resources":{"gpu":2}}', SandboxConfig)
-    assert got == SandboxConfig(image="x")
+def test_unknown_keys_refused_unless_lenient() -> None:
+    text = '{"image":"x","future_field":{"a":1},"resources":{"gpu":2}}'
+    message = decode_error(text)
+    assert "unknown key(s) future_field in SandboxConfig" in message
+    assert "resources: unknown key(s) gpu in ResourceLimits" in message
+    assert from_json(text, SandboxConfig, strict=False) == SandboxConfig(image="x")
 
 
 def test_missing_keys_take_defaults() -> None:
     assert from_json("{}", SandboxConfig) == SandboxConfig()
-    assert from_json('{"repository":{}}', SandboxConfig).repository == RepositoryConfig()
+    assert from_json('{"repository":{}}', SandboxConfig).repository is None  # Go's zero
+    assert from_json('{"repository":{"branch":"b"}}', SandboxConfig).repository == (
+        RepositoryConfig(branch="b")
+    )
+
+
+def test_null_is_an_empty_collection() -> None:
+    """Go writes null for a nil slice or map."""
+    got = from_json('{"tools":null,"environment":null,"network":{"port_mappings":null}}',
+                    SandboxConfig)
+    assert got == SandboxConfig()
+    assert from_json('{"stream":"stdout","data":null}', OutputChunk).data == b""
 
 
 def test_float_accepts_int() -> None:

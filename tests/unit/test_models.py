@@ -76,9 +76,9 @@ def test_timedelta_accepts_seconds(seconds: float) -> None:
 
 
 def test_timedelta_rejects_other_types() -> None:
-    with pytest.raises(TypeError, match=r"^timeout must be a timedelta or a number of seconds"):
+    with pytest.raises(ConfigError, match=r"^timeout must be a timedelta or a number of seconds"):
         Command(timeout="5")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"^timeout "):
+    with pytest.raises(ConfigError, match=r"^timeout "):
         Command(timeout=True)
 
 
@@ -164,7 +164,7 @@ def test_int_fields_reject_non_ints(build: Any, field: str, value: Any, problem:
     with pytest.raises(ConfigError) as info:
         build(value)
     assert isinstance(info.value, ValueError)
-    assert str(info.value) == f"{field} {problem}"
+    assert info.value.message == f"{field} {problem}"
 
 
 @pytest.mark.parametrize(("build", "field"), _INT_FIELDS)
@@ -178,12 +178,12 @@ def test_int_fields_accept_ints(build: Any, field: str) -> None:
     [
         (lambda: ResourceLimits(cpu_limit=10**400), ConfigError, "cpu_limit is too large"),
         (lambda: ResourceLimits(cpu_limit=float("inf")), ConfigError, "cpu_limit must be finite"),
-        (lambda: ResourceLimits(cpu_limit="2"), TypeError, "cpu_limit must be a number"),  # type: ignore[arg-type]
-        (lambda: SandboxConfig(tools="git"), TypeError, "tools must be an iterable of str"),
-        (lambda: NetworkConfig(allowed_ports=5), TypeError, "allowed_ports must be an iterable"),  # type: ignore[arg-type]
-        (lambda: NetworkConfig(port_mappings=5), TypeError, "port_mappings must be an iterable"),  # type: ignore[arg-type]
-        (lambda: SandboxConfig(environment=5), TypeError, "environment must be a mapping"),  # type: ignore[arg-type]
-        (lambda: GitConfig(config_values=["abc"]), TypeError, "config_values must be a mapping"),  # type: ignore[arg-type]
+        (lambda: ResourceLimits(cpu_limit="2"), ConfigError, "cpu_limit must be a number"),  # type: ignore[arg-type]
+        (lambda: SandboxConfig(tools="git"), ConfigError, "tools must be an iterable of str"),
+        (lambda: NetworkConfig(allowed_ports=5), ConfigError, "allowed_ports must be an iterable"),  # type: ignore[arg-type]
+        (lambda: NetworkConfig(port_mappings=5), ConfigError, "port_mappings must be an iterable"),  # type: ignore[arg-type]
+        (lambda: SandboxConfig(environment=5), ConfigError, "environment must be a mapping"),  # type: ignore[arg-type]
+        (lambda: GitConfig(config_values=["abc"]), ConfigError, "config_values must be a mapping"),  # type: ignore[arg-type]
         (lambda: PortMapping(container_port=2**200), ConfigError, "container_port must be in"),
     ],
 )
@@ -214,7 +214,7 @@ def test_float_fields_convert_ints() -> None:
     limits = ResourceLimits(cpu_limit=2)
     assert limits.cpu_limit == 2.0
     assert isinstance(limits.cpu_limit, float)
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError):
         ResourceLimits(cpu_limit="2")  # type: ignore[arg-type]
 
 
@@ -240,7 +240,7 @@ def test_lists_become_tuples_and_dicts_are_copied() -> None:
 
 
 def test_single_string_is_not_a_list() -> None:
-    with pytest.raises(TypeError, match="str"):
+    with pytest.raises(ConfigError, match="str"):
         SandboxConfig(tools="git")
 
 
@@ -364,7 +364,7 @@ def test_command_argv() -> None:
     assert Command.argv(("true",)).args == ()
     with pytest.raises(ValueError, match="argv must not be empty"):
         Command.argv([])
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError):
         Command.argv("ls -l")
     with pytest.raises(ValueError, match=r"args\[0\]"):
         Command.argv(["echo", "a\0b"])
@@ -397,3 +397,134 @@ def test_evolve_revalidates() -> None:
     assert attrs.evolve(config, image="alpine:3").image == "alpine:3"
     with pytest.raises(ValueError, match="pull_policy"):
         attrs.evolve(config, pull_policy="bad")
+
+
+# Every field of every model, given values of the wrong type: a ConfigError at construction
+# naming the field and the class, what was expected and got, and what to set instead.
+
+_MODELS: list[type] = [
+    ResourceLimits, SecurityPolicy, GitConfig, RepositoryConfig, PortMapping, NetworkConfig,
+    SandboxConfig, Command, ResourceUsage, CommandResult, FileInfo, SandboxInfo, OutputChunk,
+]
+#: What each model needs besides the field under test.
+_REQUIRED: dict[type, dict[str, Any]] = {
+    PortMapping: {"container_port": 80},
+    FileInfo: {"name": "a", "path": "/a"},
+    SandboxInfo: {"id": "x", "status": "running"},
+    OutputChunk: {"stream": "stdout", "data": b""},
+}
+_NESTED = [{}, {"memory_limit": 1}, "x", 0]
+#: Wrong values per field annotation.
+_WRONG: dict[str, list[Any]] = {
+    "str": [1, None, b"x", 1.5, ["a"]],
+    "bool": ["yes", 1, 0, None, "True"],
+    "int": [1.5, "1", True, None, b"1"],
+    "int | None": ["0", 1.0, False],
+    "float": ["1", True, None, [1]],
+    "timedelta": ["5", "5s", True, None],
+    "datetime | None": ["2024-01-01T00:00:00Z", 0, 1.5],
+    "bytes": ["x", bytearray(b"x"), None],
+    "tuple[str, ...]": ["x", b"x", [1], ["a", None], None, 5, {"a": "b"}],
+    "tuple[int, ...]": ["80", 80, ["80"], [True], [1.5], None],
+    "tuple[PortMapping, ...]": [{"container_port": 80}, [{"container_port": 80}], None, 5],
+    "dict[str, str]": [["a"], [("a", "b")], {1: "a"}, {"a": 1}, {"a": None}, None, "a=b"],
+    "SandboxStatus": [3, None, True],
+    "ResourceLimits": _NESTED,
+    "SecurityPolicy": _NESTED,
+    "NetworkConfig": _NESTED,
+    "GitConfig": _NESTED,
+    "ResourceUsage": _NESTED,
+    "SandboxConfig": _NESTED,
+    "RepositoryConfig | None": [{}, {"url": "x"}, "https://x"],
+    "bytes | str | AsyncIterable[bytes] | None": [bytearray(b"x"), 5, [b"x"]],
+    "Literal['stdout', 'stderr']": [1, None, b"stdout"],
+}
+_TYPE_CASES = [
+    pytest.param(cls, field.name, value, id=f"{cls.__name__}.{field.name}={value!r}")
+    for cls in _MODELS
+    for field in attrs.fields(cls)
+    for value in _WRONG[cls.__annotations__[field.name]]
+]
+
+
+def test_every_field_has_wrong_type_cases() -> None:
+    for cls in _MODELS:
+        for field in attrs.fields(cls):
+            annotation = cls.__annotations__[field.name]
+            assert annotation in _WRONG, f"{cls.__name__}.{field.name}: add wrong values"
+
+
+@pytest.mark.parametrize(("cls", "field", "value"), _TYPE_CASES)
+def test_wrong_types_are_config_errors(cls: type, field: str, value: Any) -> None:
+    kwargs = {**_REQUIRED.get(cls, {}), field: value}
+    with pytest.raises(ConfigError) as info:
+        cls(**kwargs)
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert err.message.startswith(field), err.message
+    assert " must be " in err.message
+    assert " got " in err.message
+    assert f"set {cls.__name__}.{field} to " in err.details, str(err)
+    assert "\n" not in str(err)
+
+
+def test_wrong_type_messages() -> None:
+    with pytest.raises(ConfigError) as info:
+        SandboxConfig(resources={"memory_limit": 2**30})  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "resources must be a ResourceLimits, got dict {'memory_limit': 1073741824}: set "
+        "SandboxConfig.resources to ResourceLimits(...) (nested configs are not built from "
+        "dicts; from_json() reads JSON)"
+    )
+    with pytest.raises(ConfigError) as info:
+        SecurityPolicy(read_only_root="yes")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "read_only_root must be a bool, got str 'yes': set SecurityPolicy.read_only_root to "
+        "True or False"
+    )
+    with pytest.raises(ConfigError) as info:
+        SandboxConfig(environment={"A": 1})  # type: ignore[dict-item]
+    assert str(info.value) == (
+        "environment['A'] must be a str, got int 1: set SandboxConfig.environment to a dict "
+        "of str to str"
+    )
+    with pytest.raises(ConfigError, match=r"^memory_limit must be an int, got str '1g': set "
+                       r"ResourceLimits.memory_limit to an int$"):
+        ResourceLimits(memory_limit="1g")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^cpu_limit must be a number, got str 'x'"):
+        ResourceLimits(cpu_limit="x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^environment key 1 must be a str, got int 1"):
+        SandboxConfig(environment={1: "a"})  # type: ignore[dict-item]
+
+
+def test_long_values_are_cut_in_messages() -> None:
+    with pytest.raises(ConfigError) as info:
+        SandboxConfig(image=["x" * 1000])  # type: ignore[arg-type]
+    assert len(str(info.value)) < 250
+    assert "..." in str(info.value)
+
+
+def test_wrong_types_through_evolve() -> None:
+    with pytest.raises(ConfigError, match=r"^no_new_privileges must be a bool, got int 0"):
+        attrs.evolve(SecurityPolicy(), no_new_privileges=0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("config", [{}, {"image": "alpine"}, "alpine", ResourceLimits()])
+async def test_sandboxes_refuse_a_config_of_another_type(config: Any) -> None:
+    """A dict of settings used to fail later with an AttributeError (or, empty, be ignored)."""
+    from sandbox import Sandbox
+    from sandbox.docker._sandbox import DockerSandbox
+    from sandbox.testing import FakeSandbox
+
+    message = r"^config must be a SandboxConfig, got .*: pass SandboxConfig\(\.\.\.\)"
+    with pytest.raises(ConfigError, match=message):
+        Sandbox(config)
+    with pytest.raises(ConfigError, match=message):
+        FakeSandbox(config)
+    with pytest.raises(ConfigError, match=message):
+        await FakeSandbox().initialize(config)
+    docker = DockerSandbox()
+    with pytest.raises(ConfigError, match=message):
+        await docker.initialize(config)
+    assert not docker._initialized  # a corrected retry is still possible

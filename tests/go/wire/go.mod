@@ -1,0 +1,3 @@
+module sandboxwire
+
+go 1.19
