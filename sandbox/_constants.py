@@ -22,6 +22,15 @@ DEFAULT_ENGINE_TIMEOUT: Final = 60.0
 DEFAULT_CLEANUP_TIMEOUT: Final = 30.0
 #: Removing a gVisor sandbox can take over 30 s on a loaded host.
 GVISOR_CLEANUP_TIMEOUT: Final = 120.0
+#: Every helper the SDK execs for a file operation (read, write, list, copy, stat) or for set-up
+#: gets this many seconds for its fixed work; a hostile root may have replaced `head` by `sleep`.
+HELPER_TIMEOUT: Final = 30.0
+#: Data-moving helpers also get 1 s more per MiB moved (stdin written plus stdout read), so a big
+#: legitimate copy finishes while a stalled or trickling one is cut off: "at least 1 MiB/s".
+HELPER_MIN_RATE: Final = float(1 << 20)
+#: list_files forks ``stat`` per entry (~100 bytes of output each, a few ms under gVisor), so its
+#: output earns time at a lower rate: 16 KiB/s is ~160 entries/s.
+LIST_MIN_RATE: Final = float(16 << 10)
 
 #: Label keys put on everything the SDK creates, so leaks can be found and collected.
 LABEL_PREFIX: Final = "io.sandbox."
