@@ -15,9 +15,9 @@ from sandbox import (
     Sandbox,
     SandboxConfig,
     TimeoutExceeded,
+    _constants,
     to_json,
 )
-from sandbox import _constants
 from sandbox.docker import _files
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
