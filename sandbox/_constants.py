@@ -28,9 +28,14 @@ HELPER_TIMEOUT: Final = 30.0
 #: Data-moving helpers also get 1 s more per MiB moved (stdin written plus stdout read), so a big
 #: legitimate copy finishes while a stalled or trickling one is cut off: "at least 1 MiB/s".
 HELPER_MIN_RATE: Final = float(1 << 20)
-#: list_files forks ``stat`` per entry (~100 bytes of output each, a few ms under gVisor), so its
-#: output earns time at a lower rate: 16 KiB/s is ~160 entries/s.
-LIST_MIN_RATE: Final = float(16 << 10)
+#: No helper runs longer than this, however much it moved: a hostile tool that streams just
+#: fast enough must still end.
+HELPER_MAX_TIME: Final = 3600.0
+#: list_files forks ``stat`` per entry (~60 bytes of output each; 2-4 ms per entry measured
+#: with runc and gVisor on a loaded 2-core host), so its output earns time at a lower rate
+#: (~7 ms per entry) and it stops within LIST_MAX_TIME.
+LIST_MIN_RATE: Final = float(8 << 10)
+LIST_MAX_TIME: Final = 600.0
 
 #: Label keys put on everything the SDK creates, so leaks can be found and collected.
 LABEL_PREFIX: Final = "io.sandbox."

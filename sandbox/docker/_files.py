@@ -111,10 +111,22 @@ def raise_for(result: CommandResult, op: str, path: str) -> None:
     raise FileOperationFailed(what, path=path, details=msg or f"exit code {result.exit_code}")
 
 
-async def read_file(run: Runner, path: str, *, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+async def read_file(run: Runner, path: str, *, limit: int | None = None) -> bytes:
+    if limit is None:
+        limit = DEFAULT_READ_LIMIT
     parts: list[bytes] = []
+    size = 0
+
+    def take(data: bytes) -> None:
+        # Bounded while reading: a `head` replaced by `yes` would otherwise fill our memory.
+        nonlocal size
+        size += len(data)
+        if size > limit:
+            raise _grew(path, limit)
+        parts.append(data)
+
     result = await run(["/bin/sh", "-c", _READ_SH, "sandbox-read", path, str(limit)],
-                       on_stdout=parts.append)
+                       on_stdout=take)
     if result.exit_code == 27:
         raise FileOperationFailed(
             f"read {path!r} refused: the file is larger than read_file's limit",
@@ -129,13 +141,14 @@ async def read_file(run: Runner, path: str, *, limit: int = DEFAULT_READ_LIMIT) 
                     f"e.g. ['head', '-c', '4096', {path!r}]",
         )
     raise_for(result, "read", path)
-    data = b"".join(parts)
-    if len(data) > limit:
-        raise FileOperationFailed(
-            f"read {path!r} refused: the file grew past read_file's limit while being read",
-            path=path, details=f"limit {limit} bytes; use copy_files('sandbox:{path}', host_path)",
-        )
-    return data
+    return b"".join(parts)
+
+
+def _grew(path: str, limit: int) -> FileOperationFailed:
+    return FileOperationFailed(
+        f"read {path!r} refused: the file grew past read_file's limit while being read",
+        path=path, details=f"limit {limit} bytes; use copy_files('sandbox:{path}', host_path)",
+    )
 
 
 async def write_file(run: Runner, path: str, content: bytes, mode: int) -> None:

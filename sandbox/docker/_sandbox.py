@@ -792,19 +792,22 @@ class DockerSandbox:
         self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
         on_stdout: Callable[[bytes], object] | None = None, user: str | None = None,
         what: str = "a helper command", rate: float | None = None,
+        max_time: float | None = None,
     ) -> CommandResult:
         """Run a helper the SDK needs (file operation, set-up) with a deadline.
 
         The helper gets ``HELPER_TIMEOUT`` seconds, plus one second per ``rate`` bytes it has
-        moved (stdin written and stdout read; default ``HELPER_MIN_RATE``, 1 MiB/s). A big copy
-        thus has time in proportion to its size, while one that stalls or trickles (a tool
-        replaced by ``sleep`` or by a slow writer) is killed with everything it started and
-        raises `TimeoutExceeded` naming ``what``.
+        moved (stdin written and stdout read; default ``HELPER_MIN_RATE``, 1 MiB/s), up to
+        ``max_time`` in all (default ``HELPER_MAX_TIME``). A big copy thus has time in
+        proportion to its size, while one that stalls or trickles (a tool replaced by ``sleep``
+        or by a slow writer) is killed with everything it started and raises
+        `TimeoutExceeded` naming ``what``.
         """
         engine = self._require_running()
         assert self._container_id is not None
         fixed = _constants.HELPER_TIMEOUT
         per_byte = 1.0 / (rate or _constants.HELPER_MIN_RATE)
+        ceiling = max(fixed, max_time or _constants.HELPER_MAX_TIME)
         start = time.monotonic()
         moved = 0
         scope = anyio.CancelScope(deadline=start + fixed)
@@ -812,7 +815,7 @@ class DockerSandbox:
         def credit(n: int) -> None:
             nonlocal moved
             moved += n
-            scope.deadline = start + fixed + moved * per_byte
+            scope.deadline = start + min(fixed + moved * per_byte, ceiling)
 
         def counted_out(data: bytes) -> object:
             credit(len(data))
@@ -821,8 +824,9 @@ class DockerSandbox:
         async def counted_in(src: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             if isinstance(src, bytes):
                 for off in range(0, len(src), 1 << 20):
-                    credit(len(src[off:off + (1 << 20)]))
-                    yield src[off:off + (1 << 20)]
+                    piece = src[off:off + (1 << 20)]
+                    credit(len(piece))
+                    yield piece
             else:
                 async for piece in src:
                     credit(len(piece))
@@ -846,17 +850,19 @@ class DockerSandbox:
             f"{what} did not finish within {allowed:.0f} s (has a tool in the sandbox been "
             "replaced?)",
             details=f"the helper {argv[0]!r} was killed after moving {moved} bytes; helpers get "
-                    f"{fixed:g} s plus 1 s per {1 / per_byte:.0f} bytes moved",
+                    f"{fixed:g} s plus 1 s per {1 / per_byte:.0f} bytes moved, at most "
+                    f"{ceiling:g} s",
         )
 
-    def _helper(self, what: str, *, rate: float | None = None) -> Callable[
+    def _helper(self, what: str, *, rate: float | None = None,
+                max_time: float | None = None) -> Callable[
             ..., Coroutine[Any, Any, CommandResult]]:
         """A runner for `_files` / `Workspace` whose deadline error names ``what``."""
         async def run(argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
                       on_stdout: Callable[[bytes], object] | None = None,
                       user: str | None = None) -> CommandResult:
             return await self._run_internal(argv, stdin=stdin, on_stdout=on_stdout, user=user,
-                                            what=what, rate=rate)
+                                            what=what, rate=rate, max_time=max_time)
         return run
 
     # -- files -----------------------------------------------------------------------------------
@@ -885,7 +891,8 @@ class DockerSandbox:
         target = self._path(path)
         with self._audit.file_op("list", target):
             return await _files.list_files(
-                self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE), target)
+                self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
+                             max_time=_constants.LIST_MAX_TIME), target)
 
     async def copy_files(self, source: str, dest: str) -> None:
         """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`."""

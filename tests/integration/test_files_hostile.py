@@ -107,6 +107,9 @@ async def test_replaced_tools_cannot_hang_file_operations(
     async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
         await sb.write_file("f", "data")
         await sb.write_file("/tmp/stall", _STALL, mode=0o755)
+        await sb.write_file("/tmp/yes", "#!/bin/sh\nexec yes 987\n", mode=0o755)
+        await sb.write_file("/tmp/trickle", "#!/bin/sh\nwhile :; do echo 987; sleep 0.2; "
+                            "done\n", mode=0o755)
         r = await sb.execute_command(["sh", "-c", "mkdir -p /usr/local/bin && for t in head "
                                       "cat stat; do cp /tmp/stall /usr/local/bin/$t; done"])
         assert r.success, r
@@ -120,6 +123,22 @@ async def test_replaced_tools_cannot_hang_file_operations(
                 await call()
             assert time.monotonic() - started < 45  # the deadline, not the 987 s sleep
             assert await _helpers_left(sb, "987") == "", op
+        # A head that streams forever is cut off at read_file's limit, not read into memory.
+        monkeypatch.setattr(_files, "DEFAULT_READ_LIMIT", 1 << 20)
+        r = await sb.execute_command(["sh", "-c", "cp /tmp/yes /usr/local/bin/head && "
+                                      "rm /usr/local/bin/stat"])
+        assert r.success, r
+        with anyio.fail_after(60), pytest.raises(FileOperationFailed, match="grew past"):
+            await sb.read_file("f")
+        assert await _helpers_left(sb, "987") == ""
+        # One that trickles just fast enough to keep earning time still ends at the ceiling.
+        monkeypatch.setattr(_constants, "HELPER_MIN_RATE", 1.0)
+        monkeypatch.setattr(_constants, "HELPER_MAX_TIME", 4.0)
+        r = await sb.execute_command(["cp", "/tmp/trickle", "/usr/local/bin/head"])
+        assert r.success, r
+        with anyio.fail_after(60), pytest.raises(TimeoutExceeded, match="within 4 s"):
+            await sb.read_file("f")
+        assert await _helpers_left(sb, "987") == ""
         # The sandbox still works, and the error is a TimeoutError for generic handlers.
         assert (await sb.execute_command("echo fine")).stdout == "fine\n"
         assert issubclass(TimeoutExceeded, TimeoutError)
