@@ -82,6 +82,8 @@ async def cleanup_on_signals(
             received.append(signum)
             loop.call_soon_threadsafe(fire, signum)
 
+    # signal.signal rather than loop.add_signal_handler: it returns the previous handler, so
+    # leaving the block restores exactly what was there (remove_signal_handler resets to SIG_DFL).
     previous = {sig: _signal.signal(sig, handler) for sig in signals}
     try:
         try:

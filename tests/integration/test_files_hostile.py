@@ -55,6 +55,8 @@ async def test_list_files_is_not_fooled_by_names(image: str) -> None:
         assert one.name == "new\nline.txt" and one.size == 2
         (root,) = [i for i in await sb.list_files("/") if i.name == "tmp"]
         assert root.path == "/tmp" and root.is_dir
+        with pytest.raises(FileOperationFailed, match="NUL"):
+            await sb.list_files("/tmp/d/a\0b")
 
 
 # These run on the Debian image: busybox's ash runs its own applets (stat, head, cat) without a
