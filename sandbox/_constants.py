@@ -24,7 +24,9 @@ DEFAULT_CLEANUP_TIMEOUT: Final = 30.0
 GVISOR_CLEANUP_TIMEOUT: Final = 120.0
 #: Every helper the SDK execs for a file operation (read, write, list, copy, stat) or for set-up
 #: gets this many seconds for its fixed work; a hostile root may have replaced `head` by `sleep`.
-HELPER_TIMEOUT: Final = 30.0
+#: As long as one engine call may take (a helper is three of them): the shared test host has
+#: seen load averages of 60, and a healthy helper must not be cut off there.
+HELPER_TIMEOUT: Final = 60.0
 #: Data-moving helpers also get 1 s more per MiB moved (stdin written plus stdout read), so a big
 #: legitimate copy finishes while a stalled or trickling one is cut off: "at least 1 MiB/s".
 HELPER_MIN_RATE: Final = float(1 << 20)
