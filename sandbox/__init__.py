@@ -46,6 +46,7 @@ from ._protocol import CommandLike as CommandLike
 from ._protocol import ExecutionSandbox as ExecutionSandbox
 from ._protocol import OutputCallback as OutputCallback
 from ._sandbox import Sandbox as Sandbox
+from ._signals import cleanup_on_signals as cleanup_on_signals
 
 __all__ = [
     "IMAGE_BUSYBOX",
@@ -85,6 +86,7 @@ __all__ = [
     "SandboxStatus",
     "SecurityPolicy",
     "TimeoutExceeded",
+    "cleanup_on_signals",
     "from_json",
     "gc",
     "to_json",

@@ -6,7 +6,8 @@ and output is printed as it arrives. ``register`` adds the subcommands to the pa
 status.
 
 Exit status of ``run`` and ``shell``: the command's own; 124 when ``--timeout`` killed it (as
-GNU ``timeout`` does); 1 when the sandbox failed; 2 for usage errors; 130 on Ctrl-C.
+GNU ``timeout`` does); 1 when the sandbox failed; 2 for usage errors; 130 on Ctrl-C; 143 on
+SIGTERM and 129 on SIGHUP, each after the sandbox is removed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ._errors import ConfigError, SandboxError
 from ._json import from_json, to_json
 from ._models import Command, CommandResult, RepositoryConfig, SandboxConfig
 from ._sandbox import Sandbox
+from ._signals import cleanup_on_signals, signal_name
 
 if TYPE_CHECKING:
     from .docker._exec import ExecProcess
@@ -210,6 +212,14 @@ def _exit_status(args: argparse.Namespace, result: CommandResult) -> int:
     return result.exit_code
 
 
+def _terminated(args: argparse.Namespace, exc: SystemExit) -> int:
+    """SIGTERM or SIGHUP ended the run after cleanup: say so, exit with 128+signal."""
+    code = exc.code if isinstance(exc.code, int) else 1
+    print(f"sandbox {args.command}: {signal_name(code) or 'terminated'} received; the sandbox "
+          "was removed", file=sys.stderr)
+    return code
+
+
 # -- stdin --------------------------------------------------------------------------------------
 
 
@@ -249,7 +259,7 @@ async def _forward_stdin(proc: ExecProcess) -> None:
 async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool) -> CommandResult:
     """Run argv in a fresh sandbox with output printed live; stdin forwarded if asked."""
     progress = _PullProgress()
-    async with Sandbox(config, on_pull_progress=progress) as sb:
+    async with cleanup_on_signals(), Sandbox(config, on_pull_progress=progress) as sb:
         progress.done()
         async with sb.stream_command(Command.argv(list(argv))) as proc:
             feeder: asyncio.Task[None] | None = None
@@ -271,7 +281,10 @@ async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool) 
 def cmd_run(args: argparse.Namespace) -> int:
     """``sandbox run [flags] -- CMD...``: run one command and exit with its status."""
     config = _config(args)
-    result = asyncio.run(_attached(config, args.argv, stdin=args.interactive))
+    try:
+        result = asyncio.run(_attached(config, args.argv, stdin=args.interactive))
+    except SystemExit as exc:
+        return _terminated(args, exc)
     return _exit_status(args, result)
 
 
@@ -279,7 +292,10 @@ def cmd_shell(args: argparse.Namespace) -> int:
     """``sandbox shell [flags]``: a shell with our stdin, stdout and stderr attached."""
     config = _config(args)
     argv = [args.shell, "-i"] if sys.stdin is not None and sys.stdin.isatty() else [args.shell]
-    result = asyncio.run(_attached(config, argv, stdin=True))
+    try:
+        result = asyncio.run(_attached(config, argv, stdin=True))
+    except SystemExit as exc:
+        return _terminated(args, exc)
     return _exit_status(args, result)
 
 

@@ -22,6 +22,22 @@ DEFAULT_ENGINE_TIMEOUT: Final = 60.0
 DEFAULT_CLEANUP_TIMEOUT: Final = 30.0
 #: Removing a gVisor sandbox can take over 30 s on a loaded host.
 GVISOR_CLEANUP_TIMEOUT: Final = 120.0
+#: Every helper the SDK execs for a file operation (read, write, list, copy, stat) or for set-up
+#: gets this many seconds for its fixed work; a hostile root may have replaced `head` by `sleep`.
+#: As long as one engine call may take (a helper is three of them): the shared test host has
+#: seen load averages of 60, and a healthy helper must not be cut off there.
+HELPER_TIMEOUT: Final = 60.0
+#: Data-moving helpers also get 1 s more per MiB moved (stdin written plus stdout read), so a big
+#: legitimate copy finishes while a stalled or trickling one is cut off: "at least 1 MiB/s".
+HELPER_MIN_RATE: Final = float(1 << 20)
+#: No helper runs longer than this, however much it moved: a hostile tool that streams just
+#: fast enough must still end.
+HELPER_MAX_TIME: Final = 3600.0
+#: list_files forks ``stat`` per entry (~60 bytes of output each; 2-4 ms per entry measured
+#: with runc and gVisor on a loaded 2-core host), so its output earns time at a lower rate
+#: (~7 ms per entry) and it stops within LIST_MAX_TIME.
+LIST_MIN_RATE: Final = float(8 << 10)
+LIST_MAX_TIME: Final = 600.0
 
 #: Label keys put on everything the SDK creates, so leaks can be found and collected.
 LABEL_PREFIX: Final = "io.sandbox."

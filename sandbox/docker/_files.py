@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import stat as stat_mod
 import tarfile
 import tempfile
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import IO, Protocol
 
 import anyio
-import attrs
 
 from .._errors import (
     FileOperationFailed,
@@ -49,20 +49,29 @@ cat > "$f" || exit 1
 chmod "$m" -- "$f"
 """
 
-# A line per entry: hex mode/size/mtime/uid/gid/owner/group/name; a symlink adds "->target".
+# Three NUL-terminated fields per entry: the name as the shell's glob gave it, stat's fields,
+# and the symlink target (empty if none). The name never passes through a tool; stat's and
+# readlink's output pass through $(...), which cannot carry a NUL, so no name or target can
+# forge a record. The "x" guard keeps the trailing newlines of a target.
 _LIST_SH = r"""p="$1"
 [ -e "$p" ] || [ -L "$p" ] || { echo "No such file or directory" >&2; exit 2; }
-one() { stat -c '%f/%s/%Y/%u/%g/%U/%G/%n' -- "$1" || return
-  [ -L "$1" ] && printf '%s\n' "->$(readlink -- "$1")"; return 0; }
+one() { v=$(stat -c '%f:%s:%Y:%u:%g:%U:%G' -- "$1") || return; t=
+  if [ -L "$1" ]; then t=$(readlink -- "$1"; echo x); t=${t%x}; t=${t%?}; fi
+  printf '%s\0%s\0%s\0' "$1" "$v" "$t"; }
 if [ -d "$p" ] && [ ! -L "$p" ]; then
-  for e in "$p"/* "$p"/.[!.]* "$p"/..?*; do
+  d=${p%/}
+  for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do
     [ -e "$e" ] || [ -L "$e" ] || continue
-    one "$e"
+    one "$e" || :
   done
 else
   one "$p"
 fi
 """
+
+#: list_files stops reading (and kills the helper) past this many entries or bytes of listing.
+MAX_LIST_ENTRIES = 100_000
+MAX_LIST_BYTES = 64 << 20
 
 _KIND_SH = r"""if [ -d "$1" ]; then echo dir; elif [ -e "$1" ]; then echo file; else echo none; fi
 """
@@ -102,10 +111,22 @@ def raise_for(result: CommandResult, op: str, path: str) -> None:
     raise FileOperationFailed(what, path=path, details=msg or f"exit code {result.exit_code}")
 
 
-async def read_file(run: Runner, path: str, *, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+async def read_file(run: Runner, path: str, *, limit: int | None = None) -> bytes:
+    if limit is None:
+        limit = DEFAULT_READ_LIMIT
     parts: list[bytes] = []
+    size = 0
+
+    def take(data: bytes) -> None:
+        # Bounded while reading: a `head` replaced by `yes` would otherwise fill our memory.
+        nonlocal size
+        size += len(data)
+        if size > limit:
+            raise _grew(path, limit)
+        parts.append(data)
+
     result = await run(["/bin/sh", "-c", _READ_SH, "sandbox-read", path, str(limit)],
-                       on_stdout=parts.append)
+                       on_stdout=take)
     if result.exit_code == 27:
         raise FileOperationFailed(
             f"read {path!r} refused: the file is larger than read_file's limit",
@@ -120,13 +141,14 @@ async def read_file(run: Runner, path: str, *, limit: int = DEFAULT_READ_LIMIT) 
                     f"e.g. ['head', '-c', '4096', {path!r}]",
         )
     raise_for(result, "read", path)
-    data = b"".join(parts)
-    if len(data) > limit:
-        raise FileOperationFailed(
-            f"read {path!r} refused: the file grew past read_file's limit while being read",
-            path=path, details=f"limit {limit} bytes; use copy_files('sandbox:{path}', host_path)",
-        )
-    return data
+    return b"".join(parts)
+
+
+def _grew(path: str, limit: int) -> FileOperationFailed:
+    return FileOperationFailed(
+        f"read {path!r} refused: the file grew past read_file's limit while being read",
+        path=path, details=f"limit {limit} bytes; use copy_files('sandbox:{path}', host_path)",
+    )
 
 
 async def write_file(run: Runner, path: str, content: bytes, mode: int) -> None:
@@ -139,43 +161,115 @@ def _permissions(mode: int) -> str:
     return stat_mod.filemode(mode)
 
 
-def parse_listing(text: str, base: str) -> list[FileInfo]:
-    """Parse the output of the list script into FileInfo values."""
+_STAT_FIELDS = re.compile(
+    rb"([0-9a-fA-F]{1,8}):([0-9]{1,19}):(-?[0-9]{1,12}):([0-9]{1,10}):([0-9]{1,10}):"
+    rb"([^:\n]*):([^:\n]*)")
+
+
+class _Malformed(Exception):
+    """A listing record that cannot be what the list script prints."""
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _entry(path_b: bytes, fields: bytes, target: bytes, base: str) -> FileInfo:
+    base_b = base.encode()
+    prefix = base_b.rstrip(b"/") + b"/"
+    if path_b == base_b:
+        name_b = posixpath.basename(base_b) or base_b
+    elif path_b.startswith(prefix) and path_b[len(prefix):] not in (b"", b".", b"..") \
+            and b"/" not in path_b[len(prefix):]:
+        name_b = path_b[len(prefix):]
+    else:
+        raise _Malformed(f"entry {path_b[:200]!r} is not in {base!r}")
+    m = _STAT_FIELDS.fullmatch(fields)
+    if m is None:
+        raise _Malformed(f"stat fields {fields[:200]!r} of {path_b[:200]!r} do not parse")
+    hexmode, size, mtime, uid, gid, owner, group = m.groups()
+    mode = int(hexmode, 16)
+    if mode > 0xFFFF or int(size) >= 1 << 63:
+        raise _Malformed(f"mode {hexmode!r} or size {size!r} of {path_b[:200]!r} is absurd")
+    try:
+        mod_time = datetime.fromtimestamp(int(mtime), UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise _Malformed(f"time {mtime!r} of {path_b[:200]!r} is out of range") from exc
+    name = _decode(name_b)
+    is_link = stat_mod.S_ISLNK(mode)
+    return FileInfo(
+        name=name,
+        path=base if path_b == base_b else posixpath.join(base, name),
+        size=int(size),
+        mode=stat_mod.S_IMODE(mode),
+        mod_time=mod_time,
+        is_dir=stat_mod.S_ISDIR(mode),
+        owner=_decode(uid if owner in (b"UNKNOWN", b"") else owner),
+        group=_decode(gid if group in (b"UNKNOWN", b"") else group),
+        permissions=_permissions(mode),
+        is_symlink=is_link,
+        link_target=_decode(target) if is_link else "",
+    )
+
+
+def parse_listing(data: bytes, base: str) -> list[FileInfo]:
+    """Parse the list script's output (``name\\0stat-fields\\0link-target\\0`` per entry).
+
+    The output is untrusted (the sandbox's root may have replaced ``stat`` or ``sh``): every
+    entry must be ``base`` itself or a direct child of it, every field must parse and be in
+    range, and at most `MAX_LIST_ENTRIES` entries are taken; anything else raises
+    FileOperationFailed rather than a ValueError or a made-up entry.
+
+    Names and link targets that are not valid UTF-8 are decoded with U+FFFD for each bad byte,
+    so a FileInfo always serializes to JSON. Such a name cannot be passed back to a file
+    operation: the Engine API's JSON cannot carry it either; reach it with a glob in
+    execute_command.
+    """
+    if not data:
+        return []
+    fields = data.split(b"\0")
+    if fields[-1] != b"" or len(fields) % 3 != 1:
+        raise _malformed(base, f"{len(data)} bytes that are not whole NUL-terminated records")
+    if len(fields) // 3 > MAX_LIST_ENTRIES:
+        raise _too_big(base)
     infos: list[FileInfo] = []
-    for line in text.splitlines():
-        if line.startswith("->") and infos:
-            infos[-1] = _with_target(infos[-1], line[2:])
-            continue
-        fields = line.split("/", 7)
-        if len(fields) != 8:
-            continue
-        hexmode, size, mtime, uid, gid, owner, group, name = fields
-        mode = int(hexmode, 16)
-        full = posixpath.normpath(name) if name.startswith("/") else posixpath.join(base, name)
-        infos.append(FileInfo(
-            name=posixpath.basename(full) or full,
-            path=full,
-            size=int(size),
-            mode=stat_mod.S_IMODE(mode),
-            mod_time=datetime.fromtimestamp(int(mtime), UTC),
-            is_dir=stat_mod.S_ISDIR(mode),
-            owner=uid if owner in ("UNKNOWN", "") else owner,
-            group=gid if group in ("UNKNOWN", "") else group,
-            permissions=_permissions(mode),
-            is_symlink=stat_mod.S_ISLNK(mode),
-        ))
+    try:
+        for i in range(0, len(fields) - 1, 3):
+            infos.append(_entry(fields[i], fields[i + 1], fields[i + 2], base))
+    except _Malformed as exc:
+        raise _malformed(base, str(exc)) from None
     return infos
 
 
-def _with_target(info: FileInfo, target: str) -> FileInfo:
-    return attrs.evolve(info, link_target=target)
+def _malformed(base: str, why: str) -> FileOperationFailed:
+    return FileOperationFailed(
+        f"list {base!r} failed: the listing the sandbox returned is malformed (has a tool in "
+        "the sandbox been replaced?)", path=base, details=why)
+
+
+def _too_big(base: str) -> FileOperationFailed:
+    return FileOperationFailed(
+        f"list {base!r} refused: more than {MAX_LIST_ENTRIES} entries or {MAX_LIST_BYTES} "
+        "bytes of listing", path=base,
+        details="list a subdirectory, or use execute_command with find/ls and a bound")
 
 
 async def list_files(run: Runner, path: str) -> list[FileInfo]:
     parts: list[bytes] = []
-    result = await run(["/bin/sh", "-c", _LIST_SH, "sandbox-list", path], on_stdout=parts.append)
+    size = records = 0
+
+    def take(data: bytes) -> None:
+        # Bounded while reading: raising here stops the helper (a hostile one prints forever).
+        nonlocal size, records
+        size += len(data)
+        records += data.count(b"\0")
+        if size > MAX_LIST_BYTES or records > 3 * MAX_LIST_ENTRIES:
+            raise _too_big(path)
+        parts.append(data)
+
+    result = await run(["/bin/sh", "-c", _LIST_SH, "sandbox-list", path], on_stdout=take)
     raise_for(result, "list", path)
-    return parse_listing(b"".join(parts).decode("utf-8", "replace"), path)
+    return parse_listing(b"".join(parts), path)
 
 
 async def path_kind(run: Runner, path: str) -> str:
@@ -269,6 +363,13 @@ def resolve(cwd: str, path: str) -> str:
         raise FileOperationFailed("an empty path was given", path=path)
     if "\0" in path:
         raise FileOperationFailed("the path contains a NUL byte", path=path)
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        raise FileOperationFailed(
+            "the path is not valid Unicode (it holds a lone surrogate)", path=path,
+            details="the Engine API carries paths as UTF-8 text; reach such a file with a "
+                    "glob in execute_command") from None
     joined = path if path.startswith("/") else posixpath.join(cwd, path)
     norm = posixpath.normpath(joined)
     return "/" + norm.lstrip("/")

@@ -19,6 +19,7 @@ import aiodocker
 import anyio
 import attrs
 
+from .. import _constants
 from .._audit import Auditor
 from .._constants import (
     DEFAULT_CLEANUP_TIMEOUT,
@@ -44,6 +45,7 @@ from .._errors import (
     SandboxInitFailed,
     SandboxNotRunning,
     SecurityViolation,
+    TimeoutExceeded,
 )
 from .._image_ref import parse_image_ref
 from .._models import (
@@ -384,7 +386,8 @@ class DockerSandbox:
         self._started_at = datetime.now(UTC)
         self._status = SandboxStatus.RUNNING
         await self._prepare_workdir()
-        git_env = await self._workspace.populate(self._run_internal, sandbox_user=self._user)
+        git_env = await self._workspace.populate(self._helper("set up the repository"),
+                                                 sandbox_user=self._user)
         self._env = {**git_env, **self._env}
         self._start_background()
 
@@ -413,7 +416,8 @@ class DockerSandbox:
         # An unknown user would otherwise show up only at the first command, far from its
         # cause; the engine resolves the user before it starts anything.
         try:
-            await self._run_internal(["/bin/sh", "-c", ":"], user=user)
+            await self._run_internal(["/bin/sh", "-c", ":"], user=user,
+                                     what=f"start a command as {user!r}")
         except CommandExecutionFailed as exc:
             raise SandboxInitFailed(
                 f"security.run_as_user {user!r} cannot run commands in image "
@@ -425,7 +429,8 @@ class DockerSandbox:
                   'if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then '
                   'chown -- "$u" "$d"; fi')
         result = await self._run_internal(
-            ["/bin/sh", "-c", script, "sandbox-init", self._cwd, user], user="0:0")
+            ["/bin/sh", "-c", script, "sandbox-init", self._cwd, user], user="0:0",
+            what=f"prepare the working directory {self._cwd!r}")
         if not result.success:
             raise SandboxInitFailed(
                 f"could not prepare the working directory {self._cwd!r}",
@@ -454,7 +459,8 @@ class DockerSandbox:
 
     async def _read_proc_counts(self) -> tuple[int, int, int]:
         # As root, so it can count the fds of processes of any user.
-        result = await self._run_internal(["/bin/sh", "-c", PROC_SCRIPT], user="0:0")
+        result = await self._run_internal(["/bin/sh", "-c", PROC_SCRIPT], user="0:0",
+                                          what="count processes")
         return parse_proc_counts(result.stdout)
 
     def _on_container_stop(self, reason: str, exit_code: int | None, oom_killed: bool) -> None:
@@ -787,20 +793,79 @@ class DockerSandbox:
     async def _run_internal(
         self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
         on_stdout: Callable[[bytes], object] | None = None, user: str | None = None,
+        what: str = "a helper command", rate: float | None = None,
+        max_time: float | None = None,
     ) -> CommandResult:
+        """Run a helper the SDK needs (file operation, set-up) with a deadline.
+
+        The helper gets ``HELPER_TIMEOUT`` seconds, plus one second per ``rate`` bytes it has
+        moved (stdin written and stdout read; default ``HELPER_MIN_RATE``, 1 MiB/s), up to
+        ``max_time`` in all (default ``HELPER_MAX_TIME``). A big copy thus has time in
+        proportion to its size, while one that stalls or trickles (a tool replaced by ``sleep``
+        or by a slow writer) is killed with everything it started and raises
+        `TimeoutExceeded` naming ``what``.
+        """
         engine = self._require_running()
         assert self._container_id is not None
-        async with open_exec(
-            engine, self._container_id, argv=argv, env={}, workdir="/",
-            user=self._user if user is None else user, stdin=stdin,
-            attach_stdin=stdin is not None,
-            # A caller taking stdout through on_stdout (read_file, tar) needs the result only
-            # for error text; decoding 1 MiB of binary as UTF-8 cost ~25 ms per read_file.
-            max_output_bytes=(64 << 10) if on_stdout is not None else 1 << 20, time_limit=None,
-            idle_timeout=None, on_stdout=on_stdout,
-        ) as proc:
-            with self._tracked(proc):
-                return await proc.wait()
+        fixed = _constants.HELPER_TIMEOUT
+        per_byte = 1.0 / (rate or _constants.HELPER_MIN_RATE)
+        ceiling = max(fixed, max_time or _constants.HELPER_MAX_TIME)
+        start = time.monotonic()
+        moved = 0
+        scope = anyio.CancelScope(deadline=start + fixed)
+
+        def credit(n: int) -> None:
+            nonlocal moved
+            moved += n
+            scope.deadline = start + min(fixed + moved * per_byte, ceiling)
+
+        def counted_out(data: bytes) -> object:
+            credit(len(data))
+            return on_stdout(data) if on_stdout is not None else None
+
+        async def counted_in(src: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+            if isinstance(src, bytes):
+                for off in range(0, len(src), 1 << 20):
+                    piece = src[off:off + (1 << 20)]
+                    credit(len(piece))
+                    yield piece
+            else:
+                async for piece in src:
+                    credit(len(piece))
+                    yield piece
+
+        with scope:
+            async with open_exec(
+                engine, self._container_id, argv=argv, env={}, workdir="/",
+                user=self._user if user is None else user,
+                stdin=None if stdin is None else counted_in(stdin),
+                attach_stdin=stdin is not None,
+                # A caller taking stdout through on_stdout (read_file, tar) needs the result
+                # only for error text; decoding 1 MiB of binary as UTF-8 cost ~25 ms per read.
+                max_output_bytes=(64 << 10) if on_stdout is not None else 1 << 20,
+                time_limit=None, idle_timeout=None, on_stdout=counted_out,
+            ) as proc:
+                with self._tracked(proc):
+                    return await proc.wait()
+        allowed = scope.deadline - start
+        raise TimeoutExceeded(
+            f"{what} did not finish within {allowed:.0f} s (has a tool in the sandbox been "
+            "replaced?)",
+            details=f"the helper {argv[0]!r} was killed after moving {moved} bytes; helpers get "
+                    f"{fixed:g} s plus 1 s per {1 / per_byte:.0f} bytes moved, at most "
+                    f"{ceiling:g} s",
+        )
+
+    def _helper(self, what: str, *, rate: float | None = None,
+                max_time: float | None = None) -> Callable[
+            ..., Coroutine[Any, Any, CommandResult]]:
+        """A runner for `_files` / `Workspace` whose deadline error names ``what``."""
+        async def run(argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
+                      on_stdout: Callable[[bytes], object] | None = None,
+                      user: str | None = None) -> CommandResult:
+            return await self._run_internal(argv, stdin=stdin, on_stdout=on_stdout, user=user,
+                                            what=what, rate=rate, max_time=max_time)
+        return run
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -813,13 +878,13 @@ class DockerSandbox:
             content = content.encode()
         target = self._path(path)
         with self._audit.file_op("write", target, len(content)):
-            await _files.write_file(self._run_internal, target, content, mode)
+            await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
 
     async def read_file(self, path: str) -> bytes:
         """Read a whole file (up to 1 GiB; use copy_files for larger ones)."""
         target = self._path(path)
         with self._audit.file_op("read", target) as record:
-            data = await _files.read_file(self._run_internal, target)
+            data = await _files.read_file(self._helper(f"read {target!r}"), target)
             record["bytes"] = len(data)
         return data
 
@@ -827,7 +892,9 @@ class DockerSandbox:
         """List a directory (or describe one file)."""
         target = self._path(path)
         with self._audit.file_op("list", target):
-            return await _files.list_files(self._run_internal, target)
+            return await _files.list_files(
+                self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
+                             max_time=_constants.LIST_MAX_TIME), target)
 
     async def copy_files(self, source: str, dest: str) -> None:
         """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`."""
@@ -842,12 +909,14 @@ class DockerSandbox:
             target = self._path(dest.removeprefix(SANDBOX_SCHEME))
             with self._audit.file_op("copy_in", target) as record:
                 record["source"] = source
-                await _files.copy_to_sandbox(self._run_internal, Path(source), target)
+                await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), Path(source),
+                                             target)
         else:
             target = self._path(source.removeprefix(SANDBOX_SCHEME))
             with self._audit.file_op("copy_out", target) as record:
                 record["dest"] = dest
-                await _files.copy_from_sandbox(self._run_internal, target, Path(dest))
+                await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target,
+                                               Path(dest))
 
     # -- working directory and environment -------------------------------------------------------
 
@@ -857,7 +926,7 @@ class DockerSandbox:
     async def set_working_directory(self, path: str) -> None:
         """Make later commands run in ``path``; it must be a directory in the sandbox."""
         target = self._path(path)
-        kind = await _files.path_kind(self._run_internal, target)
+        kind = await _files.path_kind(self._helper(f"inspect {target!r}"), target)
         if kind != "dir":
             reason = "does not exist" if kind == "none" else "is not a directory"
             raise FileOperationFailed(f"cannot change to {target!r}: it {reason}", path=target)
