@@ -85,9 +85,10 @@ def untouched(host: Path) -> None:
 
 
 def refused(archive: io.BytesIO, host: Path, member: str, words: str,
-            error: type[Exception] = UnsafeArchive, **kw: int) -> Exception:
+            error: type[Exception] = UnsafeArchive, *, max_bytes: int = 1 << 30,
+            max_entries: int = 1000) -> Exception:
     with pytest.raises(error) as info:
-        extract(archive, host, **kw)
+        extract(archive, host, max_bytes=max_bytes, max_entries=max_entries)
     err = info.value
     assert isinstance(err, FileOperationFailed)
     if member:
