@@ -223,6 +223,7 @@ class _Extractor:
             raise self._refuse("missing: the archive is empty", "is the sandbox's tar genuine?")
 
     def _members(self, tf: tarfile.TarFile, guard: _Guarded) -> Iterator[tarfile.TarInfo]:
+        last = -1
         while True:
             guard.budget = _MAX_HEADER
             try:
@@ -235,6 +236,10 @@ class _Extractor:
             guard.budget = None
             if member is None:
                 return
+            if member.size < 0 or member.offset <= last:
+                self._member = member.name
+                raise self._corrupt(ValueError("a negative size or a header that goes back"))
+            last = member.offset
             tf.members.clear()  # type: ignore[attr-defined]  # keep memory flat
             if sum(len(k) + len(v) for k, v in tf.pax_headers.items()) > _MAX_HEADER:
                 raise self._refuse("comes after global PAX headers over 64 KiB")

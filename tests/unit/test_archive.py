@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import stat
 import tarfile
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -323,6 +326,11 @@ def test_a_truncated_archive_is_refused_and_nothing_is_left(host: Path) -> None:
     refused(io.BytesIO(b""), host, "", "corrupt or truncated")
 
 
+def test_a_negative_size_is_refused(host: Path) -> None:
+    bad = entry("t/x", kind=tarfile.DIRTYPE, pax={"size": "-2048"})
+    refused(tar_of(d("t"), (bad, None)), host, "t/x", "negative size")
+
+
 def test_huge_headers_are_refused_before_they_are_read(host: Path) -> None:
     refused(tar_of(d("t"), (entry("t/x", pax={"comment": "c" * (1 << 20)}), b"x")), host,
             "t", "headers over 64 KiB")
@@ -368,6 +376,52 @@ def test_an_existing_file_or_link_at_the_destination_is_replaced(host: Path) -> 
     extract(tar_of(f("t", b"new")), host)
     assert not out.is_symlink() and out.read_bytes() == b"new"
     assert (host / "victim").read_text() == "host"
+
+
+@contextmanager
+def as_nobody(*owned: Path) -> Iterator[None]:
+    """Run the block without root's power to ignore modes (as uid 65534) when we are root."""
+    if os.geteuid() != 0:
+        yield
+        return
+    for path in owned:
+        os.chown(path, 65534, 65534)
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@pytest.fixture
+def open_host() -> Iterator[Path]:
+    """Like `host`, but where uid 65534 can reach it (pytest's tmp_path is root's alone)."""
+    base = Path(tempfile.mkdtemp(prefix="test-archive-"))
+    base.chmod(0o755)
+    (base / "victim").write_text("host")
+    (base / "dest").mkdir()
+    yield base
+    shutil.rmtree(base)
+
+
+def test_read_only_directories_move_into_place_without_root(open_host: Path) -> None:
+    host = open_host
+    dest = host / "dest"
+    with as_nobody(dest):
+        out = extract(tar_of(d("t", 0o555), d("t/ro", 0o500), f("t/ro/in", b"z", 0o400),
+                             d("t/ro/deeper", 0o555), f("t/ro/deeper/f")), host)
+        assert (mode_of(out), mode_of(out / "ro"), mode_of(out / "ro" / "deeper")) == \
+            (0o555, 0o500, 0o555)
+        assert (out / "ro" / "in").read_bytes() == b"z"
+        # A refusal after read-only directories still leaves nothing, temporary dir included.
+        with pytest.raises(UnsafeArchive):
+            extract_tar(tar_of(d("t", 0o555), d("t/ro", 0o500), f("t/ro/x"), sym("t/l", "/")),
+                        dest / "other", "t", source="/w/t", max_bytes=1 << 20, max_entries=100)
+        assert os.listdir(dest) == ["out"]
+    for p in (out, out / "ro"):
+        p.chmod(0o755)
 
 
 # -- limits ---------------------------------------------------------------------------------
