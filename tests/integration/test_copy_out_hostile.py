@@ -14,6 +14,7 @@ import pytest
 from sandbox import (
     IMAGE_BUSYBOX,
     IMAGE_PYTHON,
+    ConfigError,
     CopyLimitExceeded,
     Sandbox,
     SandboxConfig,
@@ -154,6 +155,8 @@ async def test_a_genuine_symlink_to_a_host_path_is_refused(tmp_path: Path) -> No
         with pytest.raises(UnsafeArchive, match="absolute path '/etc/hostname'"):
             await sb.copy_files("sandbox:proj", str(tmp_path / "again"))
         assert os.listdir(tmp_path) == ["proj"]
+        with pytest.raises(ConfigError, match="max_entries=0"):
+            await sb.copy_files("sandbox:proj", str(tmp_path / "again"), max_entries=0)
 
 
 async def test_a_big_sparse_file_stops_at_the_cap(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from sandbox import CommandResult, ConfigError, CopyLimitExceeded, UnsafeArchive
 from sandbox._archive import stream_limit
 from sandbox.docker._files import copy_from_sandbox
+from sandbox.testing import FakeSandbox
 
 pytestmark = pytest.mark.asyncio
 
@@ -88,3 +89,11 @@ async def test_bad_limits_are_refused_before_anything_runs(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="max_entries"):
         await copy_from_sandbox(helper, "/w/t", tmp_path, max_entries=0)
     assert helper.argv == ()
+
+
+async def test_the_fake_takes_the_same_copy_limits() -> None:
+    fake = FakeSandbox()
+    await fake.initialize()
+    await fake.copy_files("sandbox:/w/out", "/host/out", max_bytes=10, max_entries=1)
+    with pytest.raises(ConfigError, match="max_bytes"):
+        await fake.copy_files("sandbox:/w/out", "/host/out", max_bytes=0)
