@@ -107,7 +107,7 @@ async def test_a_never_ending_tar_is_cut_off_and_killed(tmp_path: Path) -> None:
         with pytest.raises(CopyLimitExceeded) as info:
             await sb.copy_files("sandbox:/workspace/proj", str(tmp_path), max_bytes=1 << 20,
                                 max_entries=10)
-        assert time.monotonic() - start < 15  # cut off, not read on for the kill's 30 s
+        assert time.monotonic() - start < 25  # cut off, not read on for the kill's 30 s
         assert info.value.limit == "max_bytes" and "max_bytes=1048576" in str(info.value)
         assert os.listdir(tmp_path) == []
         ps = await sb.execute_command("ps -eo comm")
@@ -134,7 +134,7 @@ async def test_an_output_callback_that_raises_kills_a_chatty_command_at_once() -
         with pytest.raises(Enough):
             await sb.execute_command("cat /dev/zero", on_stdout=take)
         ps = await sb.execute_command("ps -o comm")
-        assert time.monotonic() - start < 15  # it took the kill's whole 30 s
+        assert time.monotonic() - start < 25  # it took the kill's whole 30 s
         assert "cat" not in ps.stdout.split(), ps.stdout
 
 
@@ -168,7 +168,7 @@ async def test_a_big_sparse_file_stops_at_the_cap(tmp_path: Path) -> None:
         with pytest.raises(CopyLimitExceeded) as info:
             await sb.copy_files("sandbox:big", str(tmp_path), max_bytes=8 << 20,
                                 max_entries=100)
-        assert time.monotonic() - start < 15  # cut off after ~9 MiB, not 3 GiB read
+        assert time.monotonic() - start < 25  # cut off after ~9 MiB, not 3 GiB read
         assert info.value.limit == "max_bytes"
         # Under the stream limit but over max_bytes: refused at the member, named.
         with pytest.raises(CopyLimitExceeded, match="max_bytes=4194304") as info:
