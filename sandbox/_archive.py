@@ -131,6 +131,17 @@ def extract_tar(
     `UnsafeArchive` or `CopyLimitExceeded` (nothing left at ``dest``) or `FileOperationFailed`.
     ``source`` is the sandbox path, for messages.
     """
+    try:
+        _extract_into(archive, dest, arcroot, source, max_bytes, max_entries)
+    except OSError as exc:  # the host's side: permissions, a full disk, a name too long
+        raise FileOperationFailed(
+            f"copy of {source!r} from the sandbox failed on the host at {str(dest)!r}",
+            path=source, details=f"{exc}; nothing was left at the destination",
+            cause=exc) from exc
+
+
+def _extract_into(archive: IO[bytes], dest: Path, arcroot: str, source: str, max_bytes: int,
+                  max_entries: int) -> None:
     parent_fd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         tmp = tempfile.mkdtemp(prefix=f".{dest.name[:40]}.sandbox-copy-", dir=dest.parent)

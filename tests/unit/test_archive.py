@@ -446,3 +446,13 @@ def test_the_spool_stops_at_the_stream_limit() -> None:
     with pytest.raises(CopyLimitExceeded, match="max_bytes=1000") as info:
         spool.write(b"x" * 4096)
     assert info.value.limit == "max_bytes" and len(out.getvalue()) == 4096 * len(chunks)
+
+
+def test_a_host_side_failure_is_a_file_error_naming_the_destination(host: Path) -> None:
+    dest = host / "dest"
+    dest.chmod(0o500)  # not writable (root, who would ignore that, runs it as uid 65534)
+    with as_nobody(), pytest.raises(FileOperationFailed, match="failed on the host") as info:
+        extract_tar(tar_of(f("t")), dest / "out", "t", source="/w/t", max_bytes=10,
+                    max_entries=10)
+    dest.chmod(0o755)
+    assert isinstance(info.value.__cause__, PermissionError) and os.listdir(dest) == []
