@@ -177,3 +177,20 @@ async def test_a_big_sparse_file_stops_at_the_cap(tmp_path: Path) -> None:
         assert os.listdir(tmp_path) == []
         ps = await sb.execute_command("ps -o comm")
         assert "tar" not in ps.stdout.split(), ps.stdout
+
+
+async def test_gnu_tar_output_passes_the_rules(tmp_path: Path) -> None:
+    """Debian's GNU tar: long names, hard links, inside links, empty dirs all come out."""
+    long = "n" * 150
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+        r = await sb.execute_command(
+            f"mkdir -p proj/empty proj/sub && echo a > 'proj/sub/{long}' && "
+            f"ln 'proj/sub/{long}' proj/hard && ln -s sub/{long} proj/soft && "
+            "ln -s ../hard proj/sub/up && chmod 640 proj/hard")
+        assert r.success, r
+        await sb.copy_files("sandbox:proj", str(tmp_path))
+    out = tmp_path / "proj"
+    assert (out / "sub" / long).read_text() == "a\n" and (out / "empty").is_dir()
+    assert (out / "hard").stat().st_ino == (out / "sub" / long).stat().st_ino
+    assert stat.S_IMODE((out / "hard").stat().st_mode) == 0o640
+    assert (out / "soft").read_text() == "a\n" and (out / "sub" / "up").read_text() == "a\n"
