@@ -9,6 +9,7 @@ from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
 from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
 from ._errors import CommandExecutionFailed as CommandExecutionFailed
 from ._errors import ConfigError as ConfigError
+from ._errors import CopyLimitExceeded as CopyLimitExceeded
 from ._errors import EngineUnavailable as EngineUnavailable
 from ._errors import FileOperationFailed as FileOperationFailed
 from ._errors import NetworkAccessDenied as NetworkAccessDenied
@@ -23,6 +24,7 @@ from ._errors import SandboxNotRunning as SandboxNotRunning
 from ._errors import SandboxPermissionDenied as SandboxPermissionDenied
 from ._errors import SecurityViolation as SecurityViolation
 from ._errors import TimeoutExceeded as TimeoutExceeded
+from ._errors import UnsafeArchive as UnsafeArchive
 from ._gc import GcItem as GcItem
 from ._gc import GcReport as GcReport
 from ._gc import gc as gc
@@ -56,6 +58,7 @@ __all__ = [
     "CommandLike",
     "CommandResult",
     "ConfigError",
+    "CopyLimitExceeded",
     "EngineUnavailable",
     "ExecutionSandbox",
     "FileInfo",
@@ -86,6 +89,7 @@ __all__ = [
     "SandboxStatus",
     "SecurityPolicy",
     "TimeoutExceeded",
+    "UnsafeArchive",
     "cleanup_on_signals",
     "from_json",
     "gc",

@@ -17,6 +17,10 @@ DEFAULT_WORKING_DIR: Final = "/workspace"
 DEFAULT_PULL_POLICY: Final = "missing"
 DEFAULT_MAX_OUTPUT_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_PROCESS_LIMIT: Final = 1024
+#: Caps on one copy out of a sandbox (copy_files' max_bytes / max_entries): file data written
+#: to the host, and files + directories + links created.
+DEFAULT_COPY_MAX_BYTES: Final = 4 << 30
+DEFAULT_COPY_MAX_ENTRIES: Final = 100_000
 DEFAULT_STATS_INTERVAL: Final = timedelta(seconds=1)
 DEFAULT_ENGINE_TIMEOUT: Final = 60.0
 DEFAULT_CLEANUP_TIMEOUT: Final = 30.0

@@ -15,7 +15,9 @@ Each class also derives from the builtin exception with the same meaning, so exi
     ├── FileOperationFailed
     │   ├── SandboxFileNotFound (FileNotFoundError)
     │   ├── SandboxIsADirectory (IsADirectoryError)
-    │   └── SandboxPermissionDenied (PermissionError)
+    │   ├── SandboxPermissionDenied (PermissionError)
+    │   ├── UnsafeArchive
+    │   └── CopyLimitExceeded (also ResourceLimitExceeded)
     ├── TimeoutExceeded (TimeoutError)
     ├── EngineUnavailable (ConnectionError), retryable by default
     └── ConfigError (ValueError)
@@ -29,6 +31,7 @@ from typing import ClassVar
 __all__ = [
     "CommandExecutionFailed",
     "ConfigError",
+    "CopyLimitExceeded",
     "EngineUnavailable",
     "FileOperationFailed",
     "NetworkAccessDenied",
@@ -43,6 +46,7 @@ __all__ = [
     "SandboxPermissionDenied",
     "SecurityViolation",
     "TimeoutExceeded",
+    "UnsafeArchive",
 ]
 
 
@@ -186,6 +190,45 @@ class SandboxPermissionDenied(FileOperationFailed, PermissionError):
     """Raised when the sandbox user may not access a path."""
 
     _os_errno = errno.EACCES
+
+
+class UnsafeArchive(FileOperationFailed):
+    """Raised when a copy out of the sandbox is refused: its archive breaks a copy-out rule.
+
+    Nothing is left at the destination. Attributes:
+        member: The archive member that broke the rule, as the archive names it.
+    """
+
+    code = "UNSAFE_ARCHIVE"
+
+    def __init__(
+        self, message: str, *, member: str = "", path: str | None = None, details: str = "",
+        retryable: bool | None = None, cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, path=path, details=details, retryable=retryable, cause=cause)
+        self.member = member
+
+
+class CopyLimitExceeded(FileOperationFailed, ResourceLimitExceeded):
+    """Raised when a copy out of the sandbox goes over ``max_bytes`` or ``max_entries``.
+
+    Nothing is left at the destination. Attributes:
+        limit: The copy_files keyword that was exceeded (``"max_bytes"`` or ``"max_entries"``).
+        value: Its value for this copy.
+        member: The archive member being copied when the limit was hit ("" if none yet).
+    """
+
+    code = "COPY_LIMIT_EXCEEDED"
+
+    def __init__(
+        self, message: str, *, limit: str = "", value: int = 0, member: str = "",
+        path: str | None = None, details: str = "", retryable: bool | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, path=path, details=details, retryable=retryable, cause=cause)
+        self.limit = limit
+        self.value = value
+        self.member = member
 
 
 class TimeoutExceeded(SandboxError, TimeoutError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._errors import ConfigError
 from ._models import Command, CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo
 
@@ -51,8 +52,16 @@ class ExecutionSandbox(Protocol):
         """Run `cmd` to completion and collect its result, streaming output to the callbacks."""
         ...
 
-    async def copy_files(self, source: str, dest: str) -> None:
-        """Copy a host file or directory `source` to `dest` in the sandbox."""
+    async def copy_files(
+        self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
+        max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
+    ) -> None:
+        """Copy a file or directory between host and sandbox (the sandbox side `sandbox:/path`).
+
+        A copy out of the sandbox writes at most `max_bytes` of file data and `max_entries`
+        entries, and follows the copy-out rules (raising `UnsafeArchive` or
+        `CopyLimitExceeded`, with nothing left at `dest`).
+        """
         ...
 
     async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:

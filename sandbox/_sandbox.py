@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._errors import SandboxInitFailed
 from ._models import CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo, as_config
 from ._models import SandboxStatus as SandboxStatus
@@ -108,8 +109,11 @@ class Sandbox:
     async def list_files(self, path: str = ".") -> list[FileInfo]:
         return await self._impl.list_files(path)
 
-    async def copy_files(self, source: str, dest: str) -> None:
-        await self._impl.copy_files(source, dest)
+    async def copy_files(
+        self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
+        max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
+    ) -> None:
+        await self._impl.copy_files(source, dest, max_bytes=max_bytes, max_entries=max_entries)
 
     def get_working_directory(self) -> str:
         return self._impl.get_working_directory()

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 
 import attrs
 
+from ._archive import check_limits
+from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._errors import (
     FileOperationFailed,
     SandboxAlreadyExists,
@@ -204,8 +206,12 @@ class FakeSandbox:
                         mode=stat.S_IMODE(mode), mod_time=when, is_dir=stat.S_ISDIR(mode),
                         owner="root", group="root", permissions=stat.filemode(mode))
 
-    async def copy_files(self, source: str, dest: str) -> None:
+    async def copy_files(
+        self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
+        max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
+    ) -> None:
         """Record-only: the fake has no host side; scripted failures still apply."""
+        check_limits(max_bytes, max_entries)
         self._check("copy_files")
         if source.startswith("sandbox:") == dest.startswith("sandbox:"):
             raise FileOperationFailed(

@@ -7,7 +7,7 @@ Through exec, permissions are the sandbox user's own, and every mount behaves as
 
 from __future__ import annotations
 
-import os
+import functools
 import posixpath
 import re
 import stat as stat_mod
@@ -20,6 +20,8 @@ from typing import IO, Protocol
 
 import anyio
 
+from .._archive import TarSpool, check_limits, extract_tar
+from .._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from .._errors import (
     FileOperationFailed,
     SandboxFileNotFound,
@@ -313,36 +315,16 @@ async def copy_to_sandbox(run: Runner, src: Path, dest: str) -> None:
     raise_for(result, "copy into", dest)
 
 
-def _extract(archive: IO[bytes], dest: Path, arcroot: str) -> None:
-    """Unpack the sandbox's tar of ``arcroot`` as ``dest``; the archive is untrusted.
+async def copy_from_sandbox(
+    run: Runner, src: str, dest: Path, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
+    max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
+) -> None:
+    """Copy a sandbox file or tree to the host, streamed through a bounded temporary file.
 
-    The "tar" filter keeps every member inside (no absolute names, no ``..``, no links out)
-    but drops group/other write bits; those are put back at the end, never setuid/setgid,
-    and never through a symlink. Directories stay writable until their contents are in.
+    The archive is unpacked by `extract_tar` under the copy-out rules (see sandbox/_archive.py):
+    built beside the destination, moved into place only when every member passed.
     """
-    root = os.path.realpath(dest.parent)
-    modes: list[tuple[str, int]] = []
-    with tarfile.open(fileobj=archive, mode="r|") as tf:
-        for member in tf:
-            rel = member.name
-            if rel == arcroot or rel.startswith(arcroot + "/"):
-                member.name = dest.name + rel[len(arcroot):]
-            safe = tarfile.tar_filter(member, root)
-            if safe.isdir():
-                safe = safe.replace(mode=0o700, deep=False)
-            tf.extract(safe, root, filter="fully_trusted")
-            if member.isreg() or member.isdir():
-                modes.append((safe.name, member.mode & 0o777))
-    for name, mode in reversed(modes):  # directories after what they hold
-        path = os.path.join(root, name)
-        if os.path.islink(path) or \
-                os.path.commonpath([root, os.path.realpath(path)]) != root:
-            continue
-        os.chmod(path, mode)
-
-
-async def copy_from_sandbox(run: Runner, src: str, dest: Path) -> None:
-    """Copy a sandbox file or tree to the host, streamed through a temporary file."""
+    check_limits(max_bytes, max_entries)
     parent, base = posixpath.dirname(src) or "/", posixpath.basename(src.rstrip("/"))
     target = dest / base if await anyio.Path(dest).is_dir() else dest
     if not await anyio.Path(target.parent).is_dir():
@@ -350,11 +332,14 @@ async def copy_from_sandbox(run: Runner, src: str, dest: Path) -> None:
             f"copy to {str(dest)!r} failed: the host directory {str(target.parent)!r} does not "
             "exist", path=str(dest))
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
+        sink = TarSpool(spool, source=src, max_bytes=max_bytes, max_entries=max_entries)
         result = await run(["/bin/sh", "-c", _TAR_SH, "sandbox-tar", parent, base],
-                           on_stdout=spool.write)
+                           on_stdout=sink.write)
         raise_for(result, "copy from", src)
         spool.seek(0)
-        await anyio.to_thread.run_sync(_extract, spool, target, base)
+        await anyio.to_thread.run_sync(functools.partial(
+            extract_tar, spool, target, base, source=src, max_bytes=max_bytes,
+            max_entries=max_entries))
 
 
 def resolve(cwd: str, path: str) -> str:

@@ -20,9 +20,12 @@ import anyio
 import attrs
 
 from .. import _constants
+from .._archive import check_limits
 from .._audit import Auditor
 from .._constants import (
     DEFAULT_CLEANUP_TIMEOUT,
+    DEFAULT_COPY_MAX_BYTES,
+    DEFAULT_COPY_MAX_ENTRIES,
     GVISOR_CLEANUP_TIMEOUT,
     LABEL_CREATED,
     LABEL_MANAGED_BY,
@@ -896,8 +899,16 @@ class DockerSandbox:
                 self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
                              max_time=_constants.LIST_MAX_TIME), target)
 
-    async def copy_files(self, source: str, dest: str) -> None:
-        """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`."""
+    async def copy_files(
+        self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
+        max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
+    ) -> None:
+        """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`.
+
+        Copies out follow the copy-out rules (README) and stop at `max_bytes` of file data or
+        `max_entries` entries, leaving nothing at `dest`.
+        """
+        check_limits(max_bytes, max_entries)
         src_in = source.startswith(SANDBOX_SCHEME)
         dst_in = dest.startswith(SANDBOX_SCHEME)
         if src_in == dst_in:
@@ -916,7 +927,8 @@ class DockerSandbox:
             with self._audit.file_op("copy_out", target) as record:
                 record["dest"] = dest
                 await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target,
-                                               Path(dest))
+                                               Path(dest), max_bytes=max_bytes,
+                                               max_entries=max_entries)
 
     # -- working directory and environment -------------------------------------------------------
 

@@ -9,6 +9,7 @@ import pytest
 from sandbox._errors import (
     CommandExecutionFailed,
     ConfigError,
+    CopyLimitExceeded,
     EngineUnavailable,
     FileOperationFailed,
     NetworkAccessDenied,
@@ -23,6 +24,7 @@ from sandbox._errors import (
     SandboxPermissionDenied,
     SecurityViolation,
     TimeoutExceeded,
+    UnsafeArchive,
 )
 
 CODES: list[tuple[type[SandboxError], str]] = [
@@ -39,6 +41,8 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (SandboxFileNotFound, "FILE_OPERATION_FAILED"),
     (SandboxIsADirectory, "FILE_OPERATION_FAILED"),
     (SandboxPermissionDenied, "FILE_OPERATION_FAILED"),
+    (UnsafeArchive, "UNSAFE_ARCHIVE"),
+    (CopyLimitExceeded, "COPY_LIMIT_EXCEEDED"),
     (TimeoutExceeded, "TIMEOUT_EXCEEDED"),
     (EngineUnavailable, "ENGINE_UNAVAILABLE"),
     (ConfigError, "CONFIG_ERROR"),
@@ -123,6 +127,15 @@ def test_file_errors_are_oserrors(cls: type[FileOperationFailed], code: int) -> 
     assert err.strerror == "cannot read"
     assert str(err) == "cannot read: stat failed"
     assert err.args == ("cannot read",)
+
+
+def test_copy_out_errors_are_file_errors_naming_the_member() -> None:
+    unsafe = UnsafeArchive("refused", member="t/dev", path="/w/t")
+    assert isinstance(unsafe, FileOperationFailed) and not isinstance(unsafe, OSError)
+    assert (unsafe.member, unsafe.path) == ("t/dev", "/w/t")
+    cap = CopyLimitExceeded("stopped", limit="max_bytes", value=10, member="t/big", path="/w/t")
+    assert isinstance(cap, FileOperationFailed) and isinstance(cap, ResourceLimitExceeded)
+    assert (cap.limit, cap.value, cap.member, cap.path) == ("max_bytes", 10, "t/big", "/w/t")
 
 
 def test_file_operation_failed_path() -> None:

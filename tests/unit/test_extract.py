@@ -1,98 +1,99 @@
-"""Unpacking the sandbox's tar on the host: the archive is untrusted."""
+"""copy_from_sandbox's wiring, with a scripted helper: naming, the stream cap, hostile archives.
+
+The archive rules themselves are tested in test_archive.py.
+"""
 
 from __future__ import annotations
 
 import io
 import os
-import stat
 import tarfile
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
-from sandbox.docker._files import _extract
+from sandbox import CommandResult, ConfigError, CopyLimitExceeded, UnsafeArchive
+from sandbox._archive import stream_limit
+from sandbox.docker._files import copy_from_sandbox
+from sandbox.testing import FakeSandbox
+
+pytestmark = pytest.mark.asyncio
 
 
-def tar_of(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
+class Helper:
+    """Stands in for the exec'd tar: feeds ``chunks`` to on_stdout and records how far it got."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks = chunks
+        self.sent = 0
+        self.argv: Sequence[str] = ()
+
+    async def __call__(
+        self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
+        on_stdout: Callable[[bytes], object] | None = None,
+    ) -> CommandResult:
+        self.argv = argv
+        assert on_stdout is not None
+        for chunk in self.chunks:
+            on_stdout(chunk)  # raising here is how the real exec gets killed
+            self.sent += len(chunk)
+        return CommandResult(exit_code=0, success=True)
+
+
+def tar_of(*files: tuple[str, bytes]) -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-            tf.addfile(info, io.BytesIO(data) if data is not None else None)
-    buf.seek(0)
-    return buf
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
-def entry(name: str, *, mode: int = 0o644, kind: bytes = tarfile.REGTYPE,
-          link: str = "") -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.mode, info.type, info.linkname = mode, kind, link
-    return info
+async def test_docker_cp_naming_into_a_directory_or_as_the_path(tmp_path: Path) -> None:
+    helper = Helper([tar_of(("report.txt", b"r"))])
+    await copy_from_sandbox(helper, "/w/report.txt", tmp_path)
+    assert (tmp_path / "report.txt").read_bytes() == b"r"
+    assert list(helper.argv[-2:]) == ["/w", "report.txt"]
+    await copy_from_sandbox(Helper([tar_of(("report.txt", b"s"))]), "/w/report.txt",
+                            tmp_path / "renamed")
+    assert (tmp_path / "renamed").read_bytes() == b"s"
 
 
-def mode_of(path: Path) -> int:
-    return stat.S_IMODE(path.lstat().st_mode)
+async def test_a_never_ending_tar_is_cut_off_at_the_stream_limit(tmp_path: Path) -> None:
+    def endless() -> Iterable[bytes]:
+        while True:
+            yield b"\0" * 65536
+
+    helper = Helper(endless())
+    with pytest.raises(CopyLimitExceeded, match="max_bytes=1000") as info:
+        await copy_from_sandbox(helper, "/w/t", tmp_path / "out", max_bytes=1000,
+                                max_entries=10)
+    assert info.value.path == "/w/t"
+    assert helper.sent <= stream_limit(1000, 10)
+    assert os.listdir(tmp_path) == []
 
 
-def test_modes_come_back_but_not_setuid_and_read_only_dirs_still_fill(tmp_path: Path) -> None:
-    archive = tar_of(
-        (entry("t", mode=0o555, kind=tarfile.DIRTYPE), None),
-        (entry("t/shared.txt", mode=0o664), b"x"),
-        (entry("t/tool", mode=0o4755), b"#!/bin/sh\n"),
-        (entry("t/sub", mode=0o2775, kind=tarfile.DIRTYPE), None),
-        (entry("t/sub/f", mode=0o600), b"y"),
-    )
-    _extract(archive, tmp_path / "out", "t")
-    out = tmp_path / "out"
-    assert (out / "sub" / "f").read_bytes() == b"y"
-    assert (mode_of(out), mode_of(out / "shared.txt")) == (0o555, 0o664)
-    assert (mode_of(out / "tool"), mode_of(out / "sub")) == (0o755, 0o775)
-    out.chmod(0o755)  # so pytest can remove it
+async def test_a_hostile_archive_names_the_sandbox_path_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    with pytest.raises(UnsafeArchive) as info:
+        await copy_from_sandbox(Helper([tar_of(("t", b"x"), ("../escaped", b"evil"))]), "/w/t",
+                                tmp_path / "out")
+    assert info.value.path == "/w/t" and info.value.member == "../escaped"
+    assert os.listdir(tmp_path) == []
 
 
-def test_an_absolute_name_cannot_chmod_a_host_file(tmp_path: Path) -> None:
-    victim = tmp_path / "victim"
-    victim.write_text("host")
-    victim.chmod(0o600)
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    archive = tar_of((entry("t", kind=tarfile.DIRTYPE, mode=0o755), None),
-                     (entry(str(victim), mode=0o777), b"evil"))
-    _extract(archive, dest / "out", "t")
-    assert mode_of(victim) == 0o600 and victim.read_text() == "host"
+async def test_bad_limits_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    helper = Helper([])
+    with pytest.raises(ConfigError, match="max_entries"):
+        await copy_from_sandbox(helper, "/w/t", tmp_path, max_entries=0)
+    assert helper.argv == ()
 
 
-def test_a_symlink_member_cannot_redirect_a_chmod(tmp_path: Path) -> None:
-    victim = tmp_path / "victim"
-    victim.write_text("host")
-    victim.chmod(0o600)
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    archive = tar_of(
-        (entry("t", kind=tarfile.DIRTYPE, mode=0o755), None),
-        (entry("t/f", mode=0o777), b"first"),
-        (entry("t/f", kind=tarfile.SYMTYPE, link=str(victim)), None),
-    )
-    _extract(archive, dest / "out", "t")  # a symlink is copied as a symlink, as docker cp does
-    assert (dest / "out" / "f").is_symlink()
-    assert mode_of(victim) == 0o600 and victim.read_text() == "host"
-    # Nor can a later member write through it.
-    archive = tar_of(
-        (entry("t", kind=tarfile.DIRTYPE, mode=0o755), None),
-        (entry("t/d", kind=tarfile.SYMTYPE, link=str(tmp_path)), None),
-        (entry("t/d/victim", mode=0o777), b"evil"),
-    )
-    with pytest.raises(tarfile.FilterError):
-        _extract(archive, dest / "out2", "t")
-    assert mode_of(victim) == 0o600 and victim.read_text() == "host"
-
-
-def test_a_name_climbing_out_is_refused(tmp_path: Path) -> None:
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    archive = tar_of((entry("t/../../escaped", mode=0o644), b"x"))
-    with pytest.raises(tarfile.FilterError):
-        _extract(archive, dest / "out", "t")
-    assert not (tmp_path / "escaped").exists()
-    assert os.listdir(dest) == []
+async def test_the_fake_takes_the_same_copy_limits() -> None:
+    fake = FakeSandbox()
+    await fake.initialize()
+    await fake.copy_files("sandbox:/w/out", "/host/out", max_bytes=10, max_entries=1)
+    with pytest.raises(ConfigError, match="max_bytes"):
+        await fake.copy_files("sandbox:/w/out", "/host/out", max_bytes=0)
