@@ -9,10 +9,15 @@ Facts this relies on (measured on Docker 20.10, see the project's engine notes):
 - aiodocker cannot half-close stdin (``Stream.close`` drops the output too), so EOF is sent with
   ``write_eof`` on the hijacked transport;
 - stream EOF means the exec's first process exited; its exit code is then read by inspect.
+  The engine half-closes the stream at once, but asyncio reports that EOF only once the
+  transport's write buffer drains, and stdin the command never read never drains: so the EOF
+  is taken from ``eof_received`` (see ``_end_output_on_eof``), stdin still being written is
+  dropped, and the feeder is cancelled, like ``docker exec -i`` does (0.07 s, not 15-60 s).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import json
@@ -30,7 +35,13 @@ from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 from anyio.abc import TaskGroup
 
-from .._errors import CommandExecutionFailed, EngineUnavailable, SandboxError, SandboxNotRunning
+from .._errors import (
+    CommandExecutionFailed,
+    EngineUnavailable,
+    SandboxError,
+    SandboxNotRunning,
+    StdinClosed,
+)
 from .._models import CommandResult, OutputChunk
 from .._output import OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
@@ -136,6 +147,8 @@ class ExecProcess:
         self._done = anyio.Event()
         self._stdin_closed = False
         self._stdin_lock = anyio.Lock()
+        # Writers to stdin and the feeder; cancelled once the output ends (see _stop_stdin).
+        self._stdin_scopes: set[anyio.CancelScope] = set()
         self._last_output = time.monotonic()
         self._kill_reason = ""
         self._killed = False
@@ -175,15 +188,51 @@ class ExecProcess:
         return self._result
 
     async def write_stdin(self, data: bytes | str) -> None:
-        """Send bytes to the command's stdin."""
+        """Send bytes to the command's stdin.
+
+        Waits while the command does not read (like a full pipe), but never past the end of
+        its output.
+
+        Raises:
+            StdinClosed: (a ``BrokenPipeError``) the command has exited, or stdin was closed;
+                what it did not read is dropped.
+        """
         if isinstance(data, str):
             data = data.encode()
         async with self._stdin_lock:
             if self._stdin_closed:
-                raise CommandExecutionFailed("stdin of this command is already closed")
-            with mapped_errors("write to the command's stdin"):
-                for off in range(0, len(data), STDIN_CHUNK):
-                    await self._stream.write_in(data[off : off + STDIN_CHUNK])
+                raise StdinClosed(f"cannot write to the stdin of {self.argv[0]!r}: "
+                                  "its stdin was already closed (close_stdin)")
+            self._raise_if_ended()
+            with anyio.CancelScope() as scope:
+                self._stdin_scopes.add(scope)
+                try:
+                    with mapped_errors("write to the command's stdin"):
+                        for off in range(0, len(data), STDIN_CHUNK):
+                            await self._stream.write_in(data[off : off + STDIN_CHUNK])
+                except EngineUnavailable:
+                    # The engine drops the connection right after it ended the output; the
+                    # pump may not have seen that EOF yet.
+                    with anyio.move_on_after(1):
+                        await self._eof.wait()
+                    self._raise_if_ended()
+                    raise
+                finally:
+                    self._stdin_scopes.discard(scope)
+            if scope.cancelled_caught:
+                self._raise_if_ended()
+
+    def _raise_if_ended(self) -> None:
+        if self._eof.is_set() or self._abandoned:
+            raise StdinClosed(
+                f"cannot write to the stdin of {self.argv[0]!r}: the command has exited "
+                "(its output ended); input it did not read was dropped"
+            )
+
+    def _stop_stdin(self) -> None:
+        """The output ended (or was abandoned): writes can never be read now; stop them."""
+        for scope in list(self._stdin_scopes):
+            scope.cancel()
 
     async def close_stdin(self) -> None:
         """Send EOF: the command sees the end of its input and ``cat`` ends."""
@@ -244,20 +293,29 @@ class ExecProcess:
             tg.start_soon(self._watchdog)
 
     async def _feed(self, stdin: bytes | AsyncIterable[bytes]) -> None:
-        try:
-            if isinstance(stdin, bytes):
-                await self.write_stdin(stdin)
-            else:
-                async for piece in stdin:
-                    if self._eof.is_set():
-                        break
-                    await self.write_stdin(piece)
-        except (SandboxError, OSError, RuntimeError):
-            # The command ended or closed its stdin before reading it all; like a pipe, the
-            # rest is dropped and the result tells what the command did.
-            pass
-        finally:
-            await self.close_stdin()
+        # Cancelled when the output ends: a command that exits without reading its input (or
+        # is killed by its timeout) must not wait for input it will never read.
+        with anyio.CancelScope() as scope:
+            self._stdin_scopes.add(scope)
+            if self._eof.is_set() or self._abandoned:
+                scope.cancel()
+            try:
+                if isinstance(stdin, bytes):
+                    await self.write_stdin(stdin)
+                else:
+                    async for piece in stdin:
+                        if self._eof.is_set():
+                            break
+                        await self.write_stdin(piece)
+            except (SandboxError, OSError, RuntimeError):
+                # The command ended or closed its stdin before reading it all; like a pipe,
+                # the rest is dropped and the result tells what the command did.
+                pass
+            finally:
+                self._stdin_scopes.discard(scope)
+        if not self._eof.is_set():
+            with anyio.CancelScope(shield=True):
+                await self.close_stdin()
 
     async def _pump(self) -> None:
         try:
@@ -288,6 +346,7 @@ class ExecProcess:
                             await self._send.send(chunk)
         finally:
             self._eof.set()
+            self._stop_stdin()
             self._send.close()
 
     async def _watchdog(self) -> None:
@@ -349,6 +408,7 @@ class ExecProcess:
                 await self._eof.wait()
             if not self._eof.is_set():
                 self._abandoned = True
+                self._stop_stdin()
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await self._stream.close()
 
@@ -387,6 +447,7 @@ class ExecProcess:
         if self._eof.is_set():
             return  # the usual case: the engine ended the output, the result tells the rest
         self._killed = self._abandoned = True
+        self._stop_stdin()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await self._stream.close()
         assert self._stopped is not None
@@ -509,6 +570,7 @@ async def open_exec(
     try:
         with mapped_errors("attach to the command"), anyio.fail_after(engine.timeout):
             await stream._init()
+        _end_output_on_eof(stream)
         proc = ExecProcess(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
             marker=marker, user=user, argv=argv, max_output_bytes=max_output_bytes,
@@ -535,6 +597,39 @@ async def open_exec(
             # Also when a second asyncio cancel broke into the shielded sweep above.
             proc._send.close()
             proc._receive.close()
+        transport = _transport(stream)
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await stream.close()
+        if transport is not None and transport.get_write_buffer_size():
+            # stdin the engine never took: drop it, or the socket lingers until it would.
+            transport.abort()
+
+
+def _transport(stream: Stream) -> asyncio.Transport | None:
+    resp = stream._resp
+    conn = resp.connection if resp is not None else None
+    transport = conn.transport if conn is not None else None
+    return transport if isinstance(transport, asyncio.Transport) else None
+
+
+def _end_output_on_eof(stream: Stream) -> None:
+    """End the output as soon as the engine half-closes the stream.
+
+    asyncio calls ``connection_lost`` (where aiohttp ends the output) only after the write
+    buffer drained; stdin the command never read stays there until the engine drops the
+    connection, 2-30 s later (measured). ``eof_received`` comes at once.
+    """
+    resp = stream._resp
+    protocol = resp.connection.protocol if resp is not None and resp.connection else None
+    queue = stream._queue
+    if protocol is None or queue is None:
+        return
+    original = protocol.eof_received
+
+    def eof_received() -> bool | None:
+        result = original()
+        queue.feed_eof()
+        return result
+
+    setattr(protocol, "eof_received", eof_received)  # noqa: B010 (mypy: a method)
 

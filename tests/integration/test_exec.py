@@ -21,6 +21,7 @@ from sandbox import (
     Sandbox,
     SandboxConfig,
     SecurityViolation,
+    StdinClosed,
 )
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -278,3 +279,66 @@ async def test_kill_takes_any_spelling_of_a_signal_and_refuses_nonsense() -> Non
             await proc.kill()
             r = await proc.wait()
         assert r.signal == "SIGKILL" and not r.success
+
+
+# -- stdin the command does not read ------------------------------------------------------------
+
+
+async def test_unread_stdin_does_not_hold_up_the_result() -> None:
+    """head reads 10 bytes and exits: the call returns then (it took 15-60 s while the
+    engine's EOF waited behind the unsent stdin), and nothing is left running."""
+    async with busybox() as sb:
+        for size in (1 << 20, 50 << 20):
+            start = time.monotonic()
+            with anyio.fail_after(60):
+                r = await sb.execute_command(
+                    Command(executable="head", args=["-c", "10"], stdin=b"x" * size))
+            assert time.monotonic() - start < 10, size
+            assert r.success and r.stdout_bytes == b"x" * 10
+        async with sb.stream_command(Command(executable="head", args=["-c", "10"],
+                                             stdin=b"y" * (50 << 20))) as proc:
+            start = time.monotonic()
+            with anyio.fail_after(60):
+                r = await proc.wait()
+            assert time.monotonic() - start < 10
+            assert r.stdout_bytes == b"y" * 10
+        ps = await sb.execute_command("ps -o args")
+        assert "head" not in ps.stdout, ps.stdout
+
+
+async def test_timeout_is_a_timeout_whatever_stdin_does() -> None:
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            yield b"z" * (1 << 20)
+
+    async with busybox() as sb:
+        for stdin in (b"x" * (50 << 20), endless()):
+            start = time.monotonic()
+            with anyio.fail_after(60):
+                r = await sb.execute_command(Command(executable="sleep", args=["1004"],
+                                                     stdin=stdin, timeout=2))
+            assert r.timed_out and not r.success, r
+            assert time.monotonic() - start < 10
+        ps = await sb.execute_command("ps -o args")
+        assert "sleep 1004" not in ps.stdout, ps.stdout
+
+
+async def test_write_to_an_exited_command_is_a_broken_pipe() -> None:
+    async with busybox() as sb:
+        async with sb.stream_command(["sleep", "3"]) as proc:
+            start = time.monotonic()
+            # 1 MiB is more than the pipe and the sockets hold: the write waits for sleep,
+            # then fails because it exited (it was EngineUnavailable after 13 s).
+            with anyio.fail_after(30), pytest.raises(StdinClosed, match="exited") as info:
+                await proc.write_stdin(b"x" * (1 << 20))
+            assert time.monotonic() - start < 10
+            assert isinstance(info.value, BrokenPipeError)
+            with pytest.raises(BrokenPipeError):
+                await proc.write_stdin(b"again")
+            r = await proc.wait()
+        assert r.success
+        async with sb.stream_command(["cat"]) as proc:
+            await proc.close_stdin()
+            with pytest.raises(StdinClosed, match="closed"):
+                await proc.write_stdin(b"late")
+            await proc.wait()
