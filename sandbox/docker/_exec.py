@@ -36,7 +36,9 @@ from aiodocker.stream import Stream
 from anyio.abc import TaskGroup
 
 from .._errors import (
-    CommandExecutionFailed,
+    CommandNotExecutable,
+    CommandNotFound,
+    CommandStartFailed,
     EngineUnavailable,
     SandboxError,
     SandboxNotRunning,
@@ -105,8 +107,80 @@ async def _call(callback: Callback | None, data: bytes) -> None:
         await result
 
 
-def _start_failure(output: str) -> bool:
-    return "OCI runtime exec failed" in output or "unable to find user" in output
+#: Linux's limits for a new program (execve): bytes per argument or environment string
+#: (MAX_ARG_STRLEN, NUL included), and for all of them plus their pointers (a quarter of the
+#: default 8 MiB stack). runc enforces them; gVisor is more lenient, but commands stay portable.
+MAX_ARG_STRLEN = 128 << 10
+ARG_MAX = 2 << 20
+#: Kept free for the environment the container adds (image ENV, PATH, HOSTNAME, HOME).
+ENV_RESERVE = 64 << 10
+
+
+def _check_exec_size(argv: Sequence[str], env: Sequence[str]) -> None:
+    """Refuse, before the engine sees it, a command Linux (or the engine) could not start.
+
+    Otherwise a 200 KB argument comes back as exit 1 with runc's message on stderr (which a
+    program could print too, so it cannot be trusted), and a 10 MB environment as the engine's
+    "message length exceeds maximum message size" (4 MiB).
+    """
+    total = 0
+    labelled = [(f"argv[{i}]", a) for i, a in enumerate(argv)]
+    labelled += [(f"environment entry {e.partition('=')[0]!r} (KEY=value)", e) for e in env]
+    for label, text in labelled:
+        size = len(text.encode("utf-8", "surrogatepass")) + 1
+        if size > MAX_ARG_STRLEN:
+            raise CommandStartFailed(
+                f"cannot start {argv[0]!r}: {label} is {size - 1} bytes, but Linux allows at "
+                f"most {MAX_ARG_STRLEN - 1} bytes per argument or environment entry",
+                details="pass large data through stdin or a file (write_file) instead",
+            )
+        total += size + 8
+    if total > ARG_MAX - ENV_RESERVE:
+        raise CommandStartFailed(
+            f"cannot start {argv[0]!r}: its arguments and environment take {total} bytes, but "
+            f"Linux allows about {ARG_MAX} bytes in all ({ENV_RESERVE} of them kept for the "
+            "container's own environment)",
+            details="pass large data through stdin or a file (write_file) instead",
+        )
+
+
+def _start_error(text: str, argv: Sequence[str], user: str, workdir: str) -> CommandStartFailed:
+    """Name the cause of a start failure from the engine's message.
+
+    Only called when the engine said the process never started (Pid 0): then the text is the
+    engine's, not something the command printed.
+    """
+    low = text.lower()
+    name = argv[0]
+    if "unable to find user" in low or "unable to find group" in low:
+        kind = "group" if "unable to find group" in low else "user"
+        return CommandStartFailed(
+            f"cannot start {name!r}: the {kind} in user={user!r} does not exist in the sandbox "
+            f"(no entry in its /etc/{'group' if kind == 'group' else 'passwd'})",
+            details=f"use a numeric uid[:gid] or a {kind} the image defines; engine: {text}",
+        )
+    if "chdir to cwd" in low or "initial working directory" in low:
+        return CommandStartFailed(
+            f"cannot start {name!r}: its working directory {workdir!r} does not exist in the "
+            "sandbox", details=text,
+        )
+    if "message length" in low and "maximum message size" in low:
+        return CommandStartFailed(
+            f"cannot start {name!r}: its arguments and environment exceed the engine's 4 MiB "
+            "message limit", details=f"pass large data through stdin or a file; engine: {text}",
+        )
+    if "executable file not found" in low or "error finding executable" in low:
+        return CommandNotFound(f"cannot start {name!r}: it was not found in the sandbox's PATH",
+                               details=text)
+    if "no such file or directory" in low:
+        return CommandNotFound(
+            f"cannot start {name!r}: it (or the interpreter its #! line names) does not exist "
+            "in the sandbox", details=text)
+    if "permission denied" in low:
+        return CommandNotExecutable(
+            f"cannot start {name!r}: it is not executable (no execute permission, a "
+            "directory, or on a noexec mount)", details=text)
+    return CommandStartFailed(f"could not start {name!r} in the sandbox", details=text)
 
 
 class ExecProcess:
@@ -120,9 +194,12 @@ class ExecProcess:
         self, *, engine: Engine, container_id: str, exec_id: str, stream: Stream, marker: str,
         user: str, argv: Sequence[str], max_output_bytes: int, timeout: float | None,
         idle_timeout: float | None, on_stdout: Callback | None, on_stderr: Callback | None,
-        iterate: bool, finalize: Finalizer | None = None,
+        iterate: bool, finalize: Finalizer | None = None, workdir: str = "",
     ) -> None:
         self._engine = engine
+        self._workdir = workdir
+        #: Set when the engine could not start the command; raised instead of a result.
+        self._start_failed: CommandStartFailed | None = None
         self._finalize = finalize
         self.container_id = container_id
         self.exec_id = exec_id
@@ -172,10 +249,12 @@ class ExecProcess:
                 try:
                     chunk = await self._receive.receive()
                 except anyio.EndOfStream:
-                    return
+                    break
             except anyio.EndOfStream:
-                return
+                break
             yield chunk
+        if self._start_failed is not None:
+            raise self._start_failed
 
     @property
     def running(self) -> bool:
@@ -317,7 +396,30 @@ class ExecProcess:
             with anyio.CancelScope(shield=True):
                 await self.close_stdin()
 
+    async def _start_failure(self, name: StreamName, data: bytes) -> bool:
+        """Whether the first message is the engine saying the command could not start.
+
+        The engine writes its error as one stdout line ending in CRLF, after marking the
+        exec exited (code 126) with no Pid. Any command can print the same text, so only
+        the Pid decides: the engine holds the exec's lock from the start until the Pid is
+        set, so an inspect made after a started command's output always shows its Pid.
+        """
+        if name != "stdout" or not data.endswith(b"\r\n") or len(data) > 64 << 10:
+            return False
+        try:
+            with anyio.fail_after(10):
+                info = await self._engine.query_json(
+                    "inspect the command", f"exec/{self.exec_id}/json")
+        except (SandboxError, TimeoutError):
+            return False  # deliver it as output; _build still sees Pid 0 if it never ran
+        if info.get("Pid") or info.get("Running") or info.get("ExitCode") not in (126, 127):
+            return False
+        text = data.decode(errors="replace").strip()
+        self._start_failed = _start_error(text, self.argv, self._user, self._workdir)
+        return True
+
     async def _pump(self) -> None:
+        first = True
         try:
             while True:
                 try:
@@ -332,6 +434,10 @@ class ExecProcess:
                     break
                 name: StreamName = "stderr" if msg.stream == 2 else "stdout"
                 data = bytes(msg.data)
+                if first:
+                    first = False
+                    if await self._start_failure(name, data):
+                        continue  # the engine's message, not output; EOF follows
                 self._last_output = time.monotonic()
                 self._capture.feed(name, data)
                 await _call(self._callbacks[name], data)
@@ -470,14 +576,14 @@ class ExecProcess:
     def _build(self, info: Mapping[str, Any]) -> CommandResult:
         end = datetime.now(UTC)
         cap = self._capture
+        if self._start_failed is not None:
+            raise self._start_failed
         stdout, stderr = cap.text("stdout"), cap.text("stderr")
         code_raw = info.get("ExitCode")
         pid = int(info.get("Pid") or 0)
-        if pid == 0 and code_raw in (126, 127) and _start_failure(stdout + stderr):
-            raise CommandExecutionFailed(
-                f"could not start {self.argv[0]!r} in the sandbox",
-                details=(stdout + stderr).strip(),
-            )
+        if pid == 0 and code_raw in (126, 127) and not self._killed:
+            # Never started (no Pid), but the first message was not seen as the engine's.
+            raise _start_error((stdout + stderr).strip(), self.argv, self._user, self._workdir)
         timed_out = bool(self._kill_reason)
         exit_code = -1 if code_raw is None else int(code_raw)
         sig = signal_name(exit_code)
@@ -543,9 +649,11 @@ async def open_exec(
 ) -> AsyncIterator[ExecProcess]:
     """Start ``argv`` in the container; on leaving, kill it if it still runs and close up."""
     marker = uuid.uuid4().hex
+    env_list = [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"]
+    _check_exec_size(argv, env_list)
     body = {
         "Cmd": list(argv),
-        "Env": [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"],
+        "Env": env_list,
         "WorkingDir": workdir,
         "User": user,
         "AttachStdin": attach_stdin,
@@ -575,7 +683,7 @@ async def open_exec(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
             marker=marker, user=user, argv=argv, max_output_bytes=max_output_bytes,
             timeout=time_limit, idle_timeout=idle_timeout, on_stdout=on_stdout,
-            on_stderr=on_stderr, iterate=iterate, finalize=finalize,
+            on_stderr=on_stderr, iterate=iterate, finalize=finalize, workdir=workdir,
         )
         async with _single_errors(), anyio.create_task_group() as tg:
             proc.start(tg, stdin)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -15,6 +16,9 @@ from sandbox import (
     IMAGE_PYTHON,
     Command,
     CommandExecutionFailed,
+    CommandNotExecutable,
+    CommandNotFound,
+    CommandStartFailed,
     ConfigError,
     NetworkAccessDenied,
     OutputChunk,
@@ -342,3 +346,62 @@ async def test_write_to_an_exited_command_is_a_broken_pipe() -> None:
             with pytest.raises(StdinClosed, match="closed"):
                 await proc.write_stdin(b"late")
             await proc.wait()
+
+
+# -- commands that cannot start -------------------------------------------------------------------
+
+ENGINE_TEXT = ("OCI runtime exec failed: exec failed: unable to start container process: "
+               'exec: \\"x\\": executable file not found in $PATH: unknown\\r\\n')
+
+
+async def run_both(sb: Sandbox, cmd: Command | list[str]) -> list[BaseException | str]:
+    """Run `cmd` through execute_command and stream_command; each gives an error or stdout."""
+    outcomes: list[BaseException | str] = []
+    try:
+        outcomes.append((await sb.execute_command(cmd)).stdout)
+    except CommandExecutionFailed as exc:
+        outcomes.append(exc)
+    try:
+        async with sb.stream_command(cmd) as proc:
+            chunks = [chunk.data async for chunk in proc]
+            assert (await proc.wait()).stdout_bytes == b"".join(chunks)
+            outcomes.append(b"".join(chunks).decode())
+    except CommandExecutionFailed as exc:
+        outcomes.append(exc)
+    return outcomes
+
+
+async def test_every_start_failure_is_one_typed_error_naming_the_cause() -> None:
+    big = "a" * 200_000
+    cases: list[tuple[Command | list[str], type[BaseException], str]] = [
+        (["no-such-tool"], CommandNotFound, "no-such-tool.*PATH"),
+        (["/bin/no-such-tool"], CommandNotFound, "does not exist"),
+        (["/workspace/plain"], CommandNotExecutable, "not executable"),
+        (Command(executable="true", user="nosuchuser"), CommandStartFailed, "nosuchuser"),
+        (Command(executable="true", working_dir="/nonexistent"), CommandStartFailed,
+         "working directory '/nonexistent' does not exist"),
+        # Was exit 126 with the engine's message in stdout.
+        (Command(executable="true", environment={"BIG": "b" * 10_000_000}), CommandStartFailed,
+         r"'BIG' \(KEY=value\) is 10000004 bytes.*131071 bytes"),
+        # Was exit 1 with runc's "argument list too long" on stderr.
+        (["echo", big], CommandStartFailed, r"argv\[1\] is 200000 bytes"),
+        (Command(executable="true", environment={f"V{i}": "v" * 100_000 for i in range(25)}),
+         CommandStartFailed, "arguments and environment take .* bytes"),
+    ]
+    async with busybox() as sb:
+        await sb.write_file("plain", "echo hi\n", mode=0o644)
+        for cmd, kind, pattern in cases:
+            for outcome in await run_both(sb, cmd):
+                assert isinstance(outcome, kind), (cmd, outcome)
+                assert isinstance(outcome, CommandStartFailed)
+                assert re.search(pattern, str(outcome)), (pattern, str(outcome))
+        for outcome in await run_both(sb, ["no-such-tool"]):
+            assert isinstance(outcome, FileNotFoundError)
+        for outcome in await run_both(sb, ["/workspace/plain"]):
+            assert isinstance(outcome, PermissionError)
+        # A program printing the engine's text is output, not a start failure: it has a Pid.
+        fake = ["sh", "-c", f"printf '{ENGINE_TEXT}'; exit 126"]
+        assert all(isinstance(o, str) and o.startswith("OCI runtime exec failed")
+                   for o in await run_both(sb, fake))
+        r = await sb.execute_command(fake)
+        assert r.exit_code == 126 and r.process_id > 0
