@@ -29,6 +29,7 @@ from ._constants import (
     DEFAULT_WORKING_DIR,
 )
 from ._errors import ConfigError
+from ._output import LazyText, text_of
 
 __all__ = [
     "Command",
@@ -650,6 +651,8 @@ class CommandResult:
         stdout: Standard output decoded as UTF-8 (invalid bytes replaced).
         stderr: Standard error decoded as UTF-8 (invalid bytes replaced).
         combined: Both streams interleaved in arrival order.
+            A command's result keeps only the raw bytes and decodes each of these three on
+            first access (then keeps it), so big output costs no text it is not read as.
         start_time: When the command started.
         end_time: When the command ended.
         duration: Wall-clock run time.
@@ -667,9 +670,10 @@ class CommandResult:
 
     exit_code: int = -1
     success: bool = False
-    stdout: str = ""
-    stderr: str = ""
-    combined: str = ""
+    # Constructed as stdout=/stderr=/combined= (attrs' alias) with a str, or a LazyText.
+    _stdout: str | LazyText = attrs.field(default="", alias="stdout")
+    _stderr: str | LazyText = attrs.field(default="", alias="stderr")
+    _combined: str | LazyText = attrs.field(default="", alias="combined")
     start_time: datetime | None = attrs.field(default=None, validator=_aware)
     end_time: datetime | None = attrs.field(default=None, validator=_aware)
     duration: timedelta = attrs.field(
@@ -685,6 +689,18 @@ class CommandResult:
     truncated: bool = False
     stdout_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
     stderr_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
+
+    @property
+    def stdout(self) -> str:
+        return text_of(self._stdout)
+
+    @property
+    def stderr(self) -> str:
+        return text_of(self._stderr)
+
+    @property
+    def combined(self) -> str:
+        return text_of(self._combined)
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)

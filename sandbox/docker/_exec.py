@@ -45,7 +45,7 @@ from .._errors import (
     StdinClosed,
 )
 from .._models import CommandResult, OutputChunk
-from .._output import OutputCapture, StreamName
+from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
 from ._engine import Engine, engine_address, mapped_errors
 
@@ -525,7 +525,6 @@ class ExecProcess:
             if not self._eof.is_set():
                 await self._end_with_container()
             await self._eof.wait()  # bounded after a kill: see _sweep
-            self._capture.finish()
             info = await self._exit_info()
             if info.get("Running") and not self._killed:
                 # The output ended but the command did not: the connection to the engine
@@ -578,12 +577,13 @@ class ExecProcess:
         cap = self._capture
         if self._start_failed is not None:
             raise self._start_failed
-        stdout, stderr = cap.text("stdout"), cap.text("stderr")
+        out = cap.output()
         code_raw = info.get("ExitCode")
         pid = int(info.get("Pid") or 0)
         if pid == 0 and code_raw in (126, 127) and not self._killed:
             # Never started (no Pid), but the first message was not seen as the engine's.
-            raise _start_error((stdout + stderr).strip(), self.argv, self._user, self._workdir)
+            text = out.decode("combined").strip()
+            raise _start_error(text, self.argv, self._user, self._workdir)
         timed_out = bool(self._kill_reason)
         exit_code = -1 if code_raw is None else int(code_raw)
         sig = signal_name(exit_code)
@@ -600,9 +600,9 @@ class ExecProcess:
         return CommandResult(
             exit_code=exit_code,
             success=exit_code == 0 and not timed_out,
-            stdout=stdout,
-            stderr=stderr,
-            combined=cap.combined(),
+            stdout=LazyText(out, "stdout"),
+            stderr=LazyText(out, "stderr"),
+            combined=LazyText(out, "combined"),
             start_time=self.start_time,
             end_time=end,
             duration=timedelta(seconds=time.monotonic() - self._t0),
@@ -612,8 +612,8 @@ class ExecProcess:
             metadata={"container_id": self.container_id, "exec_id": self.exec_id},
             timed_out=timed_out,
             truncated=cap.truncated,
-            stdout_bytes=cap.raw("stdout"),
-            stderr_bytes=cap.raw("stderr"),
+            stdout_bytes=out.stdout,
+            stderr_bytes=out.stderr,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -405,3 +406,34 @@ async def test_every_start_failure_is_one_typed_error_naming_the_cause() -> None
                    for o in await run_both(sb, fake))
         r = await sb.execute_command(fake)
         assert r.exit_code == 126 and r.process_id > 0
+
+
+# -- memory of big outputs ----------------------------------------------------------------------
+
+BIG_OUTPUT_SCRIPT = """
+import anyio
+from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) >> 10 for line in f if line.startswith("VmHWM:"))
+
+async def main():
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        start = hwm()
+        n = 100_000_000
+        r = await sb.execute_command(f"head -c {n} /dev/urandom; head -c {n} /dev/urandom >&2")
+        assert r.truncated and len(r.stdout_bytes) == len(r.stderr_bytes) == 16 << 20
+        print(start, hwm())
+
+anyio.run(main)
+"""
+
+
+async def test_the_output_cap_bounds_the_clients_memory() -> None:
+    """100 MB + 100 MB of binary output under the 16 MiB cap: the client keeps the capped
+    bytes (2 x 16 MiB) and no text until it is read. It peaked 440 MiB above the start."""
+    proc = await anyio.run_process([sys.executable, "-c", BIG_OUTPUT_SCRIPT], check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    start, peak = map(int, proc.stdout.split())
+    assert peak - start < 120, (start, peak)
