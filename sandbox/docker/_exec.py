@@ -404,8 +404,9 @@ class ExecProcess:
         the Pid decides: the engine holds the exec's lock from the start until the Pid is
         set, so an inspect made after a started command's output always shows its Pid.
         """
-        if name != "stdout" or not data.endswith(b"\r\n") or len(data) > 64 << 10:
-            return False
+        if name != "stdout" or not data.endswith(b"\r\n") or b"\n" in data[:-2] \
+                or len(data) > 64 << 10:
+            return False  # not one CRLF line: output (no inspect for most CRLF text)
         try:
             with anyio.fail_after(10):
                 info = await self._engine.query_json(
