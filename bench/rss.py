@@ -1,5 +1,9 @@
 """Peak RSS of a Python process holding N sandboxes open: ``rss.py IMPL N`` prints JSON.
 
+``rss.py sdk-output N`` instead runs one command writing N bytes of random binary data to
+stdout and N to stderr under the default output cap; ``peak_mib`` is the peak after it, before
+its text is read (then decoded: the peaks after reading stdout and combined are given too).
+
 Run by run.py in a fresh interpreter per implementation so the numbers do not mix.
 """
 
@@ -48,6 +52,27 @@ async def with_sdk(n: int) -> float:
             for sb in boxes:
                 tg.start_soon(sb.cleanup)
     return base
+
+
+async def with_sdk_output(n: int) -> tuple[float, dict[str, float]]:
+    """One command with N bytes of binary stdout and N of stderr; the cap bounds the memory.
+
+    Returns the baseline and the peaks after the command and after reading its text (random
+    bytes decode to about 4 bytes per byte: U+FFFD, and UCS-4 once any 4-byte sequence
+    occurs)."""
+    from sandbox import Sandbox, SandboxConfig
+
+    base = rss_mib()
+    script = f"head -c {n} /dev/urandom; head -c {n} /dev/urandom >&2"
+    async with Sandbox(SandboxConfig(image=IMAGE)) as sb:
+        result = await sb.execute_command(script)
+        assert result.truncated and len(result.stdout_bytes) < n, "output cap not applied"
+        peaks = {"after_command_mib": rss_mib()}
+        assert result.stdout
+        peaks["after_reading_stdout_mib"] = rss_mib()
+        assert result.combined
+        peaks["after_reading_combined_mib"] = rss_mib()
+    return base, peaks
 
 
 async def with_aiodocker(n: int, body: dict[str, Any]) -> float:
@@ -109,6 +134,11 @@ async def main() -> None:
     t0 = time.monotonic()
     if impl == "sdk":
         base = await with_sdk(n)
+    elif impl == "sdk-output":
+        base, peaks = await with_sdk_output(n)
+        print(json.dumps({"peak_mib": peaks["after_command_mib"], "baseline_mib": base,
+                          **peaks, "seconds": time.monotonic() - t0}))
+        return
     elif impl == "aiodocker":
         base = await with_aiodocker(n, spec["body"])
     elif impl == "docker-py":

@@ -41,7 +41,8 @@ from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
-SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss")
+SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
+             "rssout")
 BASELINE = "aiodocker"
 
 
@@ -351,6 +352,19 @@ class Bench:
                       note=f"{data['baseline_mib']:.0f} MiB after imports",
                       extra=data)
             self.add(row)
+
+    async def s_rssout(self) -> None:
+        """Client memory for 100 MB of binary stdout plus 100 MB of stderr under the default
+        16 MiB per-stream cap (SDK only: the baselines have no cap to compare)."""
+        n = 100_000_000
+        proc = await anyio.run_process(
+            [sys.executable, str(HERE / "rss.py"), "sdk-output", str(n)], check=True)
+        data = json.loads(proc.stdout)
+        self.add(Row("peak RSS, 100 MB stdout + 100 MB stderr", self.impls[0].name, "MiB",
+                     [data["peak_mib"]], extra=data,
+                     note=f"{data['baseline_mib']:.0f} MiB after imports; text unread. "
+                          f"Reading stdout: {data['after_reading_stdout_mib']:.0f} MiB, "
+                          f"then combined: {data['after_reading_combined_mib']:.0f} MiB"))
 
     # -- report -------------------------------------------------------------------------------
 

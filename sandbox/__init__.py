@@ -8,6 +8,9 @@ Example:
 from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
 from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
 from ._errors import CommandExecutionFailed as CommandExecutionFailed
+from ._errors import CommandNotExecutable as CommandNotExecutable
+from ._errors import CommandNotFound as CommandNotFound
+from ._errors import CommandStartFailed as CommandStartFailed
 from ._errors import ConfigError as ConfigError
 from ._errors import CopyLimitExceeded as CopyLimitExceeded
 from ._errors import EngineUnavailable as EngineUnavailable
@@ -23,6 +26,7 @@ from ._errors import SandboxNotFound as SandboxNotFound
 from ._errors import SandboxNotRunning as SandboxNotRunning
 from ._errors import SandboxPermissionDenied as SandboxPermissionDenied
 from ._errors import SecurityViolation as SecurityViolation
+from ._errors import StdinClosed as StdinClosed
 from ._errors import TimeoutExceeded as TimeoutExceeded
 from ._errors import UnsafeArchive as UnsafeArchive
 from ._gc import GcItem as GcItem
@@ -56,7 +60,10 @@ __all__ = [
     "Command",
     "CommandExecutionFailed",
     "CommandLike",
+    "CommandNotExecutable",
+    "CommandNotFound",
     "CommandResult",
+    "CommandStartFailed",
     "ConfigError",
     "CopyLimitExceeded",
     "EngineUnavailable",
@@ -88,6 +95,7 @@ __all__ = [
     "SandboxPermissionDenied",
     "SandboxStatus",
     "SecurityPolicy",
+    "StdinClosed",
     "TimeoutExceeded",
     "UnsafeArchive",
     "cleanup_on_signals",

@@ -9,6 +9,10 @@ Each class also derives from the builtin exception with the same meaning, so exi
     ├── SandboxNotRunning
     ├── SandboxInitFailed
     ├── CommandExecutionFailed
+    │   ├── StdinClosed (BrokenPipeError)
+    │   └── CommandStartFailed
+    │       ├── CommandNotFound (FileNotFoundError)
+    │       └── CommandNotExecutable (PermissionError)
     ├── ResourceLimitExceeded
     ├── SecurityViolation (PermissionError)
     │   └── NetworkAccessDenied
@@ -30,6 +34,9 @@ from typing import ClassVar
 
 __all__ = [
     "CommandExecutionFailed",
+    "CommandNotExecutable",
+    "CommandNotFound",
+    "CommandStartFailed",
     "ConfigError",
     "CopyLimitExceeded",
     "EngineUnavailable",
@@ -45,6 +52,7 @@ __all__ = [
     "SandboxNotRunning",
     "SandboxPermissionDenied",
     "SecurityViolation",
+    "StdinClosed",
     "TimeoutExceeded",
     "UnsafeArchive",
 ]
@@ -129,6 +137,28 @@ class CommandExecutionFailed(SandboxError):
     """Raised when a command cannot be started or its execution breaks down."""
 
     code = "COMMAND_EXECUTION_FAILED"
+
+
+class StdinClosed(CommandExecutionFailed, BrokenPipeError):
+    """Raised when writing to a command's stdin after it exited or its stdin was closed."""
+
+    _os_errno = errno.EPIPE
+
+
+class CommandStartFailed(CommandExecutionFailed):
+    """Raised when the engine could not start a command (the process never ran)."""
+
+
+class CommandNotFound(CommandStartFailed, FileNotFoundError):
+    """Raised when a command's executable does not exist in the sandbox."""
+
+    _os_errno = errno.ENOENT
+
+
+class CommandNotExecutable(CommandStartFailed, PermissionError):
+    """Raised when a command's executable may not be executed (no x bit, a directory)."""
+
+    _os_errno = errno.EACCES
 
 
 class ResourceLimitExceeded(SandboxError):

@@ -38,6 +38,11 @@ _EXCLUDED: dict[type, tuple[str, ...]] = {
 #: Go's zero time.Time, which it writes for a time never set; read as None.
 _GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 
+#: Private fields behind a property (decoded lazily), in JSON under the property's name.
+_TEXT_FIELDS: dict[type, tuple[str, ...]] = {
+    CommandResult: ("stdout", "stderr", "combined"),
+}
+
 _RFC3339 = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})[Tt](?P<time>\d{2}:\d{2}:\d{2})"
     r"(?:\.(?P<frac>\d+))?(?P<offset>[Zz]|[+-]\d{2}:\d{2})"
@@ -262,14 +267,26 @@ def configure_converter(converter: cattrs.Converter, *, strict: bool = True) -> 
     def dict_hook(tp: Any) -> Callable[[Any, Any], Any]:
         return _require(dict, "object", mapping_structure_factory(tp, converter), empty=dict)
 
+    strict_str = _strict_primitive(str)
+
+    def text(value: Any, _: Any) -> str:
+        result: str = strict_str(value, str)
+        return result
+
+    def texts(cls: type) -> dict[str, Any]:
+        return {f"_{name}": override(rename=name, struct_hook=text, unstruct_hook=str)
+                for name in _TEXT_FIELDS.get(cls, ())}
+
     def attrs_structure(cls: type) -> Callable[[Any, Any], Any]:
         skip: dict[str, Any] = {name: override(omit=True) for name in _EXCLUDED.get(cls, ())}
+        skip.update(texts(cls))
         return _require(dict, "object", make_dict_structure_fn(
             cls, converter, _cattrs_forbid_extra_keys=strict, **skip
         ))
 
     def attrs_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
         skip: dict[str, Any] = {name: override(omit=True) for name in _EXCLUDED.get(cls, ())}
+        skip.update(texts(cls))
         base: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cls, converter, **skip)
         # Go always writes a struct field; None there is Go's zero value.
         zeros = {

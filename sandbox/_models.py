@@ -33,6 +33,7 @@ from ._constants import (
     DEFAULT_WORKING_DIR,
 )
 from ._errors import ConfigError
+from ._output import LazyText, text_of
 
 __all__ = [
     "Command",
@@ -252,11 +253,13 @@ def _type_check(annotation: str, owner: str) -> Callable[[Any, attrs.Attribute[A
         rules = resolve()
         if any(ok(value) for ok, _, _ in rules):
             return
-        expected = " or ".join(what for _, what, _ in rules)
-        advice = " or ".join(how for _, _, how in rules)
+        expected = " or ".join(dict.fromkeys(what for _, what, _ in rules))
+        advice = " or ".join(dict.fromkeys(how for _, _, how in rules))
         if isinstance(value, Mapping) and any(how.endswith("(...)") for _, _, how in rules):
             advice += " (nested configs are not built from dicts; from_json() reads JSON)"
-        raise _wrong_type(attribute.name, expected, value, owner, attribute.name, advice)
+        # A private field behind a property is passed by its alias: name that.
+        name = attribute.alias or attribute.name
+        raise _wrong_type(name, expected, value, owner, name, advice)
 
     return check
 
@@ -273,6 +276,8 @@ def _type_rule(part: str) -> tuple[Callable[[object], bool], str, str]:
         "datetime": (lambda v: isinstance(v, datetime), "a datetime",
                      "a timezone-aware datetime, e.g. datetime.now(UTC)"),
         "timedelta": (lambda v: isinstance(v, timedelta), "a timedelta", "a timedelta"),
+        # Output text decoded on first read; users pass and see a str.
+        "LazyText": (lambda v: isinstance(v, LazyText), "a str", "a str"),
         "AsyncIterable[bytes]": (lambda v: hasattr(v, "__aiter__"),
                                  "an async iterable of bytes", "an async iterable of bytes"),
     }
@@ -777,7 +782,7 @@ class ResourceUsage:
     uptime: timedelta = attrs.field(default=_ZERO, converter=_to_timedelta, validator=_non_negative)
 
 
-@attrs.frozen(kw_only=True, field_transformer=_named_converters)
+@attrs.frozen(kw_only=True, field_transformer=_named_converters, repr=False)
 class CommandResult:
     """The outcome of a finished command.
 
@@ -787,6 +792,8 @@ class CommandResult:
         stdout: Standard output decoded as UTF-8 (invalid bytes replaced).
         stderr: Standard error decoded as UTF-8 (invalid bytes replaced).
         combined: Both streams interleaved in arrival order.
+            A command's result keeps only the raw bytes and decodes each of these three on
+            first access (then keeps it), so big output costs no text it is not read as.
         start_time: When the command started.
         end_time: When the command ended.
         duration: Wall-clock run time.
@@ -804,9 +811,10 @@ class CommandResult:
 
     exit_code: int = -1
     success: bool = False
-    stdout: str = ""
-    stderr: str = ""
-    combined: str = ""
+    # Constructed as stdout=/stderr=/combined= (attrs' alias) with a str, or a LazyText.
+    _stdout: str | LazyText = attrs.field(default="", alias="stdout")
+    _stderr: str | LazyText = attrs.field(default="", alias="stderr")
+    _combined: str | LazyText = attrs.field(default="", alias="combined")
     start_time: datetime | None = attrs.field(default=None, validator=_aware)
     end_time: datetime | None = attrs.field(default=None, validator=_aware)
     duration: timedelta = attrs.field(
@@ -822,6 +830,24 @@ class CommandResult:
     truncated: bool = False
     stdout_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
     stderr_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
+
+    @property
+    def stdout(self) -> str:
+        return text_of(self._stdout)
+
+    @property
+    def stderr(self) -> str:
+        return text_of(self._stderr)
+
+    @property
+    def combined(self) -> str:
+        return text_of(self._combined)
+
+    def __repr__(self) -> str:
+        # By the names users pass and read (stdout=, not _stdout=).
+        shown = (f"{f.alias}={getattr(self, f.alias)!r}"
+                 for f in attrs.fields(type(self)) if f.repr)
+        return f"CommandResult({', '.join(shown)})"
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)

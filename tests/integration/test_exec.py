@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -15,12 +17,16 @@ from sandbox import (
     IMAGE_PYTHON,
     Command,
     CommandExecutionFailed,
+    CommandNotExecutable,
+    CommandNotFound,
+    CommandStartFailed,
     ConfigError,
     NetworkAccessDenied,
     OutputChunk,
     Sandbox,
     SandboxConfig,
     SecurityViolation,
+    StdinClosed,
 )
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -278,3 +284,156 @@ async def test_kill_takes_any_spelling_of_a_signal_and_refuses_nonsense() -> Non
             await proc.kill()
             r = await proc.wait()
         assert r.signal == "SIGKILL" and not r.success
+
+
+# -- stdin the command does not read ------------------------------------------------------------
+
+
+async def test_unread_stdin_does_not_hold_up_the_result() -> None:
+    """head reads 10 bytes and exits: the call returns then (it took 15-60 s while the
+    engine's EOF waited behind the unsent stdin), and nothing is left running."""
+    async with busybox() as sb:
+        for size in (1 << 20, 50 << 20):
+            start = time.monotonic()
+            with anyio.fail_after(60):
+                r = await sb.execute_command(
+                    Command(executable="head", args=["-c", "10"], stdin=b"x" * size))
+            assert time.monotonic() - start < 10, size
+            assert r.success and r.stdout_bytes == b"x" * 10
+        async with sb.stream_command(Command(executable="head", args=["-c", "10"],
+                                             stdin=b"y" * (50 << 20))) as proc:
+            start = time.monotonic()
+            with anyio.fail_after(60):
+                r = await proc.wait()
+            assert time.monotonic() - start < 10
+            assert r.stdout_bytes == b"y" * 10
+        ps = await sb.execute_command("ps -o args")
+        assert "head" not in ps.stdout, ps.stdout
+
+
+async def test_timeout_is_a_timeout_whatever_stdin_does() -> None:
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            yield b"z" * (1 << 20)
+
+    async with busybox() as sb:
+        for stdin in (b"x" * (50 << 20), endless()):
+            start = time.monotonic()
+            with anyio.fail_after(60):
+                r = await sb.execute_command(Command(executable="sleep", args=["1004"],
+                                                     stdin=stdin, timeout=2))
+            assert r.timed_out and not r.success, r
+            assert time.monotonic() - start < 10
+        ps = await sb.execute_command("ps -o args")
+        assert "sleep 1004" not in ps.stdout, ps.stdout
+
+
+async def test_write_to_an_exited_command_is_a_broken_pipe() -> None:
+    async with busybox() as sb:
+        async with sb.stream_command(["sleep", "3"]) as proc:
+            start = time.monotonic()
+            # 1 MiB is more than the pipe and the sockets hold: the write waits for sleep,
+            # then fails because it exited (it was EngineUnavailable after 13 s).
+            with anyio.fail_after(30), pytest.raises(StdinClosed, match="exited") as info:
+                await proc.write_stdin(b"x" * (1 << 20))
+            assert time.monotonic() - start < 10
+            assert isinstance(info.value, BrokenPipeError)
+            with pytest.raises(BrokenPipeError):
+                await proc.write_stdin(b"again")
+            r = await proc.wait()
+        assert r.success
+        async with sb.stream_command(["cat"]) as proc:
+            await proc.close_stdin()
+            with pytest.raises(StdinClosed, match="closed"):
+                await proc.write_stdin(b"late")
+            await proc.wait()
+
+
+# -- commands that cannot start -------------------------------------------------------------------
+
+ENGINE_TEXT = ("OCI runtime exec failed: exec failed: unable to start container process: "
+               'exec: \\"x\\": executable file not found in $PATH: unknown\\r\\n')
+
+
+async def run_both(sb: Sandbox, cmd: Command | list[str]) -> list[BaseException | str]:
+    """Run `cmd` through execute_command and stream_command; each gives an error or stdout."""
+    outcomes: list[BaseException | str] = []
+    try:
+        outcomes.append((await sb.execute_command(cmd)).stdout)
+    except CommandExecutionFailed as exc:
+        outcomes.append(exc)
+    try:
+        async with sb.stream_command(cmd) as proc:
+            chunks = [chunk.data async for chunk in proc]
+            assert (await proc.wait()).stdout_bytes == b"".join(chunks)
+            outcomes.append(b"".join(chunks).decode())
+    except CommandExecutionFailed as exc:
+        outcomes.append(exc)
+    return outcomes
+
+
+async def test_every_start_failure_is_one_typed_error_naming_the_cause() -> None:
+    big = "a" * 200_000
+    cases: list[tuple[Command | list[str], type[BaseException], str]] = [
+        (["no-such-tool"], CommandNotFound, "no-such-tool.*PATH"),
+        (["/bin/no-such-tool"], CommandNotFound, "does not exist"),
+        (["/workspace/plain"], CommandNotExecutable, "not executable"),
+        (Command(executable="true", user="nosuchuser"), CommandStartFailed, "nosuchuser"),
+        (Command(executable="true", working_dir="/nonexistent"), CommandStartFailed,
+         "working directory '/nonexistent' does not exist"),
+        # Was exit 126 with the engine's message in stdout.
+        (Command(executable="true", environment={"BIG": "b" * 10_000_000}), CommandStartFailed,
+         r"'BIG' \(KEY=value\) is 10000004 bytes.*131071 bytes"),
+        # Was exit 1 with runc's "argument list too long" on stderr.
+        (["echo", big], CommandStartFailed, r"argv\[1\] is 200000 bytes"),
+        (Command(executable="true", environment={f"V{i}": "v" * 100_000 for i in range(25)}),
+         CommandStartFailed, "arguments and environment take .* bytes"),
+    ]
+    async with busybox() as sb:
+        await sb.write_file("plain", "echo hi\n", mode=0o644)
+        for cmd, kind, pattern in cases:
+            for outcome in await run_both(sb, cmd):
+                assert isinstance(outcome, kind), (cmd, outcome)
+                assert isinstance(outcome, CommandStartFailed)
+                assert re.search(pattern, str(outcome)), (pattern, str(outcome))
+        for outcome in await run_both(sb, ["no-such-tool"]):
+            assert isinstance(outcome, FileNotFoundError)
+        for outcome in await run_both(sb, ["/workspace/plain"]):
+            assert isinstance(outcome, PermissionError)
+        # A program printing the engine's text is output, not a start failure: it has a Pid.
+        fake = ["sh", "-c", f"printf '{ENGINE_TEXT}'; exit 126"]
+        assert all(isinstance(o, str) and o.startswith("OCI runtime exec failed")
+                   for o in await run_both(sb, fake))
+        r = await sb.execute_command(fake)
+        assert r.exit_code == 126 and r.process_id > 0
+
+
+# -- memory of big outputs ----------------------------------------------------------------------
+
+BIG_OUTPUT_SCRIPT = """
+import anyio
+from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) >> 10 for line in f if line.startswith("VmHWM:"))
+
+async def main():
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        start = hwm()
+        n = 100_000_000
+        r = await sb.execute_command(f"head -c {n} /dev/urandom; head -c {n} /dev/urandom >&2")
+        assert r.truncated and len(r.stdout_bytes) == len(r.stderr_bytes) == 16 << 20
+        print(start, hwm())
+
+anyio.run(main)
+"""
+
+
+async def test_the_output_cap_bounds_the_clients_memory() -> None:
+    """100 MB + 100 MB of binary output under the 16 MiB cap: the client keeps the capped
+    bytes (2 x 16 MiB) and no text until it is read. It peaked 440 MiB above the start."""
+    proc = await anyio.run_process([sys.executable, "-c", BIG_OUTPUT_SCRIPT], check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    start, peak = map(int, proc.stdout.split())
+    assert peak - start < 120, (start, peak)

@@ -8,6 +8,9 @@ import pytest
 
 from sandbox._errors import (
     CommandExecutionFailed,
+    CommandNotExecutable,
+    CommandNotFound,
+    CommandStartFailed,
     ConfigError,
     CopyLimitExceeded,
     EngineUnavailable,
@@ -23,6 +26,7 @@ from sandbox._errors import (
     SandboxNotRunning,
     SandboxPermissionDenied,
     SecurityViolation,
+    StdinClosed,
     TimeoutExceeded,
     UnsafeArchive,
 )
@@ -34,6 +38,10 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (SandboxNotRunning, "SANDBOX_NOT_RUNNING"),
     (SandboxInitFailed, "SANDBOX_INIT_FAILED"),
     (CommandExecutionFailed, "COMMAND_EXECUTION_FAILED"),
+    (StdinClosed, "COMMAND_EXECUTION_FAILED"),
+    (CommandStartFailed, "COMMAND_EXECUTION_FAILED"),
+    (CommandNotFound, "COMMAND_EXECUTION_FAILED"),
+    (CommandNotExecutable, "COMMAND_EXECUTION_FAILED"),
     (ResourceLimitExceeded, "RESOURCE_LIMIT_EXCEEDED"),
     (SecurityViolation, "SECURITY_VIOLATION"),
     (NetworkAccessDenied, "NETWORK_ACCESS_DENIED"),
@@ -59,6 +67,13 @@ BUILTIN_BASES: list[tuple[type[SandboxError], type[BaseException]]] = [
     (TimeoutExceeded, TimeoutError),
     (EngineUnavailable, ConnectionError),
     (ConfigError, ValueError),
+    (StdinClosed, BrokenPipeError),
+    (StdinClosed, CommandExecutionFailed),
+    (CommandStartFailed, CommandExecutionFailed),
+    (CommandNotFound, FileNotFoundError),
+    (CommandNotFound, CommandStartFailed),
+    (CommandNotExecutable, PermissionError),
+    (CommandNotExecutable, CommandStartFailed),
 ]
 
 
@@ -159,3 +174,10 @@ def test_catch_by_builtin() -> None:
     assert info.value.filename == "/nope"
     with pytest.raises(LookupError):
         raise SandboxNotFound("no such sandbox")
+
+
+def test_command_errors_carry_their_errno() -> None:
+    assert StdinClosed("gone").errno == errno.EPIPE
+    assert CommandNotFound("missing").errno == errno.ENOENT
+    assert CommandNotExecutable("no x bit").errno == errno.EACCES
+    assert not isinstance(CommandStartFailed("x"), OSError)

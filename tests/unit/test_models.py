@@ -417,6 +417,7 @@ _NESTED = [{}, {"memory_limit": 1}, "x", 0]
 #: Wrong values per field annotation.
 _WRONG: dict[str, list[Any]] = {
     "str": [1, None, b"x", 1.5, ["a"]],
+    "str | LazyText": [1, None, b"x", 1.5, ["a"]],
     "bool": ["yes", 1, 0, None, "True"],
     "int": [1.5, "1", True, None, b"1"],
     "int | None": ["0", 1.0, False],
@@ -440,7 +441,7 @@ _WRONG: dict[str, list[Any]] = {
     "Literal['stdout', 'stderr']": [1, None, b"stdout"],
 }
 _TYPE_CASES = [
-    pytest.param(cls, field.name, value, id=f"{cls.__name__}.{field.name}={value!r}")
+    pytest.param(cls, field.alias, value, id=f"{cls.__name__}.{field.alias}={value!r}")
     for cls in _MODELS
     for field in attrs.fields(cls)
     for value in _WRONG[cls.__annotations__[field.name]]
