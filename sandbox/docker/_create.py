@@ -421,13 +421,15 @@ def _resources(
     if not engine.ignores_cgroups(runtime):
         cpu_limit = cpu_limit or max(default_cpu_limit(engine), res.cpu_request)
         memory_limit = memory_limit or max(default_memory_limit(engine), res.memory_request)
-    if cpu_limit:
+    # Defaults are in range by construction, or equal the request, which is checked below.
+    if res.cpu_limit:
         if cpu_limit < MIN_CPU_LIMIT:
             raise SandboxInitFailed(
                 f"resources.cpu_limit: {cpu_limit:g} cores is below the minimum of "
                 f"{MIN_CPU_LIMIT:g}"
             )
         _check_max("resources.cpu_limit", cpu_limit, engine.ncpu, "CPUs")
+    if cpu_limit:
         host["NanoCpus"] = round(cpu_limit * 1e9)
     if res.cpu_request:
         _check_max("resources.cpu_request", res.cpu_request, engine.ncpu, "CPUs")
@@ -437,8 +439,9 @@ def _resources(
                 f"resources.cpu_limit ({res.cpu_limit:g})"
             )
         host["CpuShares"] = max(MIN_CPU_SHARES, round(res.cpu_request * 1024))
-    if memory_limit:
+    if res.memory_limit:
         _check_memory("resources.memory_limit", memory_limit, engine)
+    if memory_limit:
         host["Memory"] = memory_limit
         # Equal to Memory: no swap, so the limit is the limit.
         host["MemorySwap"] = memory_limit
