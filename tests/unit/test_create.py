@@ -140,6 +140,14 @@ def test_ignore_cgroups_names_every_field_and_keeps_nproc() -> None:
     assert h["Ulimits"] == [{"Name": "nproc", "Soft": 64, "Hard": 64}]
 
 
+def test_default_limits_left_out_under_ignore_cgroups() -> None:
+    # Nothing would enforce them there; refusing them would refuse every default config.
+    h = host(EngineFacts.from_info(IGNORE_CGROUPS_INFO), runtime="runsc")
+    assert "Memory" not in h and "NanoCpus" not in h
+    assert h["Ulimits"] == [{"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT,
+                             "Hard": DEFAULT_PROCESS_LIMIT}]
+
+
 def test_engine_default_runtime_rules_apply() -> None:
     facts = attrs.evolve(EngineFacts.from_info(IGNORE_CGROUPS_INFO), default_runtime="runsc")
     with pytest.raises(SandboxInitFailed, match=r"^resources.memory_limit: runtime 'runsc'"):
