@@ -117,7 +117,7 @@ def _with_group(user: str) -> str:
 #: working dir $2 (it may sit in the user's own home, where capability-less root cannot write).
 _WHOAMI_SH = r"""u=; g=
 while read -r k a _; do case "$k" in Uid:) u=$a;; Gid:) g=$a;; esac; done < /proc/self/status
-if [ "$1" = 1 ]; then mkdir -p -- "$2" 2>/dev/null; fi
+if [ "$1" = 1 ] && [ ! -d "$2" ]; then mkdir -p -- "$2" 2>/dev/null; fi
 h=0; f="$HOME/.sandbox-probe-$$"
 if ( : > "$f" ) 2>/dev/null; then rm -f -- "$f"; h=1; fi
 echo "$u $g $h"
@@ -125,7 +125,7 @@ echo "$u $g $h"
 
 #: As root (without capabilities: it can mkdir only where root owns the parent): make the
 #: working dir and say whether the SDK should give it to the sandbox user.
-_WORKDIR_SH = r"""d="$1"; mkdir -p -- "$d" || exit 1
+_WORKDIR_SH = r"""d="$1"; [ -d "$d" ] || mkdir -p -- "$d" || exit 1
 if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown; fi
 """
 
@@ -413,7 +413,7 @@ class DockerSandbox:
         # Repository and network: made on the host and patched into the body before create;
         # _remove_everything undoes both even if a later step fails.
         self._workspace = Workspace(cfg.repository)
-        await self._workspace.prepare(body)
+        await self._workspace.prepare(body, sandbox_user=self._user)
         self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels)
         # Like the container create below: a network create cancelled in flight would still
         # be made by the engine, after cleanup looked for it.

@@ -419,6 +419,7 @@ class Workspace:
         self._source: Path | None = None
         self._entries: list[str] | None = None
         self.mount_source: Path | None = None
+        self._sandbox_user = ""
 
     def covers(self, path: str) -> bool:
         """``path`` lies in a bind mount, where the SDK must not create or chown anything."""
@@ -430,8 +431,13 @@ class Workspace:
         self._temp_dirs.append(path)
         return path
 
-    async def prepare(self, body: dict[str, Any]) -> None:
-        """Before create: fetch or check the source, stage a copy, add the bind mount to body."""
+    async def prepare(self, body: dict[str, Any], *, sandbox_user: str = "") -> None:
+        """Before create: fetch or check the source, stage a copy, add the bind mount to body.
+
+        `sandbox_user` ("uid:gid") gets the root of a read-only copy that names no owner: the
+        copy is a private 0700 temp dir, which a non-root sandbox user could not even list.
+        """
+        self._sandbox_user = sandbox_user
         repo = self.repo
         if repo is None:
             return
@@ -491,6 +497,15 @@ class Workspace:
                 raise SandboxInitFailed(
                     "cannot give the read-only repository copy the requested owner/group",
                     details=f"{exc}; changing ownership on the host needs root") from exc
+        else:
+            user, _, group = self._sandbox_user.partition(":")
+            if user.isdigit() and group.isdigit() and user != "0":
+                try:
+                    os.chown(root, int(user), int(group))
+                except PermissionError:
+                    # Not root on the host: readable by all is the next best (its files keep
+                    # the modes they had in the repository).
+                    os.chmod(root, 0o755)
         if repo.permissions:
             os.chmod(root, int(repo.permissions, 8))
 

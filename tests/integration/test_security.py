@@ -191,7 +191,9 @@ async def test_tmpfs_paths_are_writable_executable_tmpfs() -> None:
 
 async def test_read_only_and_masked_paths() -> None:
     masked = ["/etc/os-release", "/usr/share/doc"]
-    async with sandbox(IMAGE_PYTHON, read_only_paths=["/opt"], masked_paths=masked) as sb:
+    # Root, explicitly: it owns /usr and /opt, so only the read-only mount can refuse.
+    async with sandbox(IMAGE_PYTHON, read_only_paths=["/opt"], masked_paths=masked,
+                       run_as_user="root") as sb:
         result = await sb.execute_command("touch /opt/x")
         assert not result.success and "Read-only file system" in result.stderr
         assert (await run(sb, "touch /usr/x && echo ok")) == "ok\n"  # only the listed path
