@@ -244,6 +244,7 @@ class DockerSandbox:
         self._facts: EngineFacts | None = None
         self._user = ""
         self._root_opt_in = False
+        self._workdir_given = False
         self._created_at: datetime | None = None
         self._started_at: datetime | None = None
         self._sampler: StatsSampler | None = None
@@ -511,8 +512,8 @@ class DockerSandbox:
                         "explicitly with run_as_user='root'"))
         if not home_writable and "HOME" not in self._env:
             self._env["HOME"] = self._cwd
-        if covered:
-            return
+        if covered or self._workdir_given:
+            return  # _give_workdir made it or found it, before start
         result = await self._run_internal(
             ["/bin/sh", "-c", _WORKDIR_SH, "sandbox-init", self._cwd], user="0:0")
         if not result.success:
@@ -548,6 +549,7 @@ class DockerSandbox:
                 or self._config.security.read_only_root or self._workspace.covers(cwd):
             return  # names: after start; a read-only root's tmpfs gets its owner as options
         assert self._engine is not None
+        self._workdir_given = True
         archive = f"containers/{self._container_id}/archive"
         try:
             head = await self._engine.request(
