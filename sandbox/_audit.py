@@ -4,7 +4,7 @@
 
 ==========================  ===================================================================
 ``enable_audit_log``        every event below
-``log_security_events``     only ``refused`` and ``limit`` events
+``log_security_events``     only ``refused``, ``limit`` and ``opt_in`` events
 ==========================  ===================================================================
 
 Each event is one log record. Its message is one line (``audit event=command argv=[...]
@@ -26,6 +26,9 @@ Events and their fields (every record also has ``event`` and ``sandbox_id``):
   ``error`` (the exception raised).
 * ``limit``: ``limit`` (``timeout``, ``memory``, ``cpu_time``, ``wall_time``, ``output``),
   ``detail``.
+* ``opt_in``: ``setting`` (``security.run_as_user``, ``security.run_as_group``,
+  ``security.add_capabilities``), ``granted`` (root, or the capabilities added). Also
+  logged at WARNING on ``sandbox.security`` whatever the policy says.
 
 Environment values are never logged, only their names: they are where secrets live.
 """
@@ -43,6 +46,7 @@ from ._models import CommandResult, SecurityPolicy
 __all__ = ["Auditor"]
 
 log = logging.getLogger("sandbox.audit")
+security_log = logging.getLogger("sandbox.security")
 
 E = TypeVar("E", bound=BaseException)
 
@@ -121,6 +125,13 @@ class Auditor:
         if self.security:
             self._emit("refused", {"rule": rule, "asked": asked, "error": _describe(exc)})
         return exc
+
+    def opt_in(self, setting: str, granted: str) -> None:
+        """Record a privilege the config asked for explicitly: root, or added capabilities."""
+        security_log.warning("sandbox %s runs with %s, as %s asks", self.sandbox_id, granted,
+                             setting)
+        if self.security:
+            self._emit("opt_in", {"setting": setting, "granted": granted})
 
     def limit(self, limit: str, detail: str, *, argv: Sequence[str] | None = None) -> None:
         """Record a limit that stopped a command or the sandbox."""

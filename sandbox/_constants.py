@@ -21,6 +21,14 @@ DEFAULT_PROCESS_LIMIT: Final = 1024
 #: to the host, and files + directories + links created.
 DEFAULT_COPY_MAX_BYTES: Final = 4 << 30
 DEFAULT_COPY_MAX_ENTRIES: Final = 100_000
+#: Who commands run as when ``SecurityPolicy.run_as_user`` is empty and the image names no
+#: non-root user of its own: a fixed uid and gid, whatever the image's /etc/passwd says.
+DEFAULT_USER: Final = "1000:1000"
+#: Default memory limit: this many bytes, or a quarter of the host's memory if that is less.
+DEFAULT_MEMORY_LIMIT: Final = 2 * 1024**3
+DEFAULT_MEMORY_HOST_FRACTION: Final = 4
+#: Default CPU limit in cores, or the host's CPU count if that is less (1 if unknown).
+DEFAULT_CPU_LIMIT: Final = 2.0
 DEFAULT_STATS_INTERVAL: Final = timedelta(seconds=1)
 DEFAULT_ENGINE_TIMEOUT: Final = 60.0
 DEFAULT_CLEANUP_TIMEOUT: Final = 30.0

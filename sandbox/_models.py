@@ -425,12 +425,15 @@ def _octal(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class ResourceLimits:
-    """Resource limits and requests for a sandbox; 0 means unlimited / engine default.
+    """Resource limits and requests for a sandbox; 0 means none / engine default, except
+    where a field says the SDK sets a default.
 
     Attributes:
-        cpu_limit: CPU cores the sandbox may use (fractions allowed).
+        cpu_limit: CPU cores the sandbox may use (fractions allowed); 0 uses the SDK default,
+            min(2, the engine's CPUs). To lift it, give the engine's CPU count.
         cpu_request: CPU cores reserved for the sandbox.
-        memory_limit: Memory limit in bytes.
+        memory_limit: Memory limit in bytes; 0 uses the SDK default, min(2 GiB, a quarter of
+            the engine's memory). To lift it, give the engine's memory.
         memory_request: Memory reservation in bytes.
         disk_limit: Writable-layer size limit in bytes.
         disk_request: Disk space reservation in bytes.
@@ -465,13 +468,16 @@ class SecurityPolicy:
     """Security settings applied to the sandbox container; defaults are restrictive.
 
     Attributes:
-        run_as_user: User (name or uid) commands run as; empty uses the image default.
-        run_as_group: Group (name or gid) commands run as.
+        run_as_user: User (name or uid) commands run as; empty uses the image's own user if
+            it is not root, else uid 1000. ``"root"``/``"0"`` is an explicit, audited opt-in.
+        run_as_group: Group (name or gid) commands run as; empty uses the user's own group
+            (for a uid, the same number), never root's. ``"0"`` is an audited opt-in.
         read_only_root: Mount the root filesystem read-only.
         no_new_privileges: Forbid gaining privileges through setuid binaries.
         prevent_escalation: Refuse options that grant privileges (privileged mode, host PID).
-        add_capabilities: Linux capabilities to add, e.g. ``"NET_BIND_SERVICE"``.
-        drop_capabilities: Linux capabilities to drop, e.g. ``"ALL"``.
+        add_capabilities: Linux capabilities to add back, e.g. ``"NET_BIND_SERVICE"``; an
+            audited opt-in (all are dropped otherwise).
+        drop_capabilities: Linux capabilities to drop; every one is dropped anyway.
         selinux_context: SELinux label for the container.
         apparmor_profile: AppArmor profile name.
         seccomp_profile: Seccomp profile (path or JSON); empty uses the engine default.
@@ -624,8 +630,9 @@ class NetworkConfig:
 class SandboxConfig:
     """Everything needed to create a sandbox.
 
-    ``SandboxConfig()`` describes an isolated sandbox (no network, no new privileges) running
-    the default image in ``/workspace``. Derive variants with ``attrs.evolve``.
+    ``SandboxConfig()`` describes an isolated sandbox (no network, no new privileges, a
+    non-root user, no capabilities, memory, CPU and process limits) running the default image
+    in ``/workspace``. Derive variants with ``attrs.evolve``.
 
     Attributes:
         type: Backend kind; ``"docker"``.

@@ -19,10 +19,13 @@ annotations                             ``Labels`` ``io.sandbox.annotation.<key>
 runtime                                 HC ``Runtime``; must be one of the engine's runtimes;
                                         "" = the engine's default, whose rules then apply
 architecture                            query ``platform=linux/<arch>``
-resources.cpu_limit                     HC ``NanoCpus``; 0.01 <= cores <= engine NCPU
+resources.cpu_limit                     HC ``NanoCpus``; 0.01 <= cores <= engine NCPU;
+                                        0 = min(2, NCPU) cores (1 if NCPU is unknown)
   (cpu_*, memory_*: refused under a runtime registered with ``--ignore-cgroups``)
 resources.cpu_request                   HC ``CpuShares = max(2, round(cores * 1024))``
-resources.memory_limit                  HC ``Memory`` and ``MemorySwap`` equal (no swap)
+resources.memory_limit                  HC ``Memory`` and ``MemorySwap`` equal (no swap);
+                                        0 = min(2 GiB, MemTotal / 4); the defaults are left
+                                        out only under ``--ignore-cgroups``
 resources.memory_request                HC ``MemoryReservation`` (<= memory_limit)
 resources.process_limit (0 = default)   runc: HC ``PidsLimit``; runsc: ulimit ``nproc``
 resources.file_limit                    ulimit ``nofile`` soft = hard
@@ -30,13 +33,17 @@ resources.cpu_time_limit                ulimit ``cpu`` in whole seconds, rounded
                                         soft + 1 s, so SIGXCPU comes first (SIGKILL later)
 resources.disk_limit                    HC ``StorageOpt.size``; only btrfs, zfs,
                                         devicemapper, or overlay2 on xfs, else refused
-security.run_as_user / run_as_group     ``User`` "u", "u:g", or "0:g" (group alone: root user)
+security.run_as_user / run_as_group     ``User`` "u:g" (the backend execs as it): "" = the
+                                        image's own non-root ``User``, else 1000:1000; a
+                                        number without a group gets the same number as
+                                        group (never 0); root (0/root in either field) is
+                                        an explicit opt-in, listed in ``opt_ins``
 security.read_only_root                 HC ``ReadonlyRootfs`` + tmpfs on working_dir and /tmp
 security.tmpfs_paths                    HC ``Tmpfs`` "rw,exec,nosuid,nodev" + own options
 security.no_new_privileges              HC ``SecurityOpt`` "no-new-privileges:true"; also
   or prevent_escalation                 set by prevent_escalation (both False to drop it)
-security.add/drop_capabilities          HC ``CapAdd`` / ``CapDrop``; CapDrop always has
-                                        NET_RAW and MKNOD unless added back explicitly;
+security.add/drop_capabilities          HC ``CapDrop`` is always ALL; ``CapAdd`` adds back
+                                        the listed ones (an opt-in, listed in ``opt_ins``);
                                         "cap_x", "x" and "CAP_X" all mean "X"
 security.prevent_escalation             also refuses adding SYS_ADMIN, ALL and the other
                                         ESCALATING_CAPABILITIES, seccomp "unconfined" and
@@ -107,7 +114,14 @@ from typing import Any, Final
 
 import attrs
 
-from .._constants import DEFAULT_PROCESS_LIMIT, LABEL_PREFIX
+from .._constants import (
+    DEFAULT_CPU_LIMIT,
+    DEFAULT_MEMORY_HOST_FRACTION,
+    DEFAULT_MEMORY_LIMIT,
+    DEFAULT_PROCESS_LIMIT,
+    DEFAULT_USER,
+    LABEL_PREFIX,
+)
 from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
 from .._models import NetworkConfig, ResourceLimits, SandboxConfig, SecurityPolicy
 
@@ -131,9 +145,10 @@ STOP_TIMEOUT: Final = 2
 HOSTNAME_MAX: Final = 63
 TMPFS_DEFAULT_OPTIONS: Final = "rw,exec,nosuid,nodev"
 NO_NEW_PRIVILEGES: Final = "no-new-privileges:true"
-#: Dropped from Docker's default set: raw sockets allow spoofing on a shared network, and
-#: device nodes have no use in an agent sandbox. Adding one back is allowed.
-DEFAULT_CAP_DROP: Final = ("NET_RAW", "MKNOD")
+#: Every capability is dropped (the bounding set is empty, for root too); add_capabilities
+#: adds back only what it lists.
+DEFAULT_CAP_DROP: Final = ("ALL",)
+_ROOT: Final = ("0", "root")
 #: Capabilities that let a process leave or weaken the container; prevent_escalation refuses them.
 ESCALATING_CAPABILITIES: Final = frozenset(
     {
@@ -296,6 +311,8 @@ class CreatePlan:
         networked: The sandbox gets a network besides loopback.
         needs_network: Networked without ``network.bridge``: the backend must choose or
             create a network and put its name in ``body["HostConfig"]["NetworkMode"]``.
+        opt_ins: Privileges the config asked for explicitly (root, added capabilities), one
+            ``"setting: what"`` line each, for the backend to audit and log.
     """
 
     body: dict[str, Any]
@@ -305,6 +322,7 @@ class CreatePlan:
     writable_paths: tuple[str, ...] = ()
     networked: bool = False
     needs_network: bool = False
+    opt_ins: tuple[str, ...] = ()
 
 
 def plan_container(
@@ -314,8 +332,12 @@ def plan_container(
     labels: Mapping[str, str],
     engine: EngineFacts,
     command: Sequence[str],
+    image_user: str = "",
 ) -> CreatePlan:
     """Build the create request for `config`, refusing what this engine cannot enforce.
+
+    `image_user` is the image's ``Config.User``: used when ``security.run_as_user`` is empty
+    and it is not root.
 
     Raises:
         ConfigError: Contradictory or malformed settings (names the fields).
@@ -333,10 +355,10 @@ def plan_container(
     pids_limit = _resources(config.resources, effective, engine, host)
     networked = _is_networked(config)
     exposed = _network(config.network, networked, host)
-    user = _user(config.security)
+    user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)
-    writable = _filesystem(config.security, working_dir, gvisor, host)
-    _security(config.security, gvisor, engine, host)
+    writable = _filesystem(config.security, user, working_dir, gvisor, host)
+    opt_ins += _security(config.security, gvisor, engine, host)
 
     body: dict[str, Any] = {
         "Image": config.image,
@@ -367,6 +389,7 @@ def plan_container(
         writable_paths=writable,
         networked=networked,
         needs_network=networked and not config.network.bridge,
+        opt_ins=opt_ins,
     )
 
 
@@ -394,14 +417,22 @@ def _resources(
                 "so the engine would not enforce it",
                 details="use runtime 'runc', or register the runtime without --ignore-cgroups",
             )
+    # 0 means the SDK's default, sized from the host (the engine's view of it, so a remote
+    # engine gets its own numbers); --ignore-cgroups would not enforce it, so none there.
+    cpu_limit, memory_limit = res.cpu_limit, res.memory_limit
+    if not engine.ignores_cgroups(runtime):
+        cpu_limit = cpu_limit or max(default_cpu_limit(engine), res.cpu_request)
+        memory_limit = memory_limit or max(default_memory_limit(engine), res.memory_request)
+    # Defaults are in range by construction, or equal the request, which is checked below.
     if res.cpu_limit:
-        if res.cpu_limit < MIN_CPU_LIMIT:
+        if cpu_limit < MIN_CPU_LIMIT:
             raise SandboxInitFailed(
-                f"resources.cpu_limit: {res.cpu_limit:g} cores is below the minimum of "
+                f"resources.cpu_limit: {cpu_limit:g} cores is below the minimum of "
                 f"{MIN_CPU_LIMIT:g}"
             )
-        _check_max("resources.cpu_limit", res.cpu_limit, engine.ncpu, "CPUs")
-        host["NanoCpus"] = round(res.cpu_limit * 1e9)
+        _check_max("resources.cpu_limit", cpu_limit, engine.ncpu, "CPUs")
+    if cpu_limit:
+        host["NanoCpus"] = round(cpu_limit * 1e9)
     if res.cpu_request:
         _check_max("resources.cpu_request", res.cpu_request, engine.ncpu, "CPUs")
         if res.cpu_limit and res.cpu_request > res.cpu_limit:
@@ -411,10 +442,11 @@ def _resources(
             )
         host["CpuShares"] = max(MIN_CPU_SHARES, round(res.cpu_request * 1024))
     if res.memory_limit:
-        _check_memory("resources.memory_limit", res.memory_limit, engine)
-        host["Memory"] = res.memory_limit
+        _check_memory("resources.memory_limit", memory_limit, engine)
+    if memory_limit:
+        host["Memory"] = memory_limit
         # Equal to Memory: no swap, so the limit is the limit.
-        host["MemorySwap"] = res.memory_limit
+        host["MemorySwap"] = memory_limit
     if res.memory_request:
         _check_memory("resources.memory_request", res.memory_request, engine)
         if res.memory_limit and res.memory_request > res.memory_limit:
@@ -469,6 +501,23 @@ def _resources(
     if ulimits:
         host["Ulimits"] = ulimits
     return processes
+
+
+def default_cpu_limit(engine: EngineFacts) -> float:
+    """The CPU limit a sandbox gets when ``resources.cpu_limit`` is 0: min(2, host CPUs)."""
+    return min(DEFAULT_CPU_LIMIT, float(engine.ncpu)) if engine.ncpu else 1.0
+
+
+def default_memory_limit(engine: EngineFacts) -> int:
+    """The memory limit a sandbox gets when ``resources.memory_limit`` is 0.
+
+    min(2 GiB, a quarter of the host's memory), but at least the engine's 6 MiB minimum;
+    2 GiB when the engine does not report its memory.
+    """
+    if not engine.mem_total:
+        return DEFAULT_MEMORY_LIMIT
+    share = engine.mem_total // DEFAULT_MEMORY_HOST_FRACTION
+    return max(MIN_MEMORY, min(DEFAULT_MEMORY_LIMIT, share))
 
 
 def _ulimit(name: str, value: int, *, hard: int | None = None) -> dict[str, Any]:
@@ -551,16 +600,37 @@ def _network(net: NetworkConfig, networked: bool, host: dict[str, Any]) -> dict[
     return {port: {} for port in bindings}
 
 
-def _user(sec: SecurityPolicy) -> str:
+def _user(sec: SecurityPolicy, image_user: str) -> tuple[str, tuple[str, ...]]:
+    """The ``user:group`` commands run as, and the root opt-ins it took."""
     for field in ("run_as_user", "run_as_group"):
         value = getattr(sec, field)
         if ":" in value or value != value.strip():
             raise ConfigError(f"security.{field}: {value!r} must be one name or number")
     user, group = sec.run_as_user, sec.run_as_group
-    if group:
-        # A group alone keeps the image's usual root user, as `docker run --user 0:g` does.
-        return f"{user or '0'}:{group}"
-    return user
+    opt_ins: list[str] = []
+    if user in _ROOT:
+        opt_ins.append(f"security.run_as_user: {user} (root)")
+    if group in _ROOT:
+        opt_ins.append(f"security.run_as_group: {group} (root group)")
+    if not user:
+        # The image's own user, unless it is root (in user or group): then a fixed one.
+        image_uid, _, image_gid = image_user.strip().partition(":")
+        if image_uid and image_uid not in _ROOT and image_gid not in _ROOT:
+            user, group = image_uid, group or image_gid
+        else:
+            default_uid, _, default_gid = DEFAULT_USER.partition(":")
+            user, group = default_uid, group or default_gid
+    return f"{user}:{group or user_group(user)}" if group or user.isdigit() else user, \
+        tuple(opt_ins)
+
+
+def user_group(user: str) -> str:
+    """The group a numeric user given without one runs as: the same number, never 0.
+
+    The engine would take the group from the image's /etc/passwd, and 0 (root's group) for a
+    uid missing there; a name keeps its passwd group, which the backend checks is not 0.
+    """
+    return user if user.isdigit() else ""
 
 
 def _working_dir(path: str) -> str:
@@ -570,7 +640,7 @@ def _working_dir(path: str) -> str:
 
 
 def _filesystem(
-    sec: SecurityPolicy, working_dir: str, gvisor: bool, host: dict[str, Any]
+    sec: SecurityPolicy, user: str, working_dir: str, gvisor: bool, host: dict[str, Any]
 ) -> tuple[str, ...]:
     """Fill the root filesystem and tmpfs options of `host`; return the tmpfs mount points."""
     tmpfs: dict[str, str] = {}
@@ -587,7 +657,7 @@ def _filesystem(
         tmpfs[path] = f"{TMPFS_DEFAULT_OPTIONS},{options}" if options else TMPFS_DEFAULT_OPTIONS
     if sec.read_only_root:
         host["ReadonlyRootfs"] = True
-        owner = _tmpfs_owner(sec)
+        owner = _tmpfs_owner(user)
         for path in (working_dir, "/tmp"):
             if path and path != "/" and path not in tmpfs:
                 tmpfs[path] = TMPFS_DEFAULT_OPTIONS + owner
@@ -615,20 +685,22 @@ def _filesystem(
     return tuple(tmpfs)
 
 
-def _tmpfs_owner(sec: SecurityPolicy) -> str:
+def _tmpfs_owner(user: str) -> str:
     """Tmpfs options giving the sandbox user the mount; only numeric ids can go there."""
     owner = ""
-    if sec.run_as_user.isdigit():
-        owner += f",uid={sec.run_as_user}"
-    if sec.run_as_group.isdigit():
-        owner += f",gid={sec.run_as_group}"
+    uid, _, gid = user.partition(":")
+    if uid.isdigit():
+        owner += f",uid={uid}"
+    if gid.isdigit():
+        owner += f",gid={gid}"
     return owner
 
 
 def _security(
     sec: SecurityPolicy, gvisor: bool, engine: EngineFacts, host: dict[str, Any]
-) -> None:
-    """Fill capabilities, security options and the PID namespace of `host`."""
+) -> tuple[str, ...]:
+    """Fill capabilities, security options and the PID namespace of `host`; return the
+    capability opt-ins."""
     unenforced = [f"security.{f}" for f in _UNENFORCED_SECURITY if getattr(sec, f)]
     if unenforced:
         raise SandboxInitFailed(
@@ -655,15 +727,12 @@ def _security(
                 "escalate its privileges",
                 details="set security.prevent_escalation=False to allow it",
             )
-    if "ALL" in drop:
-        cap_drop = ["ALL"]
-    else:
-        defaults = [cap for cap in DEFAULT_CAP_DROP if cap not in add]
-        cap_drop = list(dict.fromkeys((*defaults, *drop)))
-    if cap_drop:
-        host["CapDrop"] = cap_drop
+    # Everything is dropped whatever drop_capabilities says; CapAdd is applied after it.
+    host["CapDrop"] = list(DEFAULT_CAP_DROP)
+    opt_ins: tuple[str, ...] = ()
     if add:
         host["CapAdd"] = add
+        opt_ins = (f"security.add_capabilities: {', '.join(add)}",)
 
     options.extend(_seccomp(sec, gvisor))
     if sec.apparmor_profile:
@@ -703,6 +772,7 @@ def _security(
                 "security.isolate_process=False: gVisor (runsc) cannot share the host's PIDs"
             )
         host["PidMode"] = "host"
+    return opt_ins
 
 
 def _capabilities(field: str, names: Sequence[str]) -> list[str]:

@@ -154,13 +154,22 @@ class Engine:
         self, action: str, path: str, method: str = "GET", *,
         params: Mapping[str, Any] | None = None, data: Any = None,
         headers: Mapping[str, str] | None = None, deadline: float | None = None,
+        max_bytes: int | None = None,
     ) -> bytes:
-        """Make a call and return the raw body (for endpoints that do not answer JSON)."""
+        """Make a call and return the raw body (for endpoints that do not answer JSON); with
+        `max_bytes`, only up to that many of its first bytes, the rest unread."""
         async with self._call(action, deadline), self.docker._query(
             path, method, params=dict(params) if params else None, data=data,
             headers=dict(headers) if headers else None,
         ) as resp:
-            return await resp.read()
+            if max_bytes is None:
+                return await resp.read()
+            chunks: list[bytes] = []
+            size = 0
+            while size < max_bytes and (chunk := await resp.content.read(max_bytes - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
 
     async def ping(self) -> None:
         await self.request("ping the engine", "_ping", deadline=min(self.timeout, 10.0))

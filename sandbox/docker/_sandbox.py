@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import os
+import posixpath
 import socket
+import tarfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -66,7 +69,7 @@ from .._models import (
 from .._protocol import CommandLike, OutputCallback, to_command
 from . import _files
 from ._cgroup import HostCgroup, command_usage
-from ._create import EngineFacts, plan_container
+from ._create import EngineFacts, plan_container, user_group
 from ._engine import Engine, client_like, new_client
 from ._exec import ExecProcess, Finalizer, open_exec
 from ._health import watch_container
@@ -109,6 +112,61 @@ def _seconds(value: timedelta) -> float | None:
 
 def _is_root(user: str) -> bool:
     return user.split(":", 1)[0] in ("0", "root")
+
+
+def _with_group(user: str) -> str:
+    """A numeric user without a group gets the same number as group, never the engine's 0."""
+    return f"{user}:{user_group(user)}" if user.isdigit() else user
+
+
+#: Run as the sandbox user at start: print "uid gid home-writable", and with "1" as $1 make the
+#: working dir $2 (it may sit in the user's own home, where capability-less root cannot write).
+_WHOAMI_SH = r"""u=; g=
+while read -r k a _; do case "$k" in Uid:) u=$a;; Gid:) g=$a;; esac; done < /proc/self/status
+if [ "$1" = 1 ] && [ ! -d "$2" ]; then mkdir -p -- "$2" 2>/dev/null; fi
+h=0; f="$HOME/.sandbox-probe-$$"
+if ( : > "$f" ) 2>/dev/null; then rm -f -- "$f"; h=1; fi
+echo "$u $g $h"
+"""
+
+#: As root (without capabilities: it can mkdir only where root owns the parent): make the
+#: working dir and say whether the SDK should give it to the sandbox user.
+_WORKDIR_SH = r"""d="$1"; [ -d "$d" ] || mkdir -p -- "$d" || exit 1
+if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown; fi
+"""
+
+
+def _dir_tar(name: str, uid: int, gid: int) -> bytes:
+    """A tar of one directory entry, which the engine extracts with that owner (a chown that
+    needs no capability inside the sandbox)."""
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    info.mode = 0o755
+    info.uid, info.gid = uid, gid
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(info)
+    return buf.getvalue()
+
+
+#: Enough of a directory's tar to read its own entry and see whether a second one follows.
+_PROBE_BYTES = 64 << 10
+
+
+def _root_owned_empty_dir(head: bytes) -> bool:
+    """From the first bytes of the engine's tar of a directory: is it a directory that root
+    owns and that holds nothing?"""
+    members: list[tarfile.TarInfo] = []
+    try:
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r|") as tf:
+            for member in tf:
+                members.append(member)
+                if len(members) > 1:
+                    break
+    except (tarfile.TarError, EOFError):
+        pass  # cut short inside the second entry, or not a tar: decided below
+    return len(members) == 1 and members[0].isdir() and members[0].uid == 0 and \
+        len(head) < _PROBE_BYTES
 
 
 def _widens(asked: str, sandbox: str) -> bool:
@@ -191,6 +249,8 @@ class DockerSandbox:
         self._tasks: list[asyncio.Task[None]] = []
         self._facts: EngineFacts | None = None
         self._user = ""
+        self._root_opt_in = False
+        self._workdir_given = False
         self._created_at: datetime | None = None
         self._started_at: datetime | None = None
         self._sampler: StatsSampler | None = None
@@ -337,9 +397,13 @@ class DockerSandbox:
         await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
                            platform=cfg.architecture)
         labels = {**_owner_labels(), LABEL_SANDBOX_ID: self.id}
+        image_user = ""
+        if not cfg.security.run_as_user:
+            image = await engine.query_json("inspect the image", f"images/{ref.engine_name}/json")
+            image_user = str((image.get("Config") or {}).get("User") or "")
         try:
             plan = plan_container(cfg, name=self._name, labels=labels, engine=self._facts,
-                                  command=list(KEEPALIVE))
+                                  command=list(KEEPALIVE), image_user=image_user)
         except SandboxInitFailed as exc:
             # A setting this engine cannot enforce, refused: "resources.x: why".
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
@@ -349,10 +413,15 @@ class DockerSandbox:
         # which would leave the SDK unable to prepare the workspace or kill another uid's tree.
         body = dict(plan.body)
         self._user = body.pop("User", "") or ""
+        for opt_in in plan.opt_ins:
+            setting, _, granted = opt_in.partition(": ")
+            self._audit.opt_in(setting, granted)
+        self._root_opt_in = bool(plan.opt_ins) and any(
+            o.startswith(("security.run_as_user", "security.run_as_group")) for o in plan.opt_ins)
         # Repository and network: made on the host and patched into the body before create;
         # _remove_everything undoes both even if a later step fails.
         self._workspace = Workspace(cfg.repository)
-        await self._workspace.prepare(body)
+        await self._workspace.prepare(body, sandbox_user=self._user)
         self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels)
         # Like the container create below: a network create cancelled in flight would still
         # be made by the engine, after cleanup looked for it.
@@ -383,6 +452,7 @@ class DockerSandbox:
         # before the cancellation goes on to the cleanup.
         await _finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
+        await self._give_workdir()
         self._status = SandboxStatus.STARTING
         await engine.request("start the sandbox container",
                              f"containers/{self._container_id}/start", "POST")
@@ -412,33 +482,100 @@ class DockerSandbox:
         return str(found[0]["Id"]) if found else None
 
     async def _prepare_workdir(self) -> None:
-        """Create the working directory, owned by the sandbox user, if the image lacks it."""
+        """Check the sandbox user, give it the working directory, and a writable HOME.
+
+        The working directory is made if missing, and handed to the user if root owns it and
+        it is empty: through the engine's archive API, since root in the sandbox has no
+        CAP_CHOWN. HOME stays the user's home from the image's passwd when the user can
+        write there, else it becomes the working directory.
+        """
         if not self._user:
             return
         user = self._user
+        # Inside a bind mount, mkdir/chown would change the host (the user's repository).
+        covered = self._workspace.covers(self._cwd)
         # An unknown user would otherwise show up only at the first command, far from its
         # cause; the engine resolves the user before it starts anything.
         try:
-            await self._run_internal(["/bin/sh", "-c", ":"], user=user,
-                                     what=f"start a command as {user!r}")
+            result = await self._run_internal(
+                ["/bin/sh", "-c", _WHOAMI_SH, "sandbox-init", "0" if covered else "1",
+                 self._cwd], user=user, what=f"start a command as {user!r}")
         except CommandExecutionFailed as exc:
             raise SandboxInitFailed(
                 f"security.run_as_user {user!r} cannot run commands in image "
                 f"{self._config.image!r}", details=exc.details, cause=exc) from exc
-        # Inside a bind mount, mkdir/chown would change the host (the user's repository).
-        if self._workspace.covers(self._cwd):
-            return
-        script = ('d="$1"; u="$2"; mkdir -p -- "$d" || exit 1; '
-                  'if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then '
-                  'chown -- "$u" "$d"; fi')
+        fields = result.stdout.split()
+        if not result.success or len(fields) != 3 or not all(f.isdigit() for f in fields):
+            raise SandboxInitFailed(
+                f"security.run_as_user {user!r}: could not read its ids in image "
+                f"{self._config.image!r}",
+                details=(result.stderr or result.stdout or result.error).strip()[:500])
+        uid, gid, home_writable = int(fields[0]), int(fields[1]), fields[2] == "1"
+        if 0 in (uid, gid) and not self._root_opt_in:
+            # A name, or the image's own user, that the image maps to root (user or group).
+            raise self._audit.refused("security.run_as_user", f"user={user!r}", SecurityViolation(
+                f"security.run_as_user: {user!r} runs as uid {uid} gid {gid} in image "
+                f"{self._config.image!r}, which is root",
+                details="give a non-root uid and security.run_as_group, or ask for root "
+                        "explicitly with run_as_user='root'"))
+        if not home_writable and "HOME" not in self._env:
+            self._env["HOME"] = self._cwd
+        if covered or self._workdir_given:
+            return  # _give_workdir made it or found it, before start
         result = await self._run_internal(
-            ["/bin/sh", "-c", script, "sandbox-init", self._cwd, user], user="0:0",
+            ["/bin/sh", "-c", _WORKDIR_SH, "sandbox-init", self._cwd], user="0:0",
             what=f"prepare the working directory {self._cwd!r}")
         if not result.success:
             raise SandboxInitFailed(
                 f"could not prepare the working directory {self._cwd!r}",
                 details=(result.stderr or result.stdout or result.error).strip(),
             )
+        if result.stdout.strip() == "chown" and uid != 0:
+            parent, name = posixpath.split(posixpath.normpath(self._cwd))
+            assert self._engine is not None
+            try:
+                await self._engine.request(
+                    "give the working directory to the sandbox user",
+                    f"containers/{self._container_id}/archive", "PUT",
+                    params={"path": parent}, data=_dir_tar(name, uid, gid),
+                    headers={"Content-Type": "application/x-tar"})
+            except SandboxError as exc:
+                raise SandboxInitFailed(
+                    f"could not give the working directory {self._cwd!r} to uid {uid}",
+                    details=f"{exc}; with security.read_only_root use a numeric run_as_user",
+                    cause=exc) from exc
+
+    async def _give_workdir(self) -> None:
+        """Before start, make the working dir owned by a numeric non-root sandbox user, if it
+        is missing or root owns it and it is empty.
+
+        Through the engine's archive API, since root in the sandbox has no CAP_CHOWN; and
+        before start, because gVisor does not see what the archive API changes later.
+        """
+        uid, _, gid = self._user.partition(":")
+        cwd = posixpath.normpath(self._cwd or "/")
+        if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/" \
+                or self._config.security.read_only_root or self._workspace.covers(cwd):
+            return  # names: after start; a read-only root's tmpfs gets its owner as options
+        assert self._engine is not None
+        self._workdir_given = True
+        archive = f"containers/{self._container_id}/archive"
+        try:
+            head = await self._engine.request(
+                "look at the working directory", archive, params={"path": cwd},
+                max_bytes=_PROBE_BYTES)
+        except SandboxError as exc:
+            if not (isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404):
+                raise
+        else:
+            if not _root_owned_empty_dir(head):
+                return
+        # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
+        # only the working dir itself.
+        await self._engine.request(
+            "give the working directory to the sandbox user", archive, "PUT",
+            params={"path": "/"}, data=_dir_tar(cwd.lstrip("/"), int(uid), int(gid)),
+            headers={"Content-Type": "application/x-tar"})
 
     def _start_background(self) -> None:
         """Start the sandbox's own tasks; cleanup cancels and awaits every one of them."""
@@ -461,8 +598,9 @@ class DockerSandbox:
             self._tasks.append(asyncio.ensure_future(self._sampler.run()))
 
     async def _read_proc_counts(self) -> tuple[int, int, int]:
-        # As root, so it can count the fds of processes of any user.
-        result = await self._run_internal(["/bin/sh", "-c", PROC_SCRIPT], user="0:0",
+        # As the sandbox user: root has no capabilities, so it could not read another
+        # user's fds either; the SDK's own root helpers are not what the counts are for.
+        result = await self._run_internal(["/bin/sh", "-c", PROC_SCRIPT],
                                           what="count processes")
         return parse_proc_counts(result.stdout)
 
@@ -622,7 +760,7 @@ class DockerSandbox:
                 f"Command.user={command.user!r} would run as root (user or group) in a sandbox "
                 f"that runs as "
                 f"{self._user!r}", details="per-command settings may only narrow the sandbox's"))
-        user = command.user or self._user
+        user = _with_group(command.user) or self._user
         if not command.allow_write:
             user = "65534:65534"
         workdir = _files.resolve(self._cwd, command.working_dir) if command.working_dir \

@@ -59,7 +59,7 @@ SampleCallback = Callable[[ResourceUsage], object]
 
 #: POSIX sh (busybox ash, dash) printing "processes threads fds" for every process in the
 #: sandbox except itself. It forks nothing (no pipes, no command substitution), so the only
-#: process it adds is its own shell, which it skips. Run it as root to see other users' fds.
+#: process it adds is its own shell, which it skips. Only fds the running user may see count.
 PROC_SCRIPT: Final = (
     'self=$$; p=0; t=0; f=0\n'
     'for d in /proc/[0-9]*; do\n'

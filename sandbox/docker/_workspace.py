@@ -419,6 +419,7 @@ class Workspace:
         self._source: Path | None = None
         self._entries: list[str] | None = None
         self.mount_source: Path | None = None
+        self._sandbox_user = ""
 
     def covers(self, path: str) -> bool:
         """``path`` lies in a bind mount, where the SDK must not create or chown anything."""
@@ -430,8 +431,13 @@ class Workspace:
         self._temp_dirs.append(path)
         return path
 
-    async def prepare(self, body: dict[str, Any]) -> None:
-        """Before create: fetch or check the source, stage a copy, add the bind mount to body."""
+    async def prepare(self, body: dict[str, Any], *, sandbox_user: str = "") -> None:
+        """Before create: fetch or check the source, stage a copy, add the bind mount to body.
+
+        `sandbox_user` ("uid:gid") gets the root of a read-only copy that names no owner: the
+        copy is a private 0700 temp dir, which a non-root sandbox user could not even list.
+        """
+        self._sandbox_user = sandbox_user
         repo = self.repo
         if repo is None:
             return
@@ -491,6 +497,15 @@ class Workspace:
                 raise SandboxInitFailed(
                     "cannot give the read-only repository copy the requested owner/group",
                     details=f"{exc}; changing ownership on the host needs root") from exc
+        else:
+            user, _, group = self._sandbox_user.partition(":")
+            if user.isdigit() and group.isdigit() and user != "0":
+                try:
+                    os.chown(root, int(user), int(group))
+                except PermissionError:
+                    # Not root on the host: readable by all is the next best (its files keep
+                    # the modes they had in the repository).
+                    os.chmod(root, 0o755)
         if repo.permissions:
             os.chmod(root, int(repo.permissions, 8))
 
@@ -512,29 +527,36 @@ class Workspace:
         entries = self._entries
         if entries is None:
             entries = await anyio.to_thread.run_sync(select_entries, source, PathFilter())
+        # Root in the sandbox has no CAP_CHOWN: a non-root sandbox user unpacks its own copy
+        # (so it owns it), and only an explicit owner/group needs root (and CHOWN added).
+        as_user = not (repo.owner or repo.group) and \
+            sandbox_user.split(":", 1)[0] not in ("", "0", "root")
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
             await anyio.to_thread.run_sync(write_tar, source, entries, spool)
             spool.seek(0)
             result = await run(["/bin/sh", "-c", _UNTAR_SH, "sandbox-repo", repo.mount_point],
-                               stdin=_file_chunks(spool), user="0:0")
+                               stdin=_file_chunks(spool),
+                               user=sandbox_user if as_user else "0:0")
         if not result.success:
-            hint = ("; with security.read_only_root, put mount_point on the working dir or "
-                    "in security.tmpfs_paths")
+            hint = ("; put mount_point inside the working dir, where the sandbox user can "
+                    "write; with security.read_only_root, on the working dir or in "
+                    "security.tmpfs_paths")
             raise SandboxInitFailed(
                 f"could not copy the repository into the sandbox at {repo.mount_point!r}",
                 details=(result.stderr or result.error).strip() + hint)
         owner = repo.owner
         if repo.group:
             owner = f"{owner}:{repo.group}"
-        elif not owner and sandbox_user.split(":", 1)[0] not in ("", "0", "root"):
-            owner = sandbox_user  # so a non-root sandbox user can work in its own copy
         if owner or repo.permissions:
             result = await run(["/bin/sh", "-c", _OWN_SH, "sandbox-own", repo.mount_point,
-                                owner, repo.permissions], user="0:0")
+                                owner, repo.permissions],
+                               user=sandbox_user if as_user else "0:0")
             if not result.success:
                 raise SandboxInitFailed(
                     f"could not set owner {owner!r} / permissions {repo.permissions!r} on "
-                    f"{repo.mount_point!r}", details=(result.stderr or result.error).strip())
+                    f"{repo.mount_point!r}", details=(result.stderr or result.error).strip()
+                    + ("; changing the owner needs security.add_capabilities=('CHOWN',)"
+                       if owner else ""))
         # The sandbox has its copy; the host checkout is no longer needed.
         if repo.url:
             await self._remove_temp(source)

@@ -65,7 +65,7 @@ async def test_audit_log_records_commands_and_files_but_never_secret_values(
 
     first, streamed = of(records, "command")
     assert first["sandbox_id"] == sandbox_id
-    assert first["argv"][0] == "/bin/sh" and first["user"] == "1000"
+    assert first["argv"][0] == "/bin/sh" and first["user"] == "1000:1000"
     assert first["cwd"] == "/workspace" and first["exit_code"] == 3
     assert first["timed_out"] is False and first["oom_killed"] is False
     assert 0 < first["duration"] < 10

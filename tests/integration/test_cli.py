@@ -68,6 +68,7 @@ async def test_run_timeout_exits_124() -> None:
 
 async def test_run_read_only_mount_refuses_writes(tmp_path: Path) -> None:
     (tmp_path / "hello.txt").write_text("from the host\n")
+    await anyio.Path(tmp_path).chmod(0o755)  # pytest makes it 0700: closed to the sandbox user
     proc = await cli("run", "--image", IMAGE_BUSYBOX, "--mount", f"{tmp_path}:ro", "--",
                      "sh", "-c", "cat /workspace/hello.txt && touch /workspace/new")
     assert proc.stdout == b"from the host\n"

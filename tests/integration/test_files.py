@@ -35,7 +35,8 @@ async def test_write_read_list() -> None:
         assert info.path == "/workspace/deep/er/hello.txt"
         assert info.size == 3 and info.mode == 0o600 and not info.is_dir
         assert info.permissions == "-rw-------"
-        assert info.owner == "root" and info.group == "root"
+        # The SDK's default user: the image's "sandbox" (1000:1000).
+        assert info.owner == "sandbox" and info.group == "sandbox"
         assert info.mod_time is not None
         top = {i.name: i for i in await sb.list_files(".")}
         assert top["deep"].is_dir and top["deep"].permissions.startswith("d")

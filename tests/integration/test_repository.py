@@ -130,7 +130,9 @@ async def test_read_write_mount_edits_reach_host_and_cleanup_keeps_repo(tmp_path
     repo = tmp_path / "repo"
     repo.mkdir()
     make_tree(repo)
-    cfg = SandboxConfig(image=IMAGE_BUSYBOX, repository=RepositoryConfig(local_path=str(repo)))
+    # Root, explicitly: the host files are root's, and a live mount keeps their owners.
+    cfg = SandboxConfig(image=IMAGE_BUSYBOX, repository=RepositoryConfig(local_path=str(repo)),
+                        security=SecurityPolicy(run_as_user="root"))
     async with Sandbox(cfg) as sb:
         r = await sb.execute_command("echo edited > README.md && echo new > src/new.py")
         assert r.success, r.stderr
@@ -269,7 +271,9 @@ async def test_copy_is_owned_so_a_non_root_user_can_write(bare: Bare, tmp_path: 
     repo = tmp_path / "repo"
     repo.mkdir()
     make_tree(repo)
-    cfg = attrs.evolve(cfg, repository=RepositoryConfig(
+    # Another owner than the sandbox user: root in the sandbox needs CHOWN for that.
+    cfg = attrs.evolve(cfg, security=attrs.evolve(security, add_capabilities=("CHOWN",)),
+                       repository=RepositoryConfig(
         local_path=str(repo), include_files=["**"], owner="1000", group="100",
         mount_point="/home/work"))
     async with Sandbox(cfg) as sb:
@@ -314,7 +318,7 @@ async def test_git_config_on_a_read_only_root(bare: Bare) -> None:
             image=IMAGE_PYTHON, security=SecurityPolicy(run_as_user=user, read_only_root=True),
             repository=RepositoryConfig(url=str(bare.path), git_config=gc))
         async with Sandbox(cfg) as sb:
-            r = await sb.execute_command("touch ~/x; git config --global --list")
+            r = await sb.execute_command("touch /etc/x; git config --global --list")
             assert "Read-only file system" in r.stderr, r
             assert {"user.name=Ro Agent", "safe.directory=/workspace"} <= \
                 set(r.stdout.splitlines()), r
@@ -337,7 +341,8 @@ async def test_git_works_on_a_mount_owned_by_another_uid(bare: Bare, tmp_path: P
 
 async def test_git_config_needs_git_in_the_image(tmp_path: Path) -> None:
     cfg = SandboxConfig(image=IMAGE_BUSYBOX, repository=RepositoryConfig(
-        local_path=str(tmp_path), git_config=GitConfig(user_name="x")))
+        local_path=str(tmp_path), git_config=GitConfig(user_name="x")),
+        security=SecurityPolicy(run_as_user="root"))  # the mount is pytest's 0700 tmp_path
     with pytest.raises(SandboxInitFailed, match="lacks git"):
         async with Sandbox(cfg):
             pass
@@ -371,7 +376,8 @@ async def test_repository_on_a_read_only_root(tmp_path: Path, bare: Bare) -> Non
     repo = tmp_path / "repo"
     repo.mkdir()
     make_tree(repo)
-    security = SecurityPolicy(read_only_root=True)
+    # Root, explicitly, so the live mount of root's files is writable and /etc is tried.
+    security = SecurityPolicy(read_only_root=True, run_as_user="root")
     for rc in (RepositoryConfig(local_path=str(repo)), RepositoryConfig(url=str(bare.path))):
         cfg = SandboxConfig(image=IMAGE_BUSYBOX, security=security, repository=rc)
         async with Sandbox(cfg) as sb:

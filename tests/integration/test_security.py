@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,7 @@ from sandbox import (
     SecurityViolation,
 )
 from sandbox._constants import DEFAULT_PROCESS_LIMIT, LABEL_SANDBOX_ID
+from sandbox.docker._create import EngineFacts, default_memory_limit
 from tests.conftest import docker_cli
 from tests.integration._scripts import EAGAIN, FORK_UNTIL_REFUSED
 
@@ -63,16 +67,87 @@ def no_container_with(sandbox_id: str) -> bool:
 # -- the default policy ----------------------------------------------------------------------------
 
 
+def host_facts() -> EngineFacts:
+    return EngineFacts.from_info(json.loads(docker_cli("info", "--format", "{{json .}}")))
+
+
+def container_of(sb: Sandbox) -> dict[str, Any]:
+    inspect = docker_cli("ps", "-q", "--filter", f"label={LABEL_SANDBOX_ID}={sb.id}").split()
+    assert len(inspect) == 1
+    result: dict[str, Any] = json.loads(docker_cli("inspect", inspect[0]))[0]
+    return result
+
+
 async def test_default_policy() -> None:
+    facts = host_facts()
     async with sandbox() as sb:
         assert (await run(sb, "ls /sys/class/net")).split() == ["lo"]
         assert await status_field(sb, "NoNewPrivs") == "1"
         assert await status_field(sb, "Seccomp") == "2"
-        cap_eff = int(await status_field(sb, "CapEff"), 16)
-        assert cap_eff == mask(*DOCKER_DEFAULT_CAPS) & ~mask("NET_RAW", "MKNOD")
+        # A non-root user with its own group, and no capability, not even in the bounding set.
+        assert await run(sb, "id -u; id -g") == "1000\n1000\n"
+        for field in ("CapEff", "CapPrm", "CapBnd"):
+            assert int(await status_field(sb, field), 16) == 0, field
         pids_max = await run(sb, "cat /sys/fs/cgroup/pids/pids.max")
         assert pids_max.strip() == str(DEFAULT_PROCESS_LIMIT)
+        # Memory: min(2 GiB, a quarter of the host's); CPU: min(2, the host's CPUs).
+        memory = min(2 * 2**30, facts.mem_total // 4)
+        assert default_memory_limit(facts) == memory
+        limits = await run(sb, "cd /sys/fs/cgroup && cat memory/memory.limit_in_bytes "
+                               "memory/memory.memsw.limit_in_bytes cpu/cpu.cfs_quota_us "
+                               "cpu/cpu.cfs_period_us")
+        quota, period = (int(x) for x in limits.split()[2:])
+        assert [int(x) for x in limits.split()[:2]] == [memory, memory]
+        assert quota / period == min(2, facts.ncpu)
+        # The workspace and HOME are the user's to write.
+        assert await run(sb, 'touch mine "$HOME/mine" && echo "$HOME" && stat -c %u:%g .') == \
+            "/home/sandbox\n1000:1000\n"
         assert (await run(sb, "tr '\\0' ' ' < /proc/1/cmdline")).startswith("/sbin/docker-init ")
+
+
+async def test_default_memory_limit_stops_a_memory_bomb() -> None:
+    # A bomb of 64 MiB pieces: at the default limit the kernel kills it, not the host.
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+        result = await sb.execute_command(Command.shell(
+            "python3 -c 'a = []\nwhile True: a.append(bytearray(64 << 20))'",
+            timeout=timedelta(seconds=120)))
+        assert result.oom_killed and result.signal == "SIGKILL", result
+        assert await run(sb, "echo alive") == "alive\n"
+
+
+@pytest.mark.parametrize("image", [IMAGE_BUSYBOX, IMAGE_PYTHON])
+async def test_defaults_hold_under_gvisor(image: str) -> None:
+    facts = host_facts()
+    async with Sandbox(SandboxConfig(image=image, runtime="runsc")) as sb:
+        assert "gVisor" in await run(sb, "dmesg")
+        assert await run(sb, "id -u; id -g") == "1000\n1000\n"
+        for field in ("CapEff", "CapBnd"):
+            assert int(await status_field(sb, field), 16) == 0, field
+        # test -O/-G, not stat or ls: coreutils' statx gets EINVAL from this gVisor.
+        assert await run(sb, 'touch mine "$HOME/mine" && [ -O . ] && [ -G . ] && echo own') == \
+            "own\n"
+        # gVisor shows no cgroup files inside; the engine holds the limits it enforces.
+        host = container_of(sb)["HostConfig"]
+        assert host["Memory"] == default_memory_limit(facts)
+        assert host["NanoCpus"] == min(2, facts.ncpu) * 10**9
+        assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+
+
+async def test_root_is_an_explicit_audited_opt_in(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sandbox")
+    async with sandbox(run_as_user="root", log_security_events=True) as sb:
+        assert await run(sb, "id -u; id -g") == "0\n0\n"
+        # Root, but without capabilities unless they are added too.
+        assert int(await status_field(sb, "CapBnd"), 16) == 0
+        result = await sb.execute_command("chown 1000 /tmp")
+        assert not result.success and "Operation not permitted" in result.stderr
+        assert await run(sb, "echo x > /etc/new && cat /etc/new") == "x\n"  # root-owned files
+    audits = [r.audit for r in caplog.records if r.name == "sandbox.audit"]
+    assert {"event": "opt_in", "sandbox_id": sb.id, "setting": "security.run_as_user",
+            "granted": "root (root)"} in audits
+    warnings = [r for r in caplog.records if r.name == "sandbox.security"]
+    assert warnings and warnings[0].levelno == logging.WARNING
+    assert "root" in warnings[0].getMessage()
 
 
 async def test_init_reaps_orphaned_zombies() -> None:
@@ -116,7 +191,9 @@ async def test_tmpfs_paths_are_writable_executable_tmpfs() -> None:
 
 async def test_read_only_and_masked_paths() -> None:
     masked = ["/etc/os-release", "/usr/share/doc"]
-    async with sandbox(IMAGE_PYTHON, read_only_paths=["/opt"], masked_paths=masked) as sb:
+    # Root, explicitly: it owns /usr and /opt, so only the read-only mount can refuse.
+    async with sandbox(IMAGE_PYTHON, read_only_paths=["/opt"], masked_paths=masked,
+                       run_as_user="root") as sb:
         result = await sb.execute_command("touch /opt/x")
         assert not result.success and "Read-only file system" in result.stderr
         assert (await run(sb, "touch /usr/x && echo ok")) == "ok\n"  # only the listed path
@@ -131,15 +208,19 @@ async def test_read_only_and_masked_paths() -> None:
 # -- privileges ------------------------------------------------------------------------------------
 
 
-async def test_capabilities_added_and_dropped() -> None:
-    async with sandbox(add_capabilities=["NET_ADMIN", "cap_net_raw"]) as sb:
+async def test_capabilities_added_and_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sandbox")
+    async with sandbox(run_as_user="root", add_capabilities=["NET_ADMIN", "cap_net_raw"],
+                       log_security_events=True) as sb:
         cap_eff = int(await status_field(sb, "CapEff"), 16)
-        assert cap_eff & (1 << NET_ADMIN) and cap_eff & mask("NET_RAW")
-        assert not cap_eff & mask("MKNOD")
-    async with sandbox(drop_capabilities=["ALL"]) as sb:
+        assert cap_eff == (1 << NET_ADMIN) | mask("NET_RAW")
+    audits = [r.audit for r in caplog.records if r.name == "sandbox.audit"]
+    assert {"event": "opt_in", "sandbox_id": sb.id, "setting": "security.add_capabilities",
+            "granted": "NET_ADMIN, NET_RAW"} in audits
+    # For the default non-root user, added capabilities reach only the bounding set.
+    async with sandbox(add_capabilities=["CHOWN"]) as sb:
         assert int(await status_field(sb, "CapEff"), 16) == 0
-        result = await sb.execute_command("chown 1000 /tmp")  # root without CAP_CHOWN
-        assert not result.success and "Operation not permitted" in result.stderr
+        assert int(await status_field(sb, "CapBnd"), 16) == mask("CHOWN")
 
 
 async def test_no_new_privileges_can_be_turned_off_explicitly() -> None:
@@ -157,7 +238,12 @@ async def test_run_as_user_and_group() -> None:
     async with sandbox(IMAGE_PYTHON, run_as_user="sandbox", run_as_group="100") as sb:
         assert await run(sb, "id -un; id -g") == "sandbox\n100\n"
     async with sandbox(IMAGE_PYTHON, run_as_group="100") as sb:
-        assert await run(sb, "id -u; id -g") == "0\n100\n"
+        assert await run(sb, "id -u; id -g") == "1000\n100\n"
+    # A uid the image's passwd lacks: the engine would give it group 0; the SDK its own number.
+    async with sandbox(IMAGE_PYTHON, run_as_user="1234") as sb:
+        assert await run(sb, "id -u; id -g; stat -c %u:%g .; touch x && echo ok") == \
+            "1234\n1234\n1234:1234\nok\n"
+        assert await run(sb, "id -g", user="4321") == "4321\n"  # a command's user too
 
 
 async def test_seccomp_profile_file_denies_mkdir(tmp_path: Path) -> None:
@@ -192,7 +278,7 @@ async def test_gvisor_enforces_read_only_root_and_hides_what_docker_masks() -> N
     # runsc ignores MaskedPaths/ReadonlyPaths (so listed ones are refused, below); Docker's
     # defaults need nothing from it: gVisor's own /proc and /sys lack or protect those paths.
     config = SandboxConfig(image=IMAGE_BUSYBOX, runtime="runsc",
-                           security=SecurityPolicy(read_only_root=True))
+                           security=SecurityPolicy(read_only_root=True, run_as_user="root"))
     async with Sandbox(config) as sb:
         result = await sb.execute_command("touch /etc/x")
         assert not result.success and "Read-only file system" in result.stderr
@@ -200,7 +286,9 @@ async def test_gvisor_enforces_read_only_root_and_hides_what_docker_masks() -> N
                  "/proc/sysrq-trigger; do [ -e $p ] && echo $p; done; ls -A /sys/firmware"
         assert await run(sb, script) == ""
         result = await sb.execute_command("echo x > /proc/sys/kernel/domainname")
-        assert not result.success and "Operation not permitted" in result.stderr
+        # EPERM with Docker's default capabilities, EACCES with none: refused either way.
+        assert not result.success
+        assert re.search("Operation not permitted|Permission denied", result.stderr)
 
 
 # -- refusals --------------------------------------------------------------------------------------

@@ -140,6 +140,14 @@ def test_ignore_cgroups_names_every_field_and_keeps_nproc() -> None:
     assert h["Ulimits"] == [{"Name": "nproc", "Soft": 64, "Hard": 64}]
 
 
+def test_default_limits_left_out_under_ignore_cgroups() -> None:
+    # Nothing would enforce them there; refusing them would refuse every default config.
+    h = host(EngineFacts.from_info(IGNORE_CGROUPS_INFO), runtime="runsc")
+    assert "Memory" not in h and "NanoCpus" not in h
+    assert h["Ulimits"] == [{"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT,
+                             "Hard": DEFAULT_PROCESS_LIMIT}]
+
+
 def test_engine_default_runtime_rules_apply() -> None:
     facts = attrs.evolve(EngineFacts.from_info(IGNORE_CGROUPS_INFO), default_runtime="runsc")
     with pytest.raises(SandboxInitFailed, match=r"^resources.memory_limit: runtime 'runsc'"):
@@ -187,12 +195,18 @@ def test_default_config_is_isolated_and_unprivileged() -> None:
         "HostConfig": {
             "Init": True,
             "Runtime": "runc",
+            # min(2 CPUs, the engine's 4) and min(2 GiB, a quarter of its 8 GiB).
+            "NanoCpus": 2 * 10**9,
+            "Memory": 2 * 2**30,
+            "MemorySwap": 2 * 2**30,
             "PidsLimit": DEFAULT_PROCESS_LIMIT,
             "NetworkMode": "none",
-            "CapDrop": ["NET_RAW", "MKNOD"],
+            "CapDrop": ["ALL"],
             "SecurityOpt": ["no-new-privileges:true"],
         },
+        "User": "1000:1000",
     }
+    assert p.opt_ins == ()
 
 
 def test_hostname_is_cut_to_63_characters() -> None:
@@ -301,7 +315,31 @@ def test_memory_limit_and_request() -> None:
     h = res(memory_limit=256 * MiB, memory_request=128 * MiB)
     assert h["Memory"] == h["MemorySwap"] == 256 * MiB
     assert h["MemoryReservation"] == 128 * MiB
-    assert "Memory" not in res(memory_request=128 * MiB)
+    # Without a limit, the default one (2 GiB here), or the request if that is more.
+    assert res(memory_request=128 * MiB)["Memory"] == 2 * 2**30
+    assert res(memory_request=3 * 2**30)["Memory"] == 3 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("mem_total", "ncpu", "memory", "nano_cpus"),
+    [(8 * 2**30, 4, 2 * 2**30, 2 * 10**9), (2 * 2**30, 1, 2**29, 10**9),
+     (16 * MiB, 0, 6 * MiB, 10**9), (0, 64, 2 * 2**30, 2 * 10**9)],
+)
+def test_default_limits_sized_from_host(mem_total: int, ncpu: int, memory: int,
+                                        nano_cpus: int) -> None:
+    h = host(EngineFacts(mem_total=mem_total, ncpu=ncpu))
+    assert h["Memory"] == h["MemorySwap"] == memory
+    assert h["NanoCpus"] == nano_cpus
+    assert h["PidsLimit"] == DEFAULT_PROCESS_LIMIT
+
+
+def test_default_cpu_limit_at_least_the_request() -> None:
+    assert res(cpu_request=3)["NanoCpus"] == 3 * 10**9
+
+
+def test_explicit_limits_win_over_defaults() -> None:
+    h = res(memory_limit=64 * MiB, cpu_limit=0.5)
+    assert (h["Memory"], h["NanoCpus"]) == (64 * MiB, 5 * 10**8)
 
 
 @pytest.mark.parametrize("field", ["memory_limit", "memory_request"])
@@ -493,12 +531,40 @@ def test_empty_protocol_means_tcp() -> None:
 
 @pytest.mark.parametrize(
     ("user", "group", "expected"),
-    [("", "", None), ("1000", "", "1000"), ("sandbox", "users", "sandbox:users"),
-     ("", "100", "0:100")],
+    [("", "", "1000:1000"), ("1000", "", "1000:1000"), ("1234", "", "1234:1234"),
+     ("sandbox", "users", "sandbox:users"), ("sandbox", "", "sandbox"),
+     ("", "100", "1000:100")],
 )
 def test_user(user: str, group: str, expected: str | None) -> None:
-    body = plan(security=SecurityPolicy(run_as_user=user, run_as_group=group)).body
-    assert body.get("User") == expected
+    p = plan(security=SecurityPolicy(run_as_user=user, run_as_group=group))
+    assert p.body.get("User") == expected
+    assert p.opt_ins == ()
+
+
+@pytest.mark.parametrize(
+    ("image_user", "expected"),
+    [("", "1000:1000"), ("0", "1000:1000"), ("root", "1000:1000"), ("1000:0", "1000:1000"),
+     ("app", "app"), ("2000", "2000:2000"), ("2000:3000", "2000:3000"),
+     ("app:staff", "app:staff")],
+)
+def test_default_user_is_the_images_own_non_root_user(image_user: str, expected: str) -> None:
+    p = plan_container(SandboxConfig(), name="s", labels={}, engine=ENGINE, command=CMD,
+                       image_user=image_user)
+    assert p.body["User"] == expected
+    assert p.opt_ins == ()
+
+
+@pytest.mark.parametrize(
+    ("user", "group", "expected", "opt_ins"),
+    [("root", "", "root", ("security.run_as_user: root (root)",)),
+     ("0", "", "0:0", ("security.run_as_user: 0 (root)",)),
+     ("", "0", "1000:0", ("security.run_as_group: 0 (root group)",))],
+)
+def test_root_is_an_opt_in(user: str, group: str, expected: str,
+                           opt_ins: tuple[str, ...]) -> None:
+    p = plan(security=SecurityPolicy(run_as_user=user, run_as_group=group))
+    assert p.body["User"] == expected
+    assert p.opt_ins == opt_ins
 
 
 def test_user_with_colon_refused() -> None:
@@ -510,7 +576,8 @@ def test_read_only_root_mounts_workdir_and_tmp() -> None:
     p = plan(security=SecurityPolicy(read_only_root=True))
     h = p.body["HostConfig"]
     assert h["ReadonlyRootfs"] is True
-    assert h["Tmpfs"] == {"/workspace": "rw,exec,nosuid,nodev", "/tmp": "rw,exec,nosuid,nodev"}
+    owned = "rw,exec,nosuid,nodev,uid=1000,gid=1000"
+    assert h["Tmpfs"] == {"/workspace": owned, "/tmp": owned}
     assert p.writable_paths == ("/workspace", "/tmp")
 
 
@@ -536,7 +603,7 @@ def test_tmpfs_path_given_wins_over_read_only_default() -> None:
     h = sec(read_only_root=True, tmpfs_paths=("/tmp:size=8m",))
     assert h["Tmpfs"] == {
         "/tmp": "rw,exec,nosuid,nodev,size=8m",
-        "/workspace": "rw,exec,nosuid,nodev",
+        "/workspace": "rw,exec,nosuid,nodev,uid=1000,gid=1000",
     }
 
 
@@ -587,13 +654,14 @@ def test_capabilities_normalized() -> None:
     h = sec(add_capabilities=("cap_net_admin", "NET_BIND_SERVICE", "net_admin"),
             drop_capabilities=("CAP_CHOWN", "setuid"))
     assert h["CapAdd"] == ["NET_ADMIN", "NET_BIND_SERVICE"]
-    assert h["CapDrop"] == ["NET_RAW", "MKNOD", "CHOWN", "SETUID"]
+    assert h["CapDrop"] == ["ALL"]
 
 
-def test_adding_a_default_drop_back() -> None:
-    h = sec(add_capabilities=("NET_RAW",))
-    assert h["CapAdd"] == ["NET_RAW"]
-    assert h["CapDrop"] == ["MKNOD"]
+def test_adding_capabilities_is_an_opt_in() -> None:
+    p = plan(security=SecurityPolicy(add_capabilities=("net_raw", "CHOWN")))
+    assert p.body["HostConfig"]["CapAdd"] == ["NET_RAW", "CHOWN"]
+    assert p.body["HostConfig"]["CapDrop"] == ["ALL"]
+    assert p.opt_ins == ("security.add_capabilities: NET_RAW, CHOWN",)
 
 
 def test_drop_all() -> None:
