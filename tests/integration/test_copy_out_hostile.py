@@ -18,10 +18,15 @@ from sandbox import (
     CopyLimitExceeded,
     Sandbox,
     SandboxConfig,
+    SecurityPolicy,
     UnsafeArchive,
 )
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+#: The attacker: root in the sandbox (an explicit opt-in since the defaults are non-root),
+#: who can replace any tool the SDK execs.
+HOSTILE_ROOT = SecurityPolicy(run_as_user="root")
 
 # The SDK execs `tar` through PATH with /bin/sh. Debian's dash looks it up in PATH (busybox sh
 # runs its own applet whatever is in PATH), so the root of a python sandbox can swap it.
@@ -78,7 +83,7 @@ async def test_a_replaced_tar_cannot_write_outside_make_devices_or_chown(tmp_pat
     host, dest = tmp_path, tmp_path / "dest"
     dest.mkdir()
     (host / "victim").write_text("host")
-    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, security=HOSTILE_ROOT)) as sb:
         assert (await sb.execute_command("id -u")).stdout == "0\n"  # root in the sandbox
         r = await sb.execute_command("mkdir -p /workspace/proj && rm /usr/bin/tar")
         assert r.success, r
@@ -100,7 +105,7 @@ async def test_a_replaced_tar_cannot_write_outside_make_devices_or_chown(tmp_pat
 
 
 async def test_a_never_ending_tar_is_cut_off_and_killed(tmp_path: Path) -> None:
-    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, security=HOSTILE_ROOT)) as sb:
         await sb.execute_command("mkdir -p /workspace/proj && rm /usr/bin/tar")
         await sb.write_file("/usr/bin/tar", "#!/bin/sh\nexec cat /dev/zero\n", 0o755)
         start = time.monotonic()

@@ -14,6 +14,7 @@ from sandbox import (
     FileOperationFailed,
     Sandbox,
     SandboxConfig,
+    SecurityPolicy,
     TimeoutExceeded,
     _constants,
     to_json,
@@ -21,6 +22,10 @@ from sandbox import (
 from sandbox.docker import _files
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+#: The attacker: root in the sandbox (an explicit opt-in since the defaults are non-root),
+#: who can replace any tool the SDK execs.
+HOSTILE_ROOT = SecurityPolicy(run_as_user="root")
 
 # printf's escapes make the names, so no byte of them passes through this test's own argv.
 _MAKE_NAMES = r"""cd /tmp/d || exit 1
@@ -65,7 +70,7 @@ async def test_list_files_is_not_fooled_by_names(image: str) -> None:
 
 async def test_a_replaced_stat_cannot_forge_entries_or_run_forever(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, security=HOSTILE_ROOT)) as sb:
         r = await sb.execute_command(["sh", "-c", "mkdir /tmp/d && : > /tmp/d/a"])
         assert r.success, r
         # As root in the sandbox: a stat that tries to add a record for a file outside the
@@ -106,7 +111,7 @@ _STALL = "#!/bin/sh\nexec sleep 987\n"
 async def test_replaced_tools_cannot_hang_file_operations(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_constants, "HELPER_TIMEOUT", 2.0)
-    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, security=HOSTILE_ROOT)) as sb:
         await sb.write_file("f", "data")
         await sb.write_file("/tmp/stall", _STALL, mode=0o755)
         await sb.write_file("/tmp/yes", "#!/bin/sh\nexec yes 987\n", mode=0o755)
