@@ -55,3 +55,23 @@ async def test_example_runs(name: str) -> None:
         assert re.search(pattern, out), f"{name}: no match for {pattern!r} in:\n{out}"
     for bad in ("Traceback", "ResourceWarning", "Unclosed", "Task was destroyed"):
         assert bad not in err, f"{name} wrote {bad!r} to stderr:\n{err}"
+
+
+@pytest.mark.asyncio
+async def test_the_readme_fifteen_lines_run(tmp_path: Path) -> None:
+    """The README's first code block, as a reader would paste it, runs with the defaults."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Fifteen lines", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "fifteen.py"
+    script.write_text(code)
+    with anyio.fail_after(60):
+        proc = await anyio.run_process(
+            [sys.executable, "-W", "error::ResourceWarning", str(script)], cwd=tmp_path,
+            check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)},
+        )
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, f"exited {proc.returncode}\n{out}\n{err}"
+    assert out.startswith("[1, 1, 2, 3, 5]\n0 0:00:00.") and out.endswith("hi\n\n"), out
