@@ -21,24 +21,26 @@ PULL_IDLE_TIMEOUT = 120.0
 PullProgress = Callable[[Mapping[str, Any]], object]
 
 
-async def image_exists(engine: Engine, name: str) -> bool:
+async def inspect_image(engine: Engine, name: str) -> dict[str, Any] | None:
+    """The engine's inspect of image `name`, or None when it does not have it."""
     try:
-        await engine.query_json("inspect the image", f"images/{name}/json")
+        data: dict[str, Any] = await engine.query_json("inspect the image", f"images/{name}/json")
     except SandboxError as exc:
         if isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404:
-            return False
+            return None
         raise
-    return True
+    return data
 
 
 async def ensure_image(
     engine: Engine, ref: ImageRef, policy: str, on_progress: PullProgress | None, *,
     platform: str = "",
-) -> None:
-    """Apply the pull policy: "missing" pulls when absent, "always" pulls, "never" never does."""
+) -> dict[str, Any]:
+    """Apply the pull policy ("missing" pulls when absent, "always" pulls, "never" never does)
+    and return the image's inspect."""
     name = ref.engine_name
-    if policy != "always" and await image_exists(engine, name):
-        return
+    if policy != "always" and (found := await inspect_image(engine, name)) is not None:
+        return found
     if policy == "never":
         raise SandboxInitFailed(
             f"image {name!r} is not on the engine and pull_policy is 'never'",
@@ -46,6 +48,11 @@ async def ensure_image(
             "or set pull_policy='missing'",
         )
     await pull(engine, ref, on_progress, platform=platform)
+    pulled = await inspect_image(engine, name)
+    if pulled is None:
+        raise SandboxInitFailed(f"image {name!r} is not on the engine after pulling it",
+                                details="pull it again; was it removed meanwhile?")
+    return pulled
 
 
 async def pull(engine: Engine, ref: ImageRef, on_progress: PullProgress | None, *,

@@ -152,6 +152,11 @@ def _dir_tar(name: str, uid: int, gid: int) -> bytes:
 #: Enough of a directory's tar to read its own entry and see whether a second one follows.
 _PROBE_BYTES = 64 << 10
 
+#: Per (image id, working dir): must the SDK make the dir or give it to the user? Image ids
+#: are content hashes, so an answer holds for every container of that image.
+_WORKDIR_NEEDS_OWNER: dict[tuple[str, str], bool] = {}
+_PROBES_KEPT = 256
+
 
 def _root_owned_empty_dir(head: bytes) -> bool:
     """From the first bytes of the engine's tar of a directory: is it a directory that root
@@ -251,6 +256,7 @@ class DockerSandbox:
         self._user = ""
         self._root_opt_in = False
         self._workdir_given = False
+        self._image_id = ""
         self._created_at: datetime | None = None
         self._started_at: datetime | None = None
         self._sampler: StatsSampler | None = None
@@ -394,12 +400,12 @@ class DockerSandbox:
             raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
         self._facts = EngineFacts.from_info(await engine.info())
         self._gvisor = self._facts.is_gvisor(cfg.runtime or self._facts.default_runtime)
-        await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
-                           platform=cfg.architecture)
+        image = await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
+                                   platform=cfg.architecture)
+        self._image_id = str(image.get("Id") or "")
         labels = {**_owner_labels(), LABEL_SANDBOX_ID: self.id}
         image_user = ""
         if not cfg.security.run_as_user:
-            image = await engine.query_json("inspect the image", f"images/{ref.engine_name}/json")
             image_user = str((image.get("Config") or {}).get("User") or "")
         try:
             plan = plan_container(cfg, name=self._name, labels=labels, engine=self._facts,
@@ -560,16 +566,26 @@ class DockerSandbox:
         assert self._engine is not None
         self._workdir_given = True
         archive = f"containers/{self._container_id}/archive"
-        try:
-            head = await self._engine.request(
-                "look at the working directory", archive, params={"path": cwd},
-                max_bytes=_PROBE_BYTES)
-        except SandboxError as exc:
-            if not (isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404):
-                raise
-        else:
-            if not _root_owned_empty_dir(head):
-                return
+        # What a new container holds at cwd is the image's: probe once per image (an archive
+        # call on a created container costs about a fifth of its start).
+        key = (self._image_id, cwd)
+        needed = _WORKDIR_NEEDS_OWNER.get(key) if self._image_id else None
+        if needed is None:
+            try:
+                head = await self._engine.request(
+                    "look at the working directory", archive, params={"path": cwd},
+                    max_bytes=_PROBE_BYTES)
+            except SandboxError as exc:
+                if not (isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404):
+                    raise
+                needed = True
+            else:
+                needed = _root_owned_empty_dir(head)
+            if len(_WORKDIR_NEEDS_OWNER) >= _PROBES_KEPT:
+                _WORKDIR_NEEDS_OWNER.clear()
+            _WORKDIR_NEEDS_OWNER[key] = needed
+        if not needed:
+            return
         # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
         # only the working dir itself.
         await self._engine.request(
