@@ -350,6 +350,13 @@ class _Extractor:
     def _open_dir(self, rel: str) -> int:
         if self._cached is not None and self._cached[0] == rel:
             return self._cached[1]
+        fd = self._walk(rel)
+        self._uncache()
+        self._cached = (rel, fd)
+        return fd
+
+    def _walk(self, rel: str) -> int:
+        """Open directory `rel` of the tree one component at a time, never through a link."""
         fd = os.open(_ROOT, _DIR_FLAGS, dir_fd=self._tmp_fd)
         for part in rel.split("/") if rel else []:
             try:
@@ -357,8 +364,6 @@ class _Extractor:
             finally:
                 os.close(fd)
             fd = nxt
-        self._uncache()
-        self._cached = (rel, fd)
         return fd
 
     def _uncache(self) -> None:
@@ -428,14 +433,8 @@ class _Extractor:
             raise self._refuse(f"is a hard link to {linkname!r}, which is not an earlier "
                                "regular file of the archive")
         src_parent, _, src_base = target.rpartition("/")
-        src_fd = os.open(_ROOT, _DIR_FLAGS, dir_fd=self._tmp_fd)
+        src_fd = self._walk(src_parent)
         try:
-            for part in src_parent.split("/") if src_parent else []:
-                try:
-                    nxt = os.open(part, _DIR_FLAGS, dir_fd=src_fd)
-                finally:
-                    os.close(src_fd)
-                src_fd = nxt
             fd, base = self._parent(rel)
             os.link(src_base, base, src_dir_fd=src_fd, dst_dir_fd=fd, follow_symlinks=False)
         finally:
