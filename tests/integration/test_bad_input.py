@@ -25,6 +25,7 @@ from sandbox import (
     ResourceUsage,
     Sandbox,
     SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxConfig,
     SandboxError,
     SandboxInitFailed,
@@ -67,7 +68,8 @@ async def test_a_taken_name_fails_and_leaves_the_other_container_alone() -> None
     try:
         theirs = await docker.containers.create(
             {"Image": IMAGE_BUSYBOX, "Cmd": ["sleep", "600"]}, name=name)
-        await init_fails(busybox(name=name), name, "already exists", "SandboxConfig.name")
+        err = await init_fails(busybox(name=name), name, "already exists", "SandboxConfig.name")
+        assert type(err) is SandboxAlreadyExists
         info = await theirs.show()
         assert info["Name"] == f"/{name}" and "io.sandbox.id" not in info["Config"]["Labels"]
     finally:
@@ -175,7 +177,7 @@ async def test_every_public_method_after_cleanup() -> None:
     with anyio.fail_after(2), pytest.raises(SandboxNotRunning):
         async with sb.stream_command("true"):
             pass
-    with pytest.raises(SandboxAlreadyExists):
+    with pytest.raises(SandboxAlreadyInitialized):
         await sb.initialize()
     # What needs no container still answers, from what the sandbox knows.
     with anyio.fail_after(2):

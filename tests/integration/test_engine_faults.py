@@ -25,6 +25,7 @@ from sandbox import (
     SandboxError,
     SandboxNotRunning,
     SandboxStatus,
+    TimeoutExceeded,
 )
 from sandbox.docker._engine import Engine
 from tests.conftest import docker_cli
@@ -149,8 +150,10 @@ async def test_every_engine_call_has_a_deadline(short_dir: Path) -> None:
         try:
             engine = Engine(docker, timeout=0.5)
             t0 = time.monotonic()
-            with pytest.raises(EngineUnavailable, match=r"did not answer within 0\.5 s"):
+            with pytest.raises(EngineUnavailable, match=r"did not answer within 0\.5 s") as ei:
                 await engine.info()
+            # A deadline the SDK enforces: also a TimeoutExceeded (and so a TimeoutError).
+            assert isinstance(ei.value, TimeoutExceeded)
             assert time.monotonic() - t0 < 3
         finally:
             await docker.close()
