@@ -8,7 +8,8 @@ fields only True/False (not "yes" or 1), nested configs only their class (a dict
 `from_json` builds nested configs from JSON). Invalid values and values of the wrong type raise
 `ConfigError` (a `ValueError`) whose message starts with the field name and, for a wrong type,
 says what was expected and got, and how to set ``Class.field``. Collections are stored as
-tuples; mappings as private `dict` copies.
+tuples; mappings as `FrozenMap` copies, so every model is hashable and none can be changed
+through a mapping it exposes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import enum
 import functools
 import math
 import re
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeAlias, TypeVar, cast
 
@@ -32,7 +33,7 @@ from ._constants import (
     DEFAULT_TYPE,
     DEFAULT_WORKING_DIR,
 )
-from ._errors import ConfigError
+from ._errors import CommandExecutionFailed, ConfigError
 from ._output import LazyText, text_of
 
 __all__ = [
@@ -196,10 +197,42 @@ def _to_tuple(
     return items
 
 
-def _to_str_dict(
+class FrozenMap(Mapping[str, str]):
+    """An immutable, hashable mapping of str to str: what models hold for a dict they take.
+
+    Equal to any mapping with the same items (a dict included); ``dict(m)`` gives a copy to
+    change.
+    """
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+        self._data: dict[str, str] = dict(items)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> str:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return repr(self._data)
+
+
+def _to_str_map(
     value: Mapping[str, str], field: attrs.Attribute[Any] | None = None, owner: str = ""
-) -> dict[str, str]:
-    """Copy a mapping of str to str so the frozen instance does not share it with the caller."""
+) -> FrozenMap:
+    """Copy a mapping of str to str into a `FrozenMap`, so the frozen instance neither
+    shares it with the caller nor lets it be changed."""
     name = _name(field)
     advice = "a dict of str to str"
     if not isinstance(value, Mapping):
@@ -210,7 +243,7 @@ def _to_str_dict(
             raise _wrong_type(f"{name} key {_show(key)}", "a str", key, owner, name, advice)
         if not isinstance(val, str):
             raise _wrong_type(f"{name}[{key!r}]", "a str", val, owner, name, advice)
-    return copy
+    return FrozenMap(copy)
 
 
 def _to_status(
@@ -230,7 +263,7 @@ def _to_status(
 
 _FieldConverter: TypeAlias = "Callable[..., Any]"
 _FIELD_AWARE: frozenset[Any] = frozenset(
-    {_to_timedelta, _to_float, _to_str_tuple, _to_int_tuple, _to_port_tuple, _to_str_dict,
+    {_to_timedelta, _to_float, _to_str_tuple, _to_int_tuple, _to_port_tuple, _to_str_map,
      _to_status}
 )
 
@@ -285,8 +318,8 @@ def _type_rule(part: str) -> tuple[Callable[[object], bool], str, str]:
         return simple[part]
     if part.startswith("tuple["):
         return (lambda v: isinstance(v, tuple), "a tuple", "a list or tuple")
-    if part.startswith("dict["):
-        return (lambda v: isinstance(v, dict), "a dict", "a dict")
+    if part.startswith("Mapping["):
+        return (lambda v: isinstance(v, Mapping), "a mapping", "a dict")
     if part.startswith("Literal["):
         # The field's own validator then lists the allowed values.
         return (lambda v: isinstance(v, str), "a str", f"one of {part[8:-1]}")
@@ -296,9 +329,12 @@ def _type_rule(part: str) -> tuple[Callable[[object], bool], str, str]:
 
 def _named_converters(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
     """Check every field's type and pass the field and class to the converters above, so
-    their errors can name them."""
+    their errors can name them. A field marked ``derived`` is checked by its class instead."""
     out = []
     for f in fields:
+        if f.metadata.get("derived"):
+            out.append(f)
+            continue
         if f.converter in _FIELD_AWARE:
             convert = functools.partial(cast(_FieldConverter, f.converter), owner=cls.__name__)
             f = f.evolve(converter=attrs.Converter(convert, takes_field=True))
@@ -414,7 +450,7 @@ def as_config(config: object) -> SandboxConfig:
     return config
 
 
-def _env(_: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
+def _env(_: object, attribute: attrs.Attribute[Any], value: Mapping[str, str]) -> None:
     check_environment(value, attribute.name)
 
 
@@ -536,7 +572,7 @@ class GitConfig:
     user_name: str = ""
     user_email: str = ""
     signing_key: str = ""
-    config_values: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    config_values: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
@@ -668,7 +704,9 @@ class SandboxConfig:
     security: SecurityPolicy = attrs.field(factory=SecurityPolicy)
     repository: RepositoryConfig | None = None
     network: NetworkConfig = attrs.field(factory=NetworkConfig)
-    environment: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict, validator=_env)
+    environment: Mapping[str, str] = attrs.field(
+        factory=FrozenMap, converter=_to_str_map, validator=_env
+    )
     working_dir: str = DEFAULT_WORKING_DIR
     tools: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
     mcp_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
@@ -681,8 +719,8 @@ class SandboxConfig:
     stats_interval: timedelta = attrs.field(
         default=DEFAULT_STATS_INTERVAL, converter=_to_timedelta, validator=_non_negative
     )
-    labels: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
-    annotations: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
     name: str = ""
 
 
@@ -713,7 +751,9 @@ class Command:
         factory=tuple, converter=_to_str_tuple, validator=_no_nul_items
     )
     working_dir: str = ""
-    environment: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict, validator=_env)
+    environment: Mapping[str, str] = attrs.field(
+        factory=FrozenMap, converter=_to_str_map, validator=_env
+    )
     stdin_content: str = ""
     timeout: timedelta = attrs.field(
         default=_ZERO, converter=_to_timedelta, validator=_non_negative
@@ -795,7 +835,9 @@ class CommandResult:
 
     Attributes:
         exit_code: Exit status; -1 when unknown (e.g. never started).
-        success: True when the command exited with status 0 in time.
+        success: True when the command exited with status 0 in time. Derived from
+            ``exit_code`` and ``timed_out`` when not given; ``True`` given with a non-zero
+            exit or a timeout is refused (``False`` with exit 0 is kept: Go's zero value).
         stdout: Standard output decoded as UTF-8 (invalid bytes replaced).
         stderr: Standard error decoded as UTF-8 (invalid bytes replaced).
         combined: Both streams interleaved in arrival order.
@@ -817,7 +859,8 @@ class CommandResult:
     """
 
     exit_code: int = -1
-    success: bool = False
+    # None (not given) is replaced by the value derived in __attrs_post_init__.
+    success: bool = attrs.field(default=None, metadata={"derived": True})
     # Constructed as stdout=/stderr=/combined= (attrs' alias) with a str, or a LazyText.
     _stdout: str | LazyText = attrs.field(default="", alias="stdout")
     _stderr: str | LazyText = attrs.field(default="", alias="stderr")
@@ -831,12 +874,47 @@ class CommandResult:
     error: str = ""
     signal: str = ""
     process_id: int = attrs.field(default=0, validator=_non_negative_int)
-    metadata: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    metadata: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
     timed_out: bool = False
     oom_killed: bool = False
     truncated: bool = False
     stdout_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
     stderr_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        ran_ok = self.exit_code == 0 and not self.timed_out
+        if self.success is None:
+            # Frozen: attrs' documented way to set a field after __init__.
+            object.__setattr__(self, "success", ran_ok)
+        elif not isinstance(self.success, bool):
+            raise _wrong_type("success", "a bool", self.success, "CommandResult", "success",
+                              "True or False, or leave it out to derive it from exit_code")
+        elif self.success and not ran_ok:
+            why = "it timed out" if self.timed_out else f"exit_code is {self.exit_code}"
+            raise ConfigError(
+                f"success must be False when {why}",
+                details="success means exit_code 0 within the timeout; leave it out to derive "
+                        "it from exit_code and timed_out",
+            )
+
+    def check(self) -> CommandResult:
+        """Return this result if the command succeeded, else raise.
+
+        Raises:
+            CommandExecutionFailed: The command exited non-zero or timed out; the exception's
+                ``result`` is this result.
+        """
+        if self.success:
+            return self
+        if self.timed_out:
+            what = "timed out"
+        elif self.signal:
+            what = f"was killed by {self.signal} (exit code {self.exit_code})"
+        else:
+            what = f"exited with code {self.exit_code}"
+        tail = self.stderr.strip()[-500:]
+        raise CommandExecutionFailed(f"the command {what}", details=self.error or tail,
+                                     result=self)
 
     @property
     def stdout(self) -> str:
@@ -929,8 +1007,8 @@ class SandboxInfo:
     hostname: str = ""
     allocated_resources: ResourceLimits = attrs.field(factory=ResourceLimits)
     config: SandboxConfig = attrs.field(factory=SandboxConfig)
-    labels: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
-    annotations: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
     status_reason: str = ""
     exit_code: int | None = None
     oom_killed: bool = False
