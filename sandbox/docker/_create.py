@@ -71,9 +71,10 @@ network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; 
 Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
 ``network_out_limit``, and ``network.allowed_hosts``, ``blocked_hosts``, ``allowed_ports``,
 ``ingress_limit``, ``egress_limit``, ``security.allowed_hosts``, ``blocked_hosts``,
-``allowed_ports`` (no egress policy yet). Not create options, left to the
+``allowed_ports`` (no egress policy yet), ``tools`` and ``mcp_servers`` (nothing provides
+them yet). Not create options, left to the
 backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
-``pull_policy``, ``repository``, ``tools``, ``mcp_servers``, ``timeout``, ``cleanup_delay``,
+``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
 ``stats_interval``, ``security.enable_audit_log``, ``security.log_security_events``.
 
 Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none``):
@@ -303,7 +304,6 @@ class CreatePlan:
     Attributes:
         body: JSON body for ``POST /containers/create``.
         params: Query parameters: ``name``, and ``platform`` when an architecture is set.
-        uses_init: PID 1 is docker-init, so ``State.OOMKilled`` only reports its death.
         pids_limit: Process limit in force: the pids cgroup on runc, RLIMIT_NPROC per user
             inside gVisor on runsc.
         writable_paths: Tmpfs mount points. With a read-only root they are the only writable
@@ -317,7 +317,6 @@ class CreatePlan:
 
     body: dict[str, Any]
     params: dict[str, str]
-    uses_init: bool = True
     pids_limit: int
     writable_paths: tuple[str, ...] = ()
     networked: bool = False
@@ -345,6 +344,7 @@ def plan_container(
             forbid.
         SandboxInitFailed: A limit this engine cannot enforce, or a value out of its range.
     """
+    _refuse_unprovided(config)
     runtime = _runtime(config.runtime, engine)
     host: dict[str, Any] = {"Init": True}
     if runtime:
@@ -384,13 +384,24 @@ def plan_container(
     return CreatePlan(
         body=body,
         params=params,
-        uses_init=True,
         pids_limit=pids_limit,
         writable_paths=writable,
         networked=networked,
         needs_network=networked and not config.network.bridge,
         opt_ins=opt_ins,
     )
+
+
+def _refuse_unprovided(config: SandboxConfig) -> None:
+    """Refuse ``tools`` and ``mcp_servers``: nothing makes them available yet, and a sandbox
+    silently without them would mislead the agent that asked for them."""
+    asked = [f for f in ("tools", "mcp_servers") if getattr(config, f)]
+    if asked:
+        raise SandboxInitFailed(
+            f"{', '.join(asked)}: not supported yet: nothing would make them available in the "
+            "sandbox",
+            details="leave them empty; install what the agent needs in the image instead",
+        )
 
 
 def _runtime(runtime: str, engine: EngineFacts) -> str:

@@ -78,6 +78,11 @@ async def test_a_taken_name_fails_and_leaves_the_other_container_alone() -> None
         await docker.close()
 
 
+@pytest.mark.parametrize("field", ["tools", "mcp_servers"])
+async def test_tools_and_mcp_servers_are_refused_not_ignored(field: str) -> None:
+    await init_fails(busybox(**{field: ("x",)}), f"{field}: not supported yet")
+
+
 async def test_working_directory_that_is_a_file() -> None:
     await init_fails(busybox(working_dir="/bin/busybox"), "/bin/busybox")
 

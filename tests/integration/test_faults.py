@@ -77,7 +77,7 @@ async def test_container_removed_from_outside_raises_sandbox_not_found() -> None
         docker_cli("rm", "-f", cid)
         await wait_until(lambda: sb.status is SandboxStatus.FAILED, 5)
         # Also a SandboxNotRunning, and a LookupError for callers that catch builtins.
-        with pytest.raises(SandboxNotFound, match="gone.*removed from outside"):
+        with pytest.raises(SandboxNotFound, match=r"gone.*removed from outside"):
             await sb.execute_command("true")
         with pytest.raises(LookupError):
             await sb.read_file("/etc/hostname")

@@ -179,7 +179,6 @@ def test_engine_facts_prefer_version() -> None:
 def test_default_config_is_isolated_and_unprivileged() -> None:
     p = plan()
     assert p.params == {"name": "sbx-1"}
-    assert p.uses_init
     assert p.pids_limit == DEFAULT_PROCESS_LIMIT
     assert p.writable_paths == ()
     assert not p.networked
@@ -516,6 +515,17 @@ def test_unenforced_security_host_lists_refused(field: str, value: Any) -> None:
         plan(security=attrs.evolve(OPEN, **{field: value}))
     with pytest.raises(SandboxInitFailed, match=f"^security.{field}: not enforced yet"):
         plan(security=SecurityPolicy(**{field: value}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [({"tools": ("git",)}, "tools"), ({"mcp_servers": ("fs",)}, "mcp_servers"),
+     ({"tools": ("git",), "mcp_servers": ("fs",)}, "tools, mcp_servers")],
+)
+def test_tools_and_mcp_servers_refused(changes: dict[str, Any], named: str) -> None:
+    """Nothing provides them yet: refused, not silently ignored."""
+    with pytest.raises(SandboxInitFailed, match=f"^{named}: not supported yet"):
+        plan(**changes)
 
 
 def test_empty_protocol_means_tcp() -> None:

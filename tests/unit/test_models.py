@@ -559,7 +559,7 @@ def test_success_that_disagrees_with_the_exit_code_is_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=f"^success must be False when .*{why}"):
         CommandResult(success=True, **kwargs)
-    with pytest.raises(ConfigError, match="^success"):
+    with pytest.raises(ConfigError, match=r"^success"):
         attrs.evolve(CommandResult(exit_code=0), **kwargs)
 
 
