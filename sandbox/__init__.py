@@ -56,6 +56,9 @@ from ._protocol import OutputCallback as OutputCallback
 from ._sandbox import Sandbox as Sandbox
 from ._signals import cleanup_on_signals as cleanup_on_signals
 
+#: The package version; the same as pyproject.toml's (a test checks).
+__version__ = "0.1.0"
+
 __all__ = [
     "IMAGE_BUSYBOX",
     "IMAGE_PYTHON",
@@ -99,6 +102,7 @@ __all__ = [
     "SandboxPermissionDenied",
     "SandboxStatus",
     "SecurityPolicy",
+    "SecurityViolation",
     "StdinClosed",
     "TimeoutExceeded",
     "UnsafeArchive",
