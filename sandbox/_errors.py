@@ -193,7 +193,11 @@ class CommandNotExecutable(CommandStartFailed, PermissionError):
 
 
 class ResourceLimitExceeded(SandboxError):
-    """Raised when a resource limit (memory, output size, processes) is exceeded."""
+    """Raised when a resource limit stopped the sandbox or an operation: the sandbox's main
+    process was killed for running out of memory, or a copy went over its limits.
+
+    A command that goes over a limit is a result instead (``oom_killed``, ``truncated``).
+    """
 
     code = "RESOURCE_LIMIT_EXCEEDED"
 
@@ -293,7 +297,12 @@ class CopyLimitExceeded(FileOperationFailed, ResourceLimitExceeded):
 
 
 class TimeoutExceeded(SandboxError, TimeoutError):
-    """Raised when a command or engine operation runs past its timeout."""
+    """Raised when something the SDK does on the engine runs past its deadline: an engine
+    call, a helper command (file operations, set-up), waiting for a usage sample.
+
+    A user command that runs past its timeout is a result with ``timed_out`` set;
+    `CommandResult.check` turns it into a `CommandExecutionFailed`.
+    """
 
     code = "TIMEOUT_EXCEEDED"
     _os_errno = errno.ETIMEDOUT
