@@ -359,8 +359,10 @@ class SandboxConfig:
         network: Network settings.
         environment: Environment variables for every command.
         working_dir: Initial working directory of commands.
-        tools: Tool names to make available in the sandbox.
-        mcp_servers: MCP server names to make available in the sandbox.
+        tools: Tool names to make available in the sandbox; nothing provides them yet, so
+            a non-empty value is refused at initialize rather than ignored.
+        mcp_servers: MCP server names to make available in the sandbox; likewise refused
+            for now.
         timeout: Default command timeout; 0 means none.
         cleanup_delay: Delay before removing the sandbox on cleanup.
         stats_interval: Interval between resource-usage samples.
