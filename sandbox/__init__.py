@@ -13,11 +13,13 @@ from ._errors import CommandNotFound as CommandNotFound
 from ._errors import CommandStartFailed as CommandStartFailed
 from ._errors import ConfigError as ConfigError
 from ._errors import CopyLimitExceeded as CopyLimitExceeded
+from ._errors import EngineTimeout as EngineTimeout
 from ._errors import EngineUnavailable as EngineUnavailable
 from ._errors import FileOperationFailed as FileOperationFailed
 from ._errors import NetworkAccessDenied as NetworkAccessDenied
 from ._errors import ResourceLimitExceeded as ResourceLimitExceeded
 from ._errors import SandboxAlreadyExists as SandboxAlreadyExists
+from ._errors import SandboxAlreadyInitialized as SandboxAlreadyInitialized
 from ._errors import SandboxError as SandboxError
 from ._errors import SandboxFileNotFound as SandboxFileNotFound
 from ._errors import SandboxInitFailed as SandboxInitFailed
@@ -54,6 +56,9 @@ from ._protocol import OutputCallback as OutputCallback
 from ._sandbox import Sandbox as Sandbox
 from ._signals import cleanup_on_signals as cleanup_on_signals
 
+#: The package version; the same as pyproject.toml's (a test checks).
+__version__ = "0.1.0"
+
 __all__ = [
     "IMAGE_BUSYBOX",
     "IMAGE_PYTHON",
@@ -66,6 +71,7 @@ __all__ = [
     "CommandStartFailed",
     "ConfigError",
     "CopyLimitExceeded",
+    "EngineTimeout",
     "EngineUnavailable",
     "ExecutionSandbox",
     "FileInfo",
@@ -84,6 +90,7 @@ __all__ = [
     "ResourceUsage",
     "Sandbox",
     "SandboxAlreadyExists",
+    "SandboxAlreadyInitialized",
     "SandboxConfig",
     "SandboxError",
     "SandboxFileNotFound",
@@ -95,6 +102,7 @@ __all__ = [
     "SandboxPermissionDenied",
     "SandboxStatus",
     "SecurityPolicy",
+    "SecurityViolation",
     "StdinClosed",
     "TimeoutExceeded",
     "UnsafeArchive",

@@ -4,10 +4,11 @@ Each class also derives from the builtin exception with the same meaning, so exi
 ``except LookupError`` / ``except TimeoutError`` / ``except FileNotFoundError`` clauses work::
 
     SandboxError (Exception)
-    ├── SandboxNotFound (LookupError)
-    ├── SandboxAlreadyExists
+    ├── SandboxAlreadyInitialized (RuntimeError)
     ├── SandboxNotRunning
+    │   └── SandboxNotFound (LookupError)
     ├── SandboxInitFailed
+    │   └── SandboxAlreadyExists
     ├── CommandExecutionFailed
     │   ├── StdinClosed (BrokenPipeError)
     │   └── CommandStartFailed
@@ -23,6 +24,7 @@ Each class also derives from the builtin exception with the same meaning, so exi
     │   ├── UnsafeArchive
     │   └── CopyLimitExceeded (also ResourceLimitExceeded)
     ├── TimeoutExceeded (TimeoutError)
+    │   └── EngineTimeout (also EngineUnavailable)
     ├── EngineUnavailable (ConnectionError), retryable by default
     └── ConfigError (ValueError)
 """
@@ -30,7 +32,10 @@ Each class also derives from the builtin exception with the same meaning, so exi
 from __future__ import annotations
 
 import errno
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from ._models import CommandResult
 
 __all__ = [
     "CommandExecutionFailed",
@@ -39,11 +44,13 @@ __all__ = [
     "CommandStartFailed",
     "ConfigError",
     "CopyLimitExceeded",
+    "EngineTimeout",
     "EngineUnavailable",
     "FileOperationFailed",
     "NetworkAccessDenied",
     "ResourceLimitExceeded",
     "SandboxAlreadyExists",
+    "SandboxAlreadyInitialized",
     "SandboxError",
     "SandboxFileNotFound",
     "SandboxInitFailed",
@@ -109,16 +116,10 @@ def _fill_os_error(
     err.filename = filename
 
 
-class SandboxNotFound(SandboxError, LookupError):
-    """Raised when the sandbox (container) does not exist."""
+class SandboxAlreadyInitialized(SandboxError, RuntimeError):
+    """Raised when `initialize` is called on a sandbox that was already initialized."""
 
-    code = "SANDBOX_NOT_FOUND"
-
-
-class SandboxAlreadyExists(SandboxError):
-    """Raised when creating a sandbox whose name is already taken."""
-
-    code = "SANDBOX_ALREADY_EXISTS"
+    code = "SANDBOX_ALREADY_INITIALIZED"
 
 
 class SandboxNotRunning(SandboxError):
@@ -127,16 +128,46 @@ class SandboxNotRunning(SandboxError):
     code = "SANDBOX_NOT_RUNNING"
 
 
+class SandboxNotFound(SandboxNotRunning, LookupError):
+    """Raised when the sandbox's container is gone: the engine no longer knows it (removed
+    from outside)."""
+
+    code = "SANDBOX_NOT_FOUND"
+
+
 class SandboxInitFailed(SandboxError):
     """Raised when creating or starting the sandbox fails."""
 
     code = "SANDBOX_INIT_FAILED"
 
 
+class SandboxAlreadyExists(SandboxInitFailed):
+    """Raised when creating a sandbox whose name is already taken on the engine (409)."""
+
+    code = "SANDBOX_ALREADY_EXISTS"
+
+
 class CommandExecutionFailed(SandboxError):
-    """Raised when a command cannot be started or its execution breaks down."""
+    """Raised when a command cannot be started, its execution breaks down, or (from
+    `CommandResult.check`) it exited non-zero or timed out.
+
+    Attributes:
+        result: The command's result when it ran to an end, else None.
+    """
 
     code = "COMMAND_EXECUTION_FAILED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        result: CommandResult | None = None,
+        details: str = "",
+        retryable: bool | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, details=details, retryable=retryable, cause=cause)
+        self.result = result
 
 
 class StdinClosed(CommandExecutionFailed, BrokenPipeError):
@@ -162,7 +193,11 @@ class CommandNotExecutable(CommandStartFailed, PermissionError):
 
 
 class ResourceLimitExceeded(SandboxError):
-    """Raised when a resource limit (memory, output size, processes) is exceeded."""
+    """Raised when a resource limit stopped the sandbox or an operation: the sandbox's main
+    process was killed for running out of memory, or a copy went over its limits.
+
+    A command that goes over a limit is a result instead (``oom_killed``, ``truncated``).
+    """
 
     code = "RESOURCE_LIMIT_EXCEEDED"
 
@@ -262,7 +297,12 @@ class CopyLimitExceeded(FileOperationFailed, ResourceLimitExceeded):
 
 
 class TimeoutExceeded(SandboxError, TimeoutError):
-    """Raised when a command or engine operation runs past its timeout."""
+    """Raised when something the SDK does on the engine runs past its deadline: an engine
+    call, a helper command (file operations, set-up), waiting for a usage sample.
+
+    A user command that runs past its timeout is a result with ``timed_out`` set;
+    `CommandResult.check` turns it into a `CommandExecutionFailed`.
+    """
 
     code = "TIMEOUT_EXCEEDED"
     _os_errno = errno.ETIMEDOUT
@@ -272,6 +312,17 @@ class EngineUnavailable(SandboxError, ConnectionError):
     """Raised when the container engine cannot be reached or is not responding."""
 
     code = "ENGINE_UNAVAILABLE"
+    retryable = True
+
+
+class EngineTimeout(TimeoutExceeded, EngineUnavailable):
+    """Raised when the engine does not answer a call within the SDK's deadline for it.
+
+    Both a `TimeoutExceeded` (a deadline ran out) and an `EngineUnavailable` (the engine is
+    not responding), so either ``except`` catches it; retryable.
+    """
+
+    code = "ENGINE_TIMEOUT"
     retryable = True
 
 

@@ -6,7 +6,7 @@ import base64
 import enum
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -144,7 +144,7 @@ def _is_homogeneous_tuple(tp: Any) -> bool:
 
 
 def _is_dict(tp: Any) -> bool:
-    return get_origin(tp) is dict
+    return get_origin(tp) in (dict, Mapping)
 
 
 def _require(

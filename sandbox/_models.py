@@ -8,18 +8,16 @@ fields only True/False (not "yes" or 1), nested configs only their class (a dict
 `from_json` builds nested configs from JSON). Invalid values and values of the wrong type raise
 `ConfigError` (a `ValueError`) whose message starts with the field name and, for a wrong type,
 says what was expected and got, and how to set ``Class.field``. Collections are stored as
-tuples; mappings as private `dict` copies.
+tuples; mappings as `FrozenMap` copies, so every model is hashable and none can be changed
+through a mapping it exposes. The converters, validators and type checks are `_validate`'s.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
-import math
-import re
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Literal
 
 import attrs
 
@@ -32,8 +30,37 @@ from ._constants import (
     DEFAULT_TYPE,
     DEFAULT_WORKING_DIR,
 )
-from ._errors import ConfigError
+from ._errors import CommandExecutionFailed, ConfigError
 from ._output import LazyText, text_of
+from ._validate import (
+    _ZERO,
+    FrozenMap,
+    _aware,
+    _env,
+    _host_port,
+    _name,
+    _no_nul,
+    _no_nul_items,
+    _non_negative,
+    _non_negative_int,
+    _octal,
+    _one_of,
+    _port,
+    _ports,
+    _show,
+    _to_float,
+    _to_int_tuple,
+    _to_str_map,
+    _to_str_tuple,
+    _to_timedelta,
+    _to_tuple,
+    _wrong_type,
+    named_converters,
+)
+
+# Re-exported: the SDK and its tests import these from here.
+from ._validate import MAX_DURATION as MAX_DURATION
+from ._validate import check_environment as check_environment
 
 __all__ = [
     "Command",
@@ -54,9 +81,6 @@ __all__ = [
 
 _PULL_POLICIES = ("missing", "always", "never")
 _PROTOCOLS = ("tcp", "udp")
-_OCTAL_MODE = re.compile(r"[0-7]{3,4}")
-_ZERO = timedelta(0)
-_T = TypeVar("_T")
 
 
 class SandboxStatus(enum.StrEnum):
@@ -72,145 +96,11 @@ class SandboxStatus(enum.StrEnum):
     DESTROYED = "destroyed"
 
 
-# Converters. Each takes the attrs field so its messages can start with the field name:
-# `_named_converters`, every class's field_transformer, wraps them in attrs.Converter. The class
-# bodies name the plain functions because mypy's attrs plugin only understands those.
-
-_INT64_MAX = 2**63 - 1
-
-
-def _name(field: attrs.Attribute[Any] | None) -> str:
-    return field.name if field is not None else "value"
-
-
-_SHOW_MAX = 80
-
-
-def _show(value: object) -> str:
-    """repr() for messages; huge ints (whose repr may even fail) are described, long reprs cut."""
-    if isinstance(value, int) and value.bit_length() > 128:
-        return f"an int of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= _SHOW_MAX else f"{text[:_SHOW_MAX - 3]}..."
-
-
-def _wrong_type(
-    name: str, expected: str, value: object, owner: str, field: str, advice: str
-) -> ConfigError:
-    """Build the error for a value of the wrong type: what was expected, got, and what to do."""
-    return ConfigError(
-        f"{name} must be {expected}, got {type(value).__name__} {_show(value)}",
-        details=f"set {owner or 'the'}.{field} to {advice}",
-    )
-
-
-#: The longest duration the JSON wire format (Go's int64 nanoseconds) can carry.
-MAX_DURATION = timedelta(microseconds=_INT64_MAX // 1000)
-
-
-def _to_timedelta(
-    value: timedelta | float, field: attrs.Attribute[Any] | None = None, owner: str = ""
-) -> timedelta:
-    """Accept a timedelta or a finite number of seconds within Go's time.Duration range."""
-    name = _name(field)
-    if isinstance(value, timedelta):
-        td = value
-    else:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _wrong_type(name, "a timedelta or a number of seconds", value, owner, name,
-                              "a timedelta, or an int or float of seconds")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
-        try:
-            td = timedelta(seconds=value)
-        except OverflowError:
-            td = timedelta.max
-    if abs(td) > MAX_DURATION:
-        raise ConfigError(
-            f"{name} must be within {MAX_DURATION.total_seconds():.0f} seconds (about 292 "
-            f"years, the range of Go's time.Duration on the wire), got {_show(value)}"
-        )
-    return td
-
-
-def _to_float(value: float, field: attrs.Attribute[Any] | None = None, owner: str = "") -> float:
-    """Accept an int or float (not bool or str)."""
-    name = _name(field)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _wrong_type(name, "a number", value, owner, name, "an int or float")
-    try:
-        return float(value)
-    except OverflowError:
-        raise ConfigError(f"{name} is too large for a float, got {_show(value)}") from None
-
-
-def _to_str_tuple(
-    value: Iterable[str], field: attrs.Attribute[Any] | None = None, owner: str = ""
-) -> tuple[str, ...]:
-    """Copy an iterable of strings to a tuple, refusing a lone string."""
-    if isinstance(value, str | bytes):
-        name = _name(field)
-        raise _wrong_type(name, "an iterable of str, not a single string", value, owner, name,
-                          f"a list of str, e.g. [{value!r}]")
-    return _to_tuple(value, field, owner, "str", lambda item: isinstance(item, str))
-
-
-def _to_int_tuple(
-    value: Iterable[int], field: attrs.Attribute[Any] | None = None, owner: str = ""
-) -> tuple[int, ...]:
-    """Copy an iterable of ints to a tuple."""
-    return _to_tuple(value, field, owner, "int", _is_int)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _to_port_tuple(
     value: Iterable[PortMapping], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> tuple[PortMapping, ...]:
     """Copy an iterable of port mappings to a tuple."""
     return _to_tuple(value, field, owner, "PortMapping", lambda item: isinstance(item, PortMapping))
-
-
-def _to_tuple(
-    value: Iterable[_T],
-    field: attrs.Attribute[Any] | None,
-    owner: str,
-    item: str,
-    ok: Callable[[object], bool],
-) -> tuple[_T, ...]:
-    name = _name(field)
-    advice = f"a list of {item}" + ("(...)" if item[0].isupper() else "")
-    if isinstance(value, Mapping):
-        # Iterating a dict gives its keys, which is never what was meant.
-        raise _wrong_type(name, f"an iterable of {item}", value, owner, name, advice)
-    try:
-        items = tuple(value)
-    except TypeError:
-        raise _wrong_type(name, f"an iterable of {item}", value, owner, name, advice) from None
-    for i, each in enumerate(items):
-        if not ok(each):
-            article = "an" if item[0] in "aeiou" else "a"
-            raise _wrong_type(f"{name}[{i}]", f"{article} {item}", each, owner, name, advice)
-    return items
-
-
-def _to_str_dict(
-    value: Mapping[str, str], field: attrs.Attribute[Any] | None = None, owner: str = ""
-) -> dict[str, str]:
-    """Copy a mapping of str to str so the frozen instance does not share it with the caller."""
-    name = _name(field)
-    advice = "a dict of str to str"
-    if not isinstance(value, Mapping):
-        raise _wrong_type(name, "a mapping of str to str", value, owner, name, advice)
-    copy = dict(value)
-    for key, val in copy.items():
-        if not isinstance(key, str):
-            raise _wrong_type(f"{name} key {_show(key)}", "a str", key, owner, name, advice)
-        if not isinstance(val, str):
-            raise _wrong_type(f"{name}[{key!r}]", "a str", val, owner, name, advice)
-    return copy
 
 
 def _to_status(
@@ -228,179 +118,6 @@ def _to_status(
         raise ConfigError(f"{name} must be one of {allowed}, got {value!r}") from None
 
 
-_FieldConverter: TypeAlias = "Callable[..., Any]"
-_FIELD_AWARE: frozenset[Any] = frozenset(
-    {_to_timedelta, _to_float, _to_str_tuple, _to_int_tuple, _to_port_tuple, _to_str_dict,
-     _to_status}
-)
-
-
-def _type_check(annotation: str, owner: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    """Build a validator refusing values that do not match `annotation` (a field's type string).
-
-    Names of classes are looked up in this module when first needed, so a field may name a
-    class defined further down.
-    """
-    parts = [part.strip() for part in annotation.split("|")]
-    resolved: list[tuple[Callable[[object], bool], str, str]] = []
-
-    def resolve() -> list[tuple[Callable[[object], bool], str, str]]:
-        if not resolved:
-            resolved.extend(_type_rule(part) for part in parts)
-        return resolved
-
-    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        rules = resolve()
-        if any(ok(value) for ok, _, _ in rules):
-            return
-        expected = " or ".join(dict.fromkeys(what for _, what, _ in rules))
-        advice = " or ".join(dict.fromkeys(how for _, _, how in rules))
-        if isinstance(value, Mapping) and any(how.endswith("(...)") for _, _, how in rules):
-            advice += " (nested configs are not built from dicts; from_json() reads JSON)"
-        # A private field behind a property is passed by its alias: name that.
-        name = attribute.alias or attribute.name
-        raise _wrong_type(name, expected, value, owner, name, advice)
-
-    return check
-
-
-def _type_rule(part: str) -> tuple[Callable[[object], bool], str, str]:
-    """Return (test, expected, advice) for one member of a field's annotation."""
-    simple: dict[str, tuple[Callable[[object], bool], str, str]] = {
-        "None": (lambda v: v is None, "None", "None"),
-        "str": (lambda v: isinstance(v, str), "a str", "a str"),
-        "bool": (lambda v: isinstance(v, bool), "a bool", "True or False"),
-        "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int", "an int"),
-        "float": (lambda v: isinstance(v, float), "a float", "an int or float"),
-        "bytes": (lambda v: isinstance(v, bytes), "bytes", "bytes"),
-        "datetime": (lambda v: isinstance(v, datetime), "a datetime",
-                     "a timezone-aware datetime, e.g. datetime.now(UTC)"),
-        "timedelta": (lambda v: isinstance(v, timedelta), "a timedelta", "a timedelta"),
-        # Output text decoded on first read; users pass and see a str.
-        "LazyText": (lambda v: isinstance(v, LazyText), "a str", "a str"),
-        "AsyncIterable[bytes]": (lambda v: hasattr(v, "__aiter__"),
-                                 "an async iterable of bytes", "an async iterable of bytes"),
-    }
-    if part in simple:
-        return simple[part]
-    if part.startswith("tuple["):
-        return (lambda v: isinstance(v, tuple), "a tuple", "a list or tuple")
-    if part.startswith("dict["):
-        return (lambda v: isinstance(v, dict), "a dict", "a dict")
-    if part.startswith("Literal["):
-        # The field's own validator then lists the allowed values.
-        return (lambda v: isinstance(v, str), "a str", f"one of {part[8:-1]}")
-    cls = globals()[part]
-    return (lambda v: isinstance(v, cls), f"a {part}", f"{part}(...)")
-
-
-def _named_converters(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
-    """Check every field's type and pass the field and class to the converters above, so
-    their errors can name them."""
-    out = []
-    for f in fields:
-        if f.converter in _FIELD_AWARE:
-            convert = functools.partial(cast(_FieldConverter, f.converter), owner=cls.__name__)
-            f = f.evolve(converter=attrs.Converter(convert, takes_field=True))
-        if isinstance(f.type, str):
-            check = _type_check(f.type, cls.__name__)
-            validator = check if f.validator is None else attrs.validators.and_(check, f.validator)
-            f = f.evolve(validator=validator)
-        out.append(f)
-    return out
-
-
-# Validators. Messages start with the field name; `_json` prefixes the parent path.
-# Fields with converters spell out attrs.field(...) in the class bodies because mypy's
-# attrs plugin only sees converters written in place.
-
-
-def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """Require a non-negative, finite float or a non-negative timedelta."""
-    name = attribute.name
-    if isinstance(value, timedelta):
-        if value < _ZERO:
-            raise ConfigError(f"{name} must be >= 0, got {value!r}")
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{name} must be finite, got {value!r}")
-    if value < 0:
-        raise ConfigError(f"{name} must be >= 0, got {value!r}")
-
-
-def _non_negative_int(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """Require an int (not bool or float) in 0..2**63-1, the range the engine and Go accept."""
-    name = attribute.name
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ConfigError(f"{name} must be >= 0, got {_show(value)}")
-    if value > _INT64_MAX:
-        raise ConfigError(f"{name} must be at most {_INT64_MAX} (int64), got {_show(value)}")
-
-
-def _aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -> None:
-    """Require a timezone-aware datetime (or None)."""
-    if value is not None and value.utcoffset() is None:
-        raise ConfigError(f"{attribute.name} must be timezone-aware, got naive {value!r}")
-
-
-def _check_port(name: str, value: int, *, allow_zero: bool) -> None:
-    lowest = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= 65535:
-        raise ConfigError(f"{name} must be in {lowest}..65535, got {_show(value)}")
-
-
-def _port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    _check_port(attribute.name, value, allow_zero=False)
-
-
-def _host_port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    _check_port(attribute.name, value, allow_zero=True)
-
-
-def _ports(_: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
-    for i, port in enumerate(value):
-        _check_port(f"{attribute.name}[{i}]", port, allow_zero=False)
-
-
-def _one_of(*allowed: str, empty_means: str = "") -> Any:
-    """Build a validator requiring the value to be one of `allowed`, or "" (what Go writes
-    for a string never set) when `empty_means` names the value it then stands for."""
-
-    def check(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-        if value not in allowed and not (empty_means and value == ""):
-            also = f" ('' means {empty_means})" if empty_means else ""
-            raise ConfigError(
-                f"{attribute.name} must be one of {', '.join(allowed)}{also}, got {value!r}"
-            )
-
-    return check
-
-
-def _no_nul(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    if "\0" in value:
-        raise ConfigError(f"{attribute.name} must not contain NUL bytes")
-
-
-def _no_nul_items(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
-    for i, item in enumerate(value):
-        if "\0" in item:
-            raise ConfigError(f"{attribute.name}[{i}] must not contain NUL bytes")
-
-
-def check_environment(env: Mapping[str, str], name: str = "environment") -> None:
-    """Require variables that can be passed to exec: names non-empty without '=' or NUL,
-    values without NUL; ``name`` leads the error message."""
-    for key, val in env.items():
-        if not key or "=" in key or "\0" in key:
-            raise ConfigError(f"{name} key {key!r} must be non-empty without '=' or NUL bytes")
-        if "\0" in val:
-            raise ConfigError(f"{name}[{key!r}] must not contain NUL bytes")
-
-
 def as_config(config: object) -> SandboxConfig:
     """Return `config`, or the default `SandboxConfig` for None; refuse anything else (a dict
     of settings, say) with a ConfigError, rather than an AttributeError later."""
@@ -414,13 +131,8 @@ def as_config(config: object) -> SandboxConfig:
     return config
 
 
-def _env(_: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
-    check_environment(value, attribute.name)
-
-
-def _octal(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    if value and not _OCTAL_MODE.fullmatch(value):
-        raise ConfigError(f"{attribute.name} must be empty or octal like '0755', got {value!r}")
+# Every model's field_transformer: class names in annotations are looked up in this module.
+_named_converters = named_converters(globals(), field_aware={_to_status, _to_port_tuple})
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
@@ -536,7 +248,7 @@ class GitConfig:
     user_name: str = ""
     user_email: str = ""
     signing_key: str = ""
-    config_values: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    config_values: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
@@ -647,8 +359,10 @@ class SandboxConfig:
         network: Network settings.
         environment: Environment variables for every command.
         working_dir: Initial working directory of commands.
-        tools: Tool names to make available in the sandbox.
-        mcp_servers: MCP server names to make available in the sandbox.
+        tools: Tool names to make available in the sandbox; nothing provides them yet, so
+            a non-empty value is refused at initialize rather than ignored.
+        mcp_servers: MCP server names to make available in the sandbox; likewise refused
+            for now.
         timeout: Default command timeout; 0 means none.
         cleanup_delay: Delay before removing the sandbox on cleanup.
         stats_interval: Interval between resource-usage samples.
@@ -668,7 +382,9 @@ class SandboxConfig:
     security: SecurityPolicy = attrs.field(factory=SecurityPolicy)
     repository: RepositoryConfig | None = None
     network: NetworkConfig = attrs.field(factory=NetworkConfig)
-    environment: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict, validator=_env)
+    environment: Mapping[str, str] = attrs.field(
+        factory=FrozenMap, converter=_to_str_map, validator=_env
+    )
     working_dir: str = DEFAULT_WORKING_DIR
     tools: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
     mcp_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
@@ -681,8 +397,8 @@ class SandboxConfig:
     stats_interval: timedelta = attrs.field(
         default=DEFAULT_STATS_INTERVAL, converter=_to_timedelta, validator=_non_negative
     )
-    labels: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
-    annotations: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
     name: str = ""
 
 
@@ -713,7 +429,9 @@ class Command:
         factory=tuple, converter=_to_str_tuple, validator=_no_nul_items
     )
     working_dir: str = ""
-    environment: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict, validator=_env)
+    environment: Mapping[str, str] = attrs.field(
+        factory=FrozenMap, converter=_to_str_map, validator=_env
+    )
     stdin_content: str = ""
     timeout: timedelta = attrs.field(
         default=_ZERO, converter=_to_timedelta, validator=_non_negative
@@ -795,7 +513,9 @@ class CommandResult:
 
     Attributes:
         exit_code: Exit status; -1 when unknown (e.g. never started).
-        success: True when the command exited with status 0 in time.
+        success: True when the command exited with status 0 in time. Derived from
+            ``exit_code`` and ``timed_out`` when not given; ``True`` given with a non-zero
+            exit or a timeout is refused (``False`` with exit 0 is kept: Go's zero value).
         stdout: Standard output decoded as UTF-8 (invalid bytes replaced).
         stderr: Standard error decoded as UTF-8 (invalid bytes replaced).
         combined: Both streams interleaved in arrival order.
@@ -817,7 +537,8 @@ class CommandResult:
     """
 
     exit_code: int = -1
-    success: bool = False
+    # None (not given) is replaced by the value derived in __attrs_post_init__.
+    success: bool = attrs.field(default=None, metadata={"derived": True})
     # Constructed as stdout=/stderr=/combined= (attrs' alias) with a str, or a LazyText.
     _stdout: str | LazyText = attrs.field(default="", alias="stdout")
     _stderr: str | LazyText = attrs.field(default="", alias="stderr")
@@ -831,12 +552,47 @@ class CommandResult:
     error: str = ""
     signal: str = ""
     process_id: int = attrs.field(default=0, validator=_non_negative_int)
-    metadata: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    metadata: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
     timed_out: bool = False
     oom_killed: bool = False
     truncated: bool = False
     stdout_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
     stderr_bytes: bytes = attrs.field(default=b"", eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        ran_ok = self.exit_code == 0 and not self.timed_out
+        if self.success is None:
+            # Frozen: attrs' documented way to set a field after __init__.
+            object.__setattr__(self, "success", ran_ok)
+        elif not isinstance(self.success, bool):
+            raise _wrong_type("success", "a bool", self.success, "CommandResult", "success",
+                              "True or False, or leave it out to derive it from exit_code")
+        elif self.success and not ran_ok:
+            why = "it timed out" if self.timed_out else f"exit_code is {self.exit_code}"
+            raise ConfigError(
+                f"success must be False when {why}",
+                details="success means exit_code 0 within the timeout; leave it out to derive "
+                        "it from exit_code and timed_out",
+            )
+
+    def check(self) -> CommandResult:
+        """Return this result if the command succeeded, else raise.
+
+        Raises:
+            CommandExecutionFailed: The command exited non-zero or timed out; the exception's
+                ``result`` is this result.
+        """
+        if self.success:
+            return self
+        if self.timed_out:
+            what = "timed out"
+        elif self.signal:
+            what = f"was killed by {self.signal} (exit code {self.exit_code})"
+        else:
+            what = f"exited with code {self.exit_code}"
+        tail = self.stderr.strip()[-500:]
+        raise CommandExecutionFailed(f"the command {what}", details=self.error or tail,
+                                     result=self)
 
     @property
     def stdout(self) -> str:
@@ -929,8 +685,8 @@ class SandboxInfo:
     hostname: str = ""
     allocated_resources: ResourceLimits = attrs.field(factory=ResourceLimits)
     config: SandboxConfig = attrs.field(factory=SandboxConfig)
-    labels: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
-    annotations: dict[str, str] = attrs.field(factory=dict, converter=_to_str_dict)
+    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
     status_reason: str = ""
     exit_code: int | None = None
     oom_killed: bool = False

@@ -26,7 +26,7 @@ from ._archive import check_limits
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._errors import (
     FileOperationFailed,
-    SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
@@ -110,7 +110,7 @@ class FakeSandbox:
     async def initialize(self, config: SandboxConfig | None = None) -> None:
         self._check("initialize", running=False)
         if self._initialized:
-            raise SandboxAlreadyExists("this sandbox was already initialized")
+            raise SandboxAlreadyInitialized("this sandbox was already initialized")
         if config is not None:
             self.config = config = as_config(config)
             self._cwd = config.working_dir

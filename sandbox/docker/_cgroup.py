@@ -29,6 +29,7 @@ class Counters:
     read_bytes: int
     write_bytes: int
     high_water: int = 0  # the cgroup's memory high-water mark (page cache included); 0: none
+    limit: int = 0  # the cgroup's memory limit; 0: none
 
 
 def _read(path: Path) -> str:
@@ -108,6 +109,7 @@ class HostCgroup:
             memory=_without_cache(used, stat.get("total_inactive_file", 0)),
             read_bytes=reads, write_bytes=writes,
             high_water=int(_read(self.memory / "memory.max_usage_in_bytes")),
+            limit=_limit(self.memory / "memory.limit_in_bytes"),
         )
 
     def _read_v2(self) -> Counters:
@@ -126,6 +128,7 @@ class HostCgroup:
             memory=_without_cache(used, stat.get("inactive_file", 0)),
             read_bytes=reads, write_bytes=writes,
             high_water=_optional_int(self.memory / "memory.peak"),
+            limit=_limit(self.memory / "memory.max"),
         )
 
 
@@ -134,6 +137,20 @@ def _optional_int(path: Path) -> int:
         return int(_read(path))
     except FileNotFoundError:
         return 0  # memory.peak came with Linux 5.19
+
+
+#: At or above this a v1 ``memory.limit_in_bytes`` means no limit (it reads 2**63 - 4096).
+_NO_LIMIT = 1 << 62
+
+
+def _limit(path: Path) -> int:
+    """A memory limit file's value; 0 for none ("max" on v2, near 2**63 on v1, no file)."""
+    try:
+        text = _read(path).strip()
+    except FileNotFoundError:
+        return 0
+    value = int(text) if text.isdigit() else 0
+    return value if value < _NO_LIMIT else 0
 
 
 def _without_cache(used: int, inactive: int) -> int:
@@ -147,18 +164,24 @@ def command_usage(window: ResourceUsage | None, before: Counters, after: Counter
     CPU time, block I/O and the memory readings come from the counters; network and the
     point-in-time fields the counters lack (processes, files) stay as the window has them.
     A high-water mark that rose during the command was reached during it, so it is the peak.
+    ``memory_percent`` is ``memory_usage`` over the cgroup's limit (else over the denominator
+    the sampler used, host memory), so the two always describe the same reading.
     """
     base = window or ResourceUsage(timestamp=datetime.now(UTC))
     cpu_ns = max(after.cpu_ns - before.cpu_ns, 0)
     peak = max(base.memory_peak if window else 0, before.memory, after.memory)
     if after.high_water > before.high_water:
         peak = max(peak, after.high_water)
+    total = after.limit
+    if not total and window and window.memory_usage and window.memory_percent:
+        total = round(window.memory_usage * 100.0 / window.memory_percent)
     return attrs.evolve(
         base,
         timestamp=datetime.now(UTC),
         cpu_time=timedelta(microseconds=cpu_ns // 1000),
         cpu_usage=cpu_ns / 1e9 / seconds * 100.0 if seconds > 0 else 0.0,
         memory_usage=after.memory,
+        memory_percent=after.memory / total * 100.0 if total > 0 else 0.0,
         memory_peak=peak,
         disk_reads=max(after.read_bytes - before.read_bytes, 0),
         disk_writes=max(after.write_bytes - before.write_bytes, 0),

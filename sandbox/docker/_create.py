@@ -1,7 +1,8 @@
 """Map a `SandboxConfig` to the engine's container-create request: the one place that does it.
 
 `plan_container` is pure (it reads a seccomp profile file, nothing else) so every rule below is
-unit-tested without an engine. It refuses what it cannot enforce rather than dropping it.
+unit-tested without an engine. It refuses what it cannot enforce rather than dropping it. The
+privilege options (capabilities, seccomp, AppArmor, SELinux, PID namespace) are `_security`'s.
 
 ======================================  =================================================
 config field                            create request (``body``, ``HostConfig`` = HC)
@@ -71,9 +72,10 @@ network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; 
 Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
 ``network_out_limit``, and ``network.allowed_hosts``, ``blocked_hosts``, ``allowed_ports``,
 ``ingress_limit``, ``egress_limit``, ``security.allowed_hosts``, ``blocked_hosts``,
-``allowed_ports`` (no egress policy yet). Not create options, left to the
+``allowed_ports`` (no egress policy yet), ``tools`` and ``mcp_servers`` (nothing provides
+them yet). Not create options, left to the
 backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
-``pull_policy``, ``repository``, ``tools``, ``mcp_servers``, ``timeout``, ``cleanup_delay``,
+``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
 ``stats_interval``, ``security.enable_audit_log``, ``security.log_security_events``.
 
 Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none``):
@@ -106,7 +108,6 @@ Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none
 
 from __future__ import annotations
 
-import json
 import math
 import posixpath
 from collections.abc import Mapping, Sequence
@@ -122,8 +123,9 @@ from .._constants import (
     DEFAULT_USER,
     LABEL_PREFIX,
 )
-from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
+from .._errors import ConfigError, SandboxInitFailed
 from .._models import NetworkConfig, ResourceLimits, SandboxConfig, SecurityPolicy
+from ._security import security_options
 
 __all__ = ["CreatePlan", "EngineFacts", "plan_container"]
 
@@ -144,32 +146,7 @@ MIN_CPU_SHARES: Final = 2
 STOP_TIMEOUT: Final = 2
 HOSTNAME_MAX: Final = 63
 TMPFS_DEFAULT_OPTIONS: Final = "rw,exec,nosuid,nodev"
-NO_NEW_PRIVILEGES: Final = "no-new-privileges:true"
-#: Every capability is dropped (the bounding set is empty, for root too); add_capabilities
-#: adds back only what it lists.
-DEFAULT_CAP_DROP: Final = ("ALL",)
 _ROOT: Final = ("0", "root")
-#: Capabilities that let a process leave or weaken the container; prevent_escalation refuses them.
-ESCALATING_CAPABILITIES: Final = frozenset(
-    {
-        "ALL", "BPF", "DAC_READ_SEARCH", "MAC_ADMIN", "MAC_OVERRIDE", "PERFMON", "SYS_ADMIN",
-        "SYS_BOOT", "SYS_MODULE", "SYS_PTRACE", "SYS_RAWIO",
-        # Lets root raise hard rlimits: file_limit, cpu_time_limit and runsc's process_limit.
-        "SYS_RESOURCE",
-    }
-)
-#: Linux capability names (without CAP_), as of Linux 5.9.
-KNOWN_CAPABILITIES: Final = frozenset(
-    {
-        "AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF",
-        "CHECKPOINT_RESTORE", "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID",
-        "IPC_LOCK", "IPC_OWNER", "KILL", "LEASE", "LINUX_IMMUTABLE", "MAC_ADMIN",
-        "MAC_OVERRIDE", "MKNOD", "NET_ADMIN", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_RAW",
-        "PERFMON", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_ADMIN", "SYS_BOOT",
-        "SYS_CHROOT", "SYS_MODULE", "SYS_NICE", "SYS_PACCT", "SYS_PTRACE", "SYS_RAWIO",
-        "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG", "WAKE_ALARM",
-    }
-)
 #: Docker 20.10's defaults; sending a list replaces them, so ours extend them.
 DOCKER_MASKED_PATHS: Final = (
     "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -180,19 +157,11 @@ DOCKER_READONLY_PATHS: Final = (
 )
 #: Storage drivers that can cap a container's writable layer (StorageOpt size).
 _DISK_QUOTA_DRIVERS: Final = frozenset({"btrfs", "zfs", "devicemapper"})
-_SELINUX_KEYS: Final = ("user", "role", "type", "level")
-#: Seccomp default actions that let a syscall through ("": no filter is installed at all).
-_SECCOMP_ALLOWING: Final = frozenset({"", "SCMP_ACT_ALLOW", "SCMP_ACT_LOG"})
-_SECCOMP_DENYING: Final = frozenset({
-    "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD",
-    "SCMP_ACT_TRAP",
-})
 #: Limits that only cgroups enforce; process_limit is RLIMIT_NPROC under gVisor, not a cgroup.
 _CGROUP_LIMITS: Final = ("cpu_limit", "cpu_request", "memory_limit", "memory_request")
 _UNENFORCED_NETWORK: Final = (
     "allowed_hosts", "blocked_hosts", "allowed_ports", "ingress_limit", "egress_limit",
 )
-_UNENFORCED_SECURITY: Final = ("allowed_hosts", "blocked_hosts", "allowed_ports")
 #: `uname -m` names to Go's GOARCH names, which platforms use.
 _GOARCH: Final = {
     "x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "armv6l": "arm", "i386": "386",
@@ -303,7 +272,6 @@ class CreatePlan:
     Attributes:
         body: JSON body for ``POST /containers/create``.
         params: Query parameters: ``name``, and ``platform`` when an architecture is set.
-        uses_init: PID 1 is docker-init, so ``State.OOMKilled`` only reports its death.
         pids_limit: Process limit in force: the pids cgroup on runc, RLIMIT_NPROC per user
             inside gVisor on runsc.
         writable_paths: Tmpfs mount points. With a read-only root they are the only writable
@@ -317,7 +285,6 @@ class CreatePlan:
 
     body: dict[str, Any]
     params: dict[str, str]
-    uses_init: bool = True
     pids_limit: int
     writable_paths: tuple[str, ...] = ()
     networked: bool = False
@@ -345,6 +312,7 @@ def plan_container(
             forbid.
         SandboxInitFailed: A limit this engine cannot enforce, or a value out of its range.
     """
+    _refuse_unprovided(config)
     runtime = _runtime(config.runtime, engine)
     host: dict[str, Any] = {"Init": True}
     if runtime:
@@ -358,7 +326,7 @@ def plan_container(
     user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)
     writable = _filesystem(config.security, user, working_dir, gvisor, host)
-    opt_ins += _security(config.security, gvisor, engine, host)
+    opt_ins += security_options(config.security, gvisor, engine, host)
 
     body: dict[str, Any] = {
         "Image": config.image,
@@ -384,13 +352,24 @@ def plan_container(
     return CreatePlan(
         body=body,
         params=params,
-        uses_init=True,
         pids_limit=pids_limit,
         writable_paths=writable,
         networked=networked,
         needs_network=networked and not config.network.bridge,
         opt_ins=opt_ins,
     )
+
+
+def _refuse_unprovided(config: SandboxConfig) -> None:
+    """Refuse ``tools`` and ``mcp_servers``: nothing makes them available yet, and a sandbox
+    silently without them would mislead the agent that asked for them."""
+    asked = [f for f in ("tools", "mcp_servers") if getattr(config, f)]
+    if asked:
+        raise SandboxInitFailed(
+            f"{', '.join(asked)}: not supported yet: nothing would make them available in the "
+            "sandbox",
+            details="leave them empty; install what the agent needs in the image instead",
+        )
 
 
 def _runtime(runtime: str, engine: EngineFacts) -> str:
@@ -694,195 +673,6 @@ def _tmpfs_owner(user: str) -> str:
     if gid.isdigit():
         owner += f",gid={gid}"
     return owner
-
-
-def _security(
-    sec: SecurityPolicy, gvisor: bool, engine: EngineFacts, host: dict[str, Any]
-) -> tuple[str, ...]:
-    """Fill capabilities, security options and the PID namespace of `host`; return the
-    capability opt-ins."""
-    unenforced = [f"security.{f}" for f in _UNENFORCED_SECURITY if getattr(sec, f)]
-    if unenforced:
-        raise SandboxInitFailed(
-            f"{', '.join(unenforced)}: not enforced yet: no egress policy",
-            details="remove them, or keep the sandbox isolated",
-        )
-    options: list[str] = []
-    if sec.no_new_privileges or sec.prevent_escalation:
-        options.append(NO_NEW_PRIVILEGES)
-
-    add = _capabilities("add_capabilities", sec.add_capabilities)
-    drop = _capabilities("drop_capabilities", sec.drop_capabilities)
-    both = [cap for cap in add if cap in drop]
-    if both:
-        raise ConfigError(
-            f"security.add_capabilities and security.drop_capabilities both name "
-            f"{', '.join(both)}"
-        )
-    if sec.prevent_escalation:
-        escalating = [cap for cap in add if cap in ESCALATING_CAPABILITIES]
-        if escalating:
-            raise SecurityViolation(
-                f"security.add_capabilities: {', '.join(escalating)} would let the sandbox "
-                "escalate its privileges",
-                details="set security.prevent_escalation=False to allow it",
-            )
-    # Everything is dropped whatever drop_capabilities says; CapAdd is applied after it.
-    host["CapDrop"] = list(DEFAULT_CAP_DROP)
-    opt_ins: tuple[str, ...] = ()
-    if add:
-        host["CapAdd"] = add
-        opt_ins = (f"security.add_capabilities: {', '.join(add)}",)
-
-    options.extend(_seccomp(sec, gvisor))
-    if sec.apparmor_profile:
-        if gvisor:
-            # runsc logs "AppArmor profile %q is being ignored" and starts anyway.
-            raise SandboxInitFailed(
-                "security.apparmor_profile: gVisor (runsc) ignores AppArmor profiles",
-                details="use runtime 'runc' on an engine with AppArmor, or leave it empty",
-            )
-        if not engine.has_security_option("apparmor"):
-            raise SecurityViolation(
-                "security.apparmor_profile: AppArmor is not enabled on this engine",
-                details="leave it empty; the engine reports "
-                f"{', '.join(engine.security_options) or 'no security options'}",
-            )
-        options.append(f"apparmor={sec.apparmor_profile}")
-    if sec.selinux_context:
-        if not engine.has_security_option("selinux"):
-            raise SecurityViolation(
-                "security.selinux_context: SELinux is not enabled on this engine",
-                details="leave it empty; the engine reports "
-                f"{', '.join(engine.security_options) or 'no security options'}",
-            )
-        options.extend(_selinux_labels(sec.selinux_context))
-    if options:
-        host["SecurityOpt"] = options
-
-    if not sec.isolate_process:
-        if not sec.allow_host_pid or sec.prevent_escalation:
-            raise SecurityViolation(
-                "security.isolate_process=False shares the host's PID namespace",
-                details="allow it with security.allow_host_pid=True and "
-                "security.prevent_escalation=False",
-            )
-        if gvisor:
-            raise SandboxInitFailed(
-                "security.isolate_process=False: gVisor (runsc) cannot share the host's PIDs"
-            )
-        host["PidMode"] = "host"
-    return opt_ins
-
-
-def _capabilities(field: str, names: Sequence[str]) -> list[str]:
-    """Normalize capability names ("cap_net_admin" -> "NET_ADMIN"), keeping order, no repeats."""
-    result: list[str] = []
-    for raw in names:
-        cap = raw.strip().upper().removeprefix("CAP_")
-        if cap != "ALL" and cap not in KNOWN_CAPABILITIES:
-            raise ConfigError(f"security.{field}: unknown capability {raw!r}")
-        if cap not in result:
-            result.append(cap)
-    return result
-
-
-def _seccomp(sec: SecurityPolicy, gvisor: bool) -> list[str]:
-    profile = sec.seccomp_profile.strip()
-    if profile in ("", "runtime/default"):
-        return []
-    if profile == "unconfined":
-        if sec.prevent_escalation:
-            raise SecurityViolation(
-                "security.seccomp_profile: 'unconfined' removes the syscall filter",
-                details="set security.prevent_escalation=False to allow it",
-            )
-        return ["seccomp=unconfined"]
-    if gvisor:
-        raise SandboxInitFailed(
-            "security.seccomp_profile: gVisor (runsc) on this engine ignores seccomp profiles",
-            details="gVisor filters syscalls in its own kernel; use runtime 'runc' for a "
-            "custom profile, or leave it empty",
-        )
-    if profile.startswith("{"):
-        source, text = "inline JSON", profile
-    else:
-        source = profile
-        try:
-            with open(profile, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SandboxInitFailed(
-                f"security.seccomp_profile: cannot read {profile!r}", details=str(exc), cause=exc
-            ) from exc
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise SandboxInitFailed(
-            f"security.seccomp_profile: {source!r} is not valid JSON", details=str(exc), cause=exc
-        ) from exc
-    if not isinstance(document, dict):
-        raise SandboxInitFailed(
-            f"security.seccomp_profile: {source!r} must hold a JSON object"
-        )
-    if sec.prevent_escalation and not _seccomp_denies(document):
-        raise SecurityViolation(
-            f"security.seccomp_profile: {source!r} allows every syscall by default and no rule "
-            "denies one, which is as good as 'unconfined'",
-            details="add a rule with action SCMP_ACT_ERRNO, SCMP_ACT_KILL* or SCMP_ACT_TRAP, or "
-            "set security.prevent_escalation=False",
-        )
-    # The engine wants the content, not a path: a path fails at start (measured).
-    return ["seccomp=" + json.dumps(document, separators=(",", ":"))]
-
-
-def _seccomp_denies(document: Mapping[str, Any]) -> bool:
-    """Tell whether a profile denies anything: by default, or by an unconditional rule.
-
-    Measured: ``{}`` installs no filter at all, and a rule with no names denies nothing.
-    Rules with ``includes``/``excludes`` apply only on some arches, kernels or capabilities.
-    """
-    default = document.get("defaultAction") or ""
-    if not isinstance(default, str) or default not in _SECCOMP_ALLOWING:
-        return True  # A malformed action fails at start: the engine says why.
-    rules = document.get("syscalls")
-    for rule in rules if isinstance(rules, list) else ():
-        if (
-            isinstance(rule, Mapping)
-            and isinstance(rule.get("action"), str)
-            and rule["action"] in _SECCOMP_DENYING
-            and (rule.get("names") or rule.get("name"))
-            and not rule.get("includes")
-            and not rule.get("excludes")
-        ):
-            return True
-    return False
-
-
-def _selinux_labels(context: str) -> list[str]:
-    """Turn "type:t,level:s0:c1,c2" style parts or a full "u:r:t:level" into label= options."""
-    if context == "disable":
-        return ["label=disable"]
-    parts: list[str] = []
-    for piece in context.split(","):
-        piece = piece.strip()
-        key, _, value = piece.partition(":")
-        if key in _SELINUX_KEYS and value:
-            parts.append(piece)
-        elif parts and parts[-1].startswith("level:") and piece:
-            parts[-1] += f",{piece}"  # A level holds commas: "s0:c1,c2".
-        else:
-            parts = []
-            break
-    if parts:
-        return [f"label={p}" for p in parts]
-    fields = context.split(":", 3)
-    if len(fields) == 4 and all(fields) and fields[0] not in _SELINUX_KEYS:
-        return [f"label={key}:{value}" for key, value in zip(_SELINUX_KEYS, fields, strict=True)]
-    raise ConfigError(
-        f"security.selinux_context: {context!r} must be 'user:role:type:level', parts like "
-        "'type:svirt_t,level:s0:c1', or 'disable'"
-    )
 
 
 def _environment(config: SandboxConfig) -> list[str]:

@@ -17,7 +17,7 @@ import aiohttp
 import anyio
 
 from .._constants import DEFAULT_ENGINE_TIMEOUT
-from .._errors import EngineUnavailable, SandboxError
+from .._errors import EngineTimeout, EngineUnavailable, SandboxError
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 START_HINT = (
@@ -135,7 +135,7 @@ class Engine:
                 with anyio.fail_after(limit):
                     yield
             except TimeoutError as exc:
-                raise EngineUnavailable(
+                raise EngineTimeout(
                     f"{action}: the engine at {engine_address()} did not answer within {limit:g} s",
                     cause=exc,
                 ) from exc

@@ -39,8 +39,10 @@ from .._errors import (
     CommandNotExecutable,
     CommandNotFound,
     CommandStartFailed,
+    EngineTimeout,
     EngineUnavailable,
     SandboxError,
+    SandboxNotFound,
     SandboxNotRunning,
     StdinClosed,
 )
@@ -687,7 +689,11 @@ async def open_exec(
         )
     except SandboxError as exc:
         cause = exc.cause
-        if isinstance(cause, aiodocker.DockerError) and cause.status in (404, 409):
+        if isinstance(cause, aiodocker.DockerError) and cause.status == 404:
+            raise SandboxNotFound(
+                "the sandbox's container is gone", details=str(cause.message), cause=exc
+            ) from exc
+        if isinstance(cause, aiodocker.DockerError) and cause.status == 409:
             raise SandboxNotRunning(
                 "the sandbox's container is not running", details=str(cause.message), cause=exc
             ) from exc
@@ -696,8 +702,16 @@ async def open_exec(
     stream = Exec(engine.docker, exec_id, tty=False).start(detach=False)
     proc: ExecProcess | None = None
     try:
-        with mapped_errors("attach to the command"), anyio.fail_after(engine.timeout):
-            await stream._init()
+        try:
+            with mapped_errors("attach to the command"), anyio.fail_after(engine.timeout):
+                await stream._init()
+        except TimeoutError as exc:
+            if isinstance(exc, SandboxError):
+                raise
+            raise EngineTimeout(
+                f"attach to the command: the engine at {engine_address()} did not answer "
+                f"within {engine.timeout:g} s", cause=exc,
+            ) from exc
         _end_output_on_eof(stream)
         proc = ExecProcess(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,

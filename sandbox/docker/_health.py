@@ -52,6 +52,8 @@ KILL_WINDOW_NS: Final = 15 * 10**9
 #: An ``oom`` this close before ``die`` explains it; older ones were exec'd processes.
 OOM_WINDOW_NS: Final = 5 * 10**9
 INSPECT_TIMEOUT: Final = 10.0
+#: The stop reason given when the container was removed (its calls then raise SandboxNotFound).
+REMOVED_REASON: Final = "the container was removed from outside"
 
 
 def _is_gone(exc: SandboxError) -> bool:
@@ -253,7 +255,7 @@ class _Watcher:
         await _call("on_stop", self.on_stop, reason, code, oom)
 
     async def _removed(self) -> None:
-        await _call("on_stop", self.on_stop, "the container was removed from outside", None, False)
+        await _call("on_stop", self.on_stop, REMOVED_REASON, None, False)
 
 
 async def watch_container(

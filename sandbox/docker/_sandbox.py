@@ -47,8 +47,10 @@ from .._errors import (
     NetworkAccessDenied,
     ResourceLimitExceeded,
     SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxError,
     SandboxInitFailed,
+    SandboxNotFound,
     SandboxNotRunning,
     SecurityViolation,
     TimeoutExceeded,
@@ -72,7 +74,7 @@ from ._cgroup import HostCgroup, command_usage
 from ._create import EngineFacts, plan_container, user_group
 from ._engine import Engine, client_like, new_client
 from ._exec import ExecProcess, Finalizer, open_exec
-from ._health import watch_container
+from ._health import REMOVED_REASON, watch_container
 from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
@@ -316,6 +318,8 @@ class DockerSandbox:
                 details=self._status_reason,
             )
         reason = f" ({self._status_reason})" if self._status_reason else ""
+        if self._status_reason == REMOVED_REASON:
+            return SandboxNotFound(f"the sandbox's container is gone{reason}")
         return SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
 
     @contextlib.contextmanager
@@ -344,8 +348,8 @@ class DockerSandbox:
         config = None if config is None else as_config(config)
         async with self._lock:
             if self._initialized:
-                raise SandboxAlreadyExists("this sandbox was already initialized; "
-                                           "create a new Sandbox for another container")
+                raise SandboxAlreadyInitialized("this sandbox was already initialized; "
+                                                "create a new Sandbox for another container")
             self._initialized = True
             if config is not None:
                 self._config = config
@@ -444,7 +448,7 @@ class DockerSandbox:
             except SandboxError as exc:
                 cause = exc.cause
                 if isinstance(cause, aiodocker.DockerError) and cause.status == 409:
-                    raise SandboxInitFailed(
+                    raise SandboxAlreadyExists(
                         f"a container named {self._name!r} already exists on the engine",
                         details="choose another SandboxConfig.name, or leave it empty for a "
                                 "generated one; the existing container was not touched",

@@ -10,24 +10,21 @@ Three modes, picked from the `RepositoryConfig`:
   container's own filesystem as one tar, owned by the sandbox user; results come back with
   ``copy_files("sandbox:/workspace/...", host_path)``.
 
-Clones go through a bare mirror per URL under the user's cache directory, then a fresh local
-clone per sandbox in a temporary directory that cleanup removes.
+Clones go through a bare mirror per URL under the user's cache directory (`sandbox._git`), then
+a fresh local clone per sandbox in a temporary directory that cleanup removes; include and
+exclude globs are `sandbox._glob`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import fcntl
-import hashlib
 import os
 import posixpath
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -35,11 +32,12 @@ import anyio
 
 from .._constants import DEFAULT_CLEANUP_TIMEOUT
 from .._errors import SandboxInitFailed
+from .._git import checkout
+from .._glob import PathFilter, select_entries
 from .._models import CommandResult, RepositoryConfig
 from ._files import _file_chunks
 
 #: Environment for every host git call: never prompt for credentials, stable messages.
-GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
 TEMP_PREFIX = "sandbox-repo-"
 _SPOOL = 64 << 20
 _NUMERIC = re.compile(r"\d+")
@@ -87,132 +85,6 @@ class Runner(Protocol):
     ) -> Awaitable[CommandResult]: ...
 
 
-# -- glob filters ----------------------------------------------------------------------------
-
-
-def _segment_regex(segment: str) -> str:
-    """Translate one path segment of a glob: ``*`` and ``?`` never cross a ``/``."""
-    out: list[str] = []
-    i, n = 0, len(segment)
-    while i < n:
-        c = segment[i]
-        i += 1
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = i
-            if j < n and segment[j] in "!^":
-                j += 1
-            if j < n and segment[j] == "]":
-                j += 1
-            while j < n and segment[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(re.escape(c))
-                continue
-            body = segment[i:j]
-            i = j + 1
-            negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            body = body.replace("\\", "\\\\")
-            out.append(f"[{'^/' if negate else ''}{body}]")
-        else:
-            out.append(re.escape(c))
-    return "".join(out)
-
-
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """Compile a repository glob into a regex over POSIX paths relative to the root.
-
-    ``*``, ``?`` and ``[...]`` match within one segment, ``**`` any number of segments. A
-    pattern without a ``/`` matches a name at any depth (as in ``.gitignore``); one with a
-    ``/`` is anchored at the root. A trailing ``/`` is ignored.
-    """
-    cleaned = pattern.strip()
-    if not cleaned or cleaned in ("/", "./"):
-        raise ValueError(f"empty glob pattern {pattern!r}")
-    anchored = "/" in cleaned.rstrip("/")
-    cleaned = cleaned.strip("/")
-    while cleaned.startswith("./"):
-        cleaned = cleaned[2:]
-    parts = [p for p in cleaned.split("/") if p not in ("", ".")]
-    if any(p == ".." for p in parts):
-        raise ValueError(f"glob pattern {pattern!r} must stay inside the repository")
-    regex = "" if anchored else "(?:.*/)?"
-    for k, part in enumerate(parts):
-        last = k == len(parts) - 1
-        if part == "**":
-            regex += ".*" if last else "(?:[^/]+/)*"
-        else:
-            regex += _segment_regex(part) + ("" if last else "/")
-    return re.compile(regex)
-
-
-def _ancestors_and_self(rel: str) -> Iterable[str]:
-    """Yield ``a``, ``a/b``, ``a/b/c`` for ``a/b/c``."""
-    parts = rel.split("/")
-    for k in range(1, len(parts) + 1):
-        yield "/".join(parts[:k])
-
-
-class PathFilter:
-    """Decides which repository paths the sandbox gets from include and exclude globs.
-
-    A pattern that matches a directory covers everything below it. Empty ``include`` selects
-    everything; ``exclude`` always wins.
-    """
-
-    def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
-        self.include = [compile_glob(p) for p in include]
-        self.exclude = [compile_glob(p) for p in exclude]
-
-    @staticmethod
-    def _hits(patterns: Sequence[re.Pattern[str]], rel: str) -> bool:
-        return any(p.fullmatch(a) for a in _ancestors_and_self(rel) for p in patterns)
-
-    def excluded(self, rel: str) -> bool:
-        """The path or one of its ancestors matches an exclude pattern."""
-        return self._hits(self.exclude, rel)
-
-    def selects(self, rel: str) -> bool:
-        """The sandbox gets this path (a POSIX path relative to the repository root)."""
-        if self.excluded(rel):
-            return False
-        return not self.include or self._hits(self.include, rel)
-
-
-def select_entries(root: Path, path_filter: PathFilter) -> list[str]:
-    """List what the sandbox gets under ``root``, parents before children, never following links.
-
-    Files and symlinks are listed when selected; a directory when it is selected itself or holds
-    something selected (an excluded directory is never entered).
-    """
-    chosen: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        base = Path(dirpath).relative_to(root).as_posix()
-        base = "" if base == "." else base
-        keep_dirs: list[str] = []
-        for name in dirnames:
-            rel = posixpath.join(base, name) if base else name
-            if path_filter.excluded(rel):
-                continue
-            if os.path.islink(os.path.join(dirpath, name)):
-                filenames.append(name)  # a link to a directory is copied as a link
-                continue
-            keep_dirs.append(name)
-            if path_filter.selects(rel):
-                chosen.add(rel)
-        dirnames[:] = keep_dirs
-        for name in filenames:
-            rel = posixpath.join(base, name) if base else name
-            if path_filter.selects(rel):
-                chosen.add(rel)
-                chosen.update(list(_ancestors_and_self(rel))[:-1])
-    return sorted(chosen, key=lambda r: (r.count("/"), r))
-
-
 def write_tar(root: Path, entries: Sequence[str], out: IO[bytes]) -> None:
     """Archive ``entries`` of ``root`` owned by root (the sandbox re-owns them)."""
 
@@ -243,122 +115,6 @@ def is_within(path: str, mount_point: str) -> bool:
     """``path`` is ``mount_point`` or below it (both absolute POSIX paths)."""
     path, mount_point = posixpath.normpath(path), posixpath.normpath(mount_point)
     return path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
-
-
-# -- git on the host -------------------------------------------------------------------------
-
-
-class GitFailed(Exception):
-    """A host git command failed; the message is git's own."""
-
-
-async def git(*args: str, cwd: Path | None = None) -> str:
-    """Run host git without a terminal prompt; return stdout or raise GitFailed with stderr."""
-    env = {**os.environ, **GIT_ENV}
-    try:
-        proc = await anyio.run_process(
-            ["git", *args], cwd=cwd, env=env, check=False, stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError as exc:
-        raise GitFailed("git is not installed on the host") from exc
-    if proc.returncode != 0:
-        msg = proc.stderr.decode("utf-8", "replace").strip() or f"exit code {proc.returncode}"
-        raise GitFailed(msg)
-    return proc.stdout.decode("utf-8", "replace").strip()
-
-
-def cache_root() -> Path:
-    """Where mirrors are kept: ``$XDG_CACHE_HOME/sandbox-sdk/repos`` (``~/.cache`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sandbox-sdk" / "repos"
-
-
-def normalize_url(url: str) -> str:
-    """Make a local path absolute so the same repository maps to one mirror from any cwd."""
-    if "://" not in url and not re.match(r"^[^/]+:", url):
-        return str(Path(url).expanduser().resolve())
-    return url
-
-
-def mirror_path(url: str) -> Path:
-    return cache_root() / (hashlib.sha256(url.encode()).hexdigest()[:32] + ".git")
-
-
-@contextlib.asynccontextmanager
-async def _file_lock(path: Path) -> AsyncIterator[None]:
-    """Hold an exclusive flock on ``path``, polling so waiting stays cancellable."""
-    fd = await anyio.to_thread.run_sync(os.open, path, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await anyio.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)  # closing drops the lock
-
-
-async def update_mirror(url: str) -> Path:
-    """Create or refresh the bare mirror of ``url``; one process at a time per mirror."""
-    mirror = mirror_path(url)
-    await anyio.Path(mirror.parent).mkdir(parents=True, exist_ok=True)
-    async with _file_lock(mirror.with_suffix(".lock")):
-        if await anyio.Path(mirror).is_dir():
-            await git("fetch", "--prune", "--quiet", "origin", cwd=mirror)
-            return mirror
-        tmp = Path(await anyio.to_thread.run_sync(
-            lambda: tempfile.mkdtemp(prefix=".clone-", dir=mirror.parent)))
-        try:
-            await git("clone", "--mirror", "--quiet", "--", url, str(tmp))
-            await anyio.Path(tmp).rename(mirror)
-        finally:
-            with anyio.CancelScope(shield=True):  # a cancelled clone leaves no half mirror
-                await anyio.to_thread.run_sync(
-                    lambda: shutil.rmtree(tmp, ignore_errors=True))
-    return mirror
-
-
-async def checkout(repo: RepositoryConfig, dest: Path) -> None:
-    """Clone ``repo.url`` into the empty directory ``dest`` at its branch or exact commit."""
-    url = await anyio.to_thread.run_sync(normalize_url, repo.url)
-    try:
-        mirror = await update_mirror(url)
-    except GitFailed as exc:
-        raise SandboxInitFailed(f"could not fetch repository {repo.url!r}",
-                                details=str(exc)) from exc
-    args = ["clone", "--quiet", "--no-checkout"]
-    if repo.branch:
-        args += ["--branch", repo.branch]
-    try:
-        await git(*args, "--", str(mirror), str(dest))
-    except GitFailed as exc:
-        what = f"branch {repo.branch!r}" if repo.branch else "its default branch"
-        raise SandboxInitFailed(f"could not check out {what} of repository {repo.url!r}",
-                                details=str(exc)) from exc
-    if repo.commit_hash:
-        try:
-            sha = await git("rev-parse", "--verify", "--quiet", "--end-of-options",
-                            f"{repo.commit_hash}^{{commit}}", cwd=dest)
-        except GitFailed as exc:
-            raise SandboxInitFailed(
-                f"commit {repo.commit_hash!r} does not exist in repository {repo.url!r}",
-                details=str(exc) or "git rev-parse found no such commit") from exc
-        if repo.branch:
-            try:
-                await git("merge-base", "--is-ancestor", sha, "HEAD", cwd=dest)
-            except GitFailed as exc:
-                raise SandboxInitFailed(
-                    f"commit {repo.commit_hash!r} is not on branch {repo.branch!r} of "
-                    f"repository {repo.url!r}", details=str(exc)) from exc
-            await git("reset", "--quiet", "--hard", sha, cwd=dest)
-        else:
-            await git("checkout", "--quiet", "--detach", sha, cwd=dest)
-    else:
-        await git("checkout", "--quiet", cwd=dest)
-    # Inside, `git remote -v` and `git fetch` should name the real remote, not the cache.
-    await git("remote", "set-url", "origin", repo.url, cwd=dest)
 
 
 # -- the workspace ---------------------------------------------------------------------------

@@ -22,9 +22,9 @@ from sandbox import (
     ConfigError,
     FileOperationFailed,
     ResourceLimits,
-    ResourceUsage,
     Sandbox,
     SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxConfig,
     SandboxError,
     SandboxInitFailed,
@@ -67,13 +67,19 @@ async def test_a_taken_name_fails_and_leaves_the_other_container_alone() -> None
     try:
         theirs = await docker.containers.create(
             {"Image": IMAGE_BUSYBOX, "Cmd": ["sleep", "600"]}, name=name)
-        await init_fails(busybox(name=name), name, "already exists", "SandboxConfig.name")
+        err = await init_fails(busybox(name=name), name, "already exists", "SandboxConfig.name")
+        assert type(err) is SandboxAlreadyExists
         info = await theirs.show()
         assert info["Name"] == f"/{name}" and "io.sandbox.id" not in info["Config"]["Labels"]
     finally:
         with contextlib.suppress(aiodocker.DockerError):
             await (await docker.containers.get(name)).delete(force=True)
         await docker.close()
+
+
+@pytest.mark.parametrize("field", ["tools", "mcp_servers"])
+async def test_tools_and_mcp_servers_are_refused_not_ignored(field: str) -> None:
+    await init_fails(busybox(**{field: ("x",)}), f"{field}: not supported yet")
 
 
 async def test_working_directory_that_is_a_file() -> None:
@@ -155,7 +161,7 @@ async def test_reading_a_2_gib_file_is_refused_without_loading_it() -> None:
 
 
 async def test_every_public_method_after_cleanup() -> None:
-    sb = busybox()
+    sb = busybox(environment={"K": "v"})
     await sb.initialize()
     await sb.cleanup()
     calls = {
@@ -175,7 +181,7 @@ async def test_every_public_method_after_cleanup() -> None:
     with anyio.fail_after(2), pytest.raises(SandboxNotRunning):
         async with sb.stream_command("true"):
             pass
-    with pytest.raises(SandboxAlreadyExists):
+    with pytest.raises(SandboxAlreadyInitialized):
         await sb.initialize()
     # What needs no container still answers, from what the sandbox knows.
     with anyio.fail_after(2):
@@ -183,10 +189,8 @@ async def test_every_public_method_after_cleanup() -> None:
         await sb.cleanup()
     assert info.status is SandboxStatus.DESTROYED
     assert sb.get_working_directory() == "/workspace"
-    assert isinstance(sb.get_environment(), dict)
-    history = sb.usage_history()
-    assert isinstance(history, list)
-    assert all(isinstance(u, ResourceUsage) and u.timestamp is not None for u in history)
+    assert sb.get_environment() == {"K": "v"}
+    assert all(u.timestamp is not None for u in sb.usage_history())
 
 
 async def test_one_sandbox_from_many_tasks_at_once() -> None:

@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiodocker
 import anyio
@@ -25,9 +26,11 @@ from sandbox import (
     SandboxError,
     SandboxNotRunning,
     SandboxStatus,
+    TimeoutExceeded,
 )
 from sandbox.docker._engine import Engine
-from tests.conftest import docker_cli
+from sandbox.docker._exec import open_exec
+from tests.conftest import LABEL, docker_cli
 from tests.integration._proxy import ENGINE_SOCKET, EngineProxy, engine_proxy
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -149,8 +152,42 @@ async def test_every_engine_call_has_a_deadline(short_dir: Path) -> None:
         try:
             engine = Engine(docker, timeout=0.5)
             t0 = time.monotonic()
-            with pytest.raises(EngineUnavailable, match=r"did not answer within 0\.5 s"):
+            with pytest.raises(EngineUnavailable, match=r"did not answer within 0\.5 s") as ei:
                 await engine.info()
+            # A deadline the SDK enforces: also a TimeoutExceeded (and so a TimeoutError).
+            assert isinstance(ei.value, TimeoutExceeded)
             assert time.monotonic() - t0 < 3
         finally:
             await docker.close()
+
+
+async def test_an_attach_that_never_answers_is_an_engine_timeout(short_dir: Path) -> None:
+    """The attach has the same deadline as every call, and says so as a TimeoutExceeded."""
+    cid = docker_cli("-H", f"unix://{ENGINE_SOCKET}", "run", "-d", "--label", LABEL,
+                     IMAGE_BUSYBOX, "sleep", "60").strip()
+    try:
+        with engine_proxy(short_dir) as proxy:
+            docker = aiodocker.Docker(url=proxy.url)
+            try:
+                engine = Engine(docker, timeout=0.5)
+                query_json = engine.query_json
+
+                async def freeze_after(*args: Any, **kwargs: Any) -> Any:
+                    answer = await query_json(*args, **kwargs)
+                    proxy.freeze()  # the exec is created; its attach gets no answer
+                    return answer
+
+                engine.query_json = freeze_after  # type: ignore[method-assign]
+                t0 = time.monotonic()
+                with pytest.raises(TimeoutExceeded, match=r"^attach to the command: .* 0\.5 s"):
+                    async with open_exec(
+                        engine, cid, argv=["true"], env={}, workdir="/", user="", stdin=None,
+                        attach_stdin=False, max_output_bytes=1024, time_limit=None,
+                        idle_timeout=None,
+                    ):
+                        pass
+                assert time.monotonic() - t0 < 5
+            finally:
+                await docker.close()
+    finally:
+        docker_cli("-H", f"unix://{ENGINE_SOCKET}", "rm", "-f", cid, check=False)

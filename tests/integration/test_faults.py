@@ -20,6 +20,7 @@ from sandbox import (
     Sandbox,
     SandboxConfig,
     SandboxError,
+    SandboxNotFound,
     SandboxNotRunning,
     SandboxStatus,
     SecurityPolicy,
@@ -67,6 +68,19 @@ async def test_container_killed_mid_command() -> None:
         assert "failed" in str(ei.value)
         info = await sb.get_info()
         assert info.status is SandboxStatus.FAILED and info.status_reason
+    assert not container_exists(cid)
+
+
+async def test_container_removed_from_outside_raises_sandbox_not_found() -> None:
+    async with busybox() as sb:
+        cid = sb.backend.container_id or ""
+        docker_cli("rm", "-f", cid)
+        await wait_until(lambda: sb.status is SandboxStatus.FAILED, 5)
+        # Also a SandboxNotRunning, and a LookupError for callers that catch builtins.
+        with pytest.raises(SandboxNotFound, match=r"gone.*removed from outside"):
+            await sb.execute_command("true")
+        with pytest.raises(LookupError):
+            await sb.read_file("/etc/hostname")
     assert not container_exists(cid)
 
 
@@ -178,7 +192,8 @@ async def _stats_break(client: aiodocker.Docker, streams: BreakableStats,
             await sb.write_file("f", "x")
             assert await sb.read_file("f") == b"x"
             assert sb.status is SandboxStatus.RUNNING
-            assert await sb.get_resource_usage() is not None
+            usage = await sb.get_resource_usage()
+            assert usage.timestamp is not None and usage.process_count >= 1, usage
         assert "stats" in caplog.text and "reconnecting" in caplog.text
     assert sb.status is SandboxStatus.DESTROYED
 

@@ -9,7 +9,7 @@ from sandbox import (
     IMAGE_BUSYBOX,
     IMAGE_PYTHON,
     Sandbox,
-    SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxConfig,
     SandboxInitFailed,
     SandboxNotRunning,
@@ -40,7 +40,7 @@ async def test_status_labels_and_cleanup() -> None:
     assert info.hostname and info.labels["team"] == "qa"
     assert info.annotations == {"task": "t1"}
     assert info.allocated_resources.process_limit > 0
-    with pytest.raises(SandboxAlreadyExists):
+    with pytest.raises(SandboxAlreadyInitialized):
         await sb.initialize()
     await sb.cleanup()
     assert sb.status is SandboxStatus.DESTROYED

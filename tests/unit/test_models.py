@@ -14,7 +14,7 @@ from sandbox._constants import (
     DEFAULT_STATS_INTERVAL,
     DEFAULT_WORKING_DIR,
 )
-from sandbox._errors import ConfigError
+from sandbox._errors import CommandExecutionFailed, ConfigError
 from sandbox._json import from_json, to_json
 from sandbox._models import (
     MAX_DURATION,
@@ -324,7 +324,6 @@ def test_naive_datetime_rejected(build: Any) -> None:
 def test_status_accepts_strings() -> None:
     info = SandboxInfo(id="abc", status="running")
     assert info.status is SandboxStatus.RUNNING
-    assert isinstance(info.status, str)
     assert info.status.value == "running"
     assert str(SandboxStatus.FAILED) == "failed"
     assert [s.value for s in SandboxStatus] == [
@@ -428,7 +427,7 @@ _WRONG: dict[str, list[Any]] = {
     "tuple[str, ...]": ["x", b"x", [1], ["a", None], None, 5, {"a": "b"}],
     "tuple[int, ...]": ["80", 80, ["80"], [True], [1.5], None],
     "tuple[PortMapping, ...]": [{"container_port": 80}, [{"container_port": 80}], None, 5],
-    "dict[str, str]": [["a"], [("a", "b")], {1: "a"}, {"a": 1}, {"a": None}, None, "a=b"],
+    "Mapping[str, str]": [["a"], [("a", "b")], {1: "a"}, {"a": 1}, {"a": None}, None, "a=b"],
     "SandboxStatus": [3, None, True],
     "ResourceLimits": _NESTED,
     "SecurityPolicy": _NESTED,
@@ -445,6 +444,8 @@ _TYPE_CASES = [
     for cls in _MODELS
     for field in attrs.fields(cls)
     for value in _WRONG[cls.__annotations__[field.name]]
+    # None leaves CommandResult.success to be derived from the exit code.
+    if not (field.metadata.get("derived") and value is None)
 ]
 
 
@@ -529,3 +530,84 @@ async def test_sandboxes_refuse_a_config_of_another_type(config: Any) -> None:
     with pytest.raises(ConfigError, match=message):
         await docker.initialize(config)
     assert not docker._initialized  # a corrected retry is still possible
+
+
+# CommandResult.success follows the exit code; check() turns a failure into an exception.
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "success"),
+    [
+        ({"exit_code": 0}, True),
+        ({}, False),  # exit_code -1: unknown
+        ({"exit_code": 1}, False),
+        ({"exit_code": 0, "timed_out": True}, False),
+        ({"exit_code": 0, "success": False}, False),  # Go's zero value
+    ],
+)
+def test_success_is_derived_from_the_exit_code(kwargs: dict[str, Any], success: bool) -> None:
+    assert CommandResult(**kwargs).success is success
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "why"),
+    [({"exit_code": 1}, "exit_code is 1"), ({"exit_code": 0, "timed_out": True}, "timed out")],
+)
+def test_success_that_disagrees_with_the_exit_code_is_refused(
+    kwargs: dict[str, Any], why: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^success must be False when .*{why}"):
+        CommandResult(success=True, **kwargs)
+    with pytest.raises(ConfigError, match=r"^success"):
+        attrs.evolve(CommandResult(exit_code=0), **kwargs)
+
+
+def test_check_returns_a_success_and_raises_with_the_result_otherwise() -> None:
+    ok = CommandResult(exit_code=0)
+    assert ok.check() is ok
+    failed = CommandResult(exit_code=3, stderr="no such file\n")
+    with pytest.raises(CommandExecutionFailed, match="exited with code 3: no such file") as info:
+        failed.check()
+    assert info.value.result is failed
+    killed = CommandResult(exit_code=137, timed_out=True, signal="SIGKILL", error="timeout")
+    with pytest.raises(CommandExecutionFailed, match="timed out: timeout") as info:
+        killed.check()
+    assert info.value.result is killed
+
+
+# Frozen models hold frozen mappings: hashable, and not changeable through what they expose.
+
+_MAPPINGS: list[tuple[Any, str]] = [
+    (lambda m: SandboxConfig(environment=m), "environment"),
+    (lambda m: SandboxConfig(labels=m), "labels"),
+    (lambda m: SandboxConfig(annotations=m), "annotations"),
+    (lambda m: Command(environment=m), "environment"),
+    (lambda m: GitConfig(config_values=m), "config_values"),
+    (lambda m: CommandResult(metadata=m), "metadata"),
+    (lambda m: SandboxInfo(id="x", status="running", labels=m), "labels"),
+    (lambda m: SandboxInfo(id="x", status="running", annotations=m), "annotations"),
+]
+
+
+@pytest.mark.parametrize(("build", "field"), _MAPPINGS)
+def test_mappings_are_frozen_and_models_hashable(build: Any, field: str) -> None:
+    given = {"A": "1"}
+    obj = build(given)
+    held = getattr(obj, field)
+    with pytest.raises(TypeError):
+        held["A"] = "2"
+    with pytest.raises(AttributeError):
+        held.clear()
+    given["A"] = "3"  # the caller's dict is not shared either
+    assert held == {"A": "1"} and dict(held) == {"A": "1"}
+    assert hash(obj) == hash(build({"A": "1"}))
+    assert obj == build({"A": "1"}) and obj != build({"A": "2"})
+    assert {obj, build({"A": "1"})} == {obj}
+
+
+def test_nested_configs_are_hashable() -> None:
+    config = SandboxConfig(
+        environment={"A": "1"},
+        repository=RepositoryConfig(url="x", git_config=GitConfig(config_values={"k": "v"})),
+    )
+    assert hash(config) == hash(attrs.evolve(config))

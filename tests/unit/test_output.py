@@ -99,7 +99,7 @@ def test_results_with_text_or_lazy_text_are_the_same_value() -> None:
                          combined=LazyText(out, "combined"))
     plain = CommandResult(stdout="hé", stderr="oops\ufffd", combined="héoops\ufffd")
     assert lazy == plain and hash(lazy._stdout) == hash("hé")
-    assert isinstance(lazy.stdout, str) and lazy.combined == "héoops\ufffd"
+    assert type(lazy.stdout) is str and lazy.combined == "héoops\ufffd"
     assert "stdout='hé'" in repr(plain) and "_stdout" not in repr(plain)
     text = to_json(lazy)
     assert '"stdout":"hé"' in text and '"combined":"héoops\ufffd"' in text

@@ -9,12 +9,7 @@ import signal
 
 import pytest
 
-import sandbox
 from sandbox import cleanup_on_signals
-
-
-def test_exported() -> None:
-    assert "cleanup_on_signals" in sandbox.__all__
 
 
 @pytest.mark.asyncio

@@ -333,7 +333,7 @@ func fullUsage() ResourceUsage {
 
 func fullResult() CommandResult {
 	return CommandResult{
-		ExitCode: 137, Success: true, Stdout: "out\n", Stderr: "err\n",
+		ExitCode: 137, Success: false, Stdout: "out\n", Stderr: "err\n",
 		Combined: "out\nerr\n", StartTime: t0, EndTime: t1,
 		Duration: time.Second + 500*time.Microsecond, ResourceUsage: fullUsage(),
 		Error: "killed", Signal: "SIGKILL", ProcessID: 42,
