@@ -5,6 +5,7 @@ Example:
         result = await sb.execute_command("echo hello")
 """
 
+from ._backend import Process as Process
 from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
 from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
 from ._errors import CommandExecutionFailed as CommandExecutionFailed
@@ -18,6 +19,7 @@ from ._errors import FileOperationFailed as FileOperationFailed
 from ._errors import NetworkAccessDenied as NetworkAccessDenied
 from ._errors import ResourceLimitExceeded as ResourceLimitExceeded
 from ._errors import SandboxAlreadyExists as SandboxAlreadyExists
+from ._errors import SandboxAlreadyInitialized as SandboxAlreadyInitialized
 from ._errors import SandboxError as SandboxError
 from ._errors import SandboxFileNotFound as SandboxFileNotFound
 from ._errors import SandboxInitFailed as SandboxInitFailed
@@ -78,12 +80,14 @@ __all__ = [
     "OutputCallback",
     "OutputChunk",
     "PortMapping",
+    "Process",
     "RepositoryConfig",
     "ResourceLimitExceeded",
     "ResourceLimits",
     "ResourceUsage",
     "Sandbox",
     "SandboxAlreadyExists",
+    "SandboxAlreadyInitialized",
     "SandboxConfig",
     "SandboxError",
     "SandboxFileNotFound",

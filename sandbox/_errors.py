@@ -6,6 +6,7 @@ Each class also derives from the builtin exception with the same meaning, so exi
     SandboxError (Exception)
     ├── SandboxNotFound (LookupError)
     ├── SandboxAlreadyExists
+    ├── SandboxAlreadyInitialized (RuntimeError)
     ├── SandboxNotRunning
     ├── SandboxInitFailed
     ├── CommandExecutionFailed
@@ -44,6 +45,7 @@ __all__ = [
     "NetworkAccessDenied",
     "ResourceLimitExceeded",
     "SandboxAlreadyExists",
+    "SandboxAlreadyInitialized",
     "SandboxError",
     "SandboxFileNotFound",
     "SandboxInitFailed",
@@ -119,6 +121,12 @@ class SandboxAlreadyExists(SandboxError):
     """Raised when creating a sandbox whose name is already taken."""
 
     code = "SANDBOX_ALREADY_EXISTS"
+
+
+class SandboxAlreadyInitialized(SandboxError, RuntimeError):
+    """Raised when `initialize` is called on a sandbox object that was already initialized."""
+
+    code = "SANDBOX_ALREADY_INITIALIZED"
 
 
 class SandboxNotRunning(SandboxError):

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._backend import Process
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._errors import SandboxInitFailed
 from ._models import CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo, as_config
@@ -15,7 +16,6 @@ from ._protocol import CommandLike, OutputCallback
 if TYPE_CHECKING:
     import aiodocker
 
-    from .docker._exec import ExecProcess
     from .docker._sandbox import DockerSandbox
 
 BACKENDS = ("docker",)
@@ -81,7 +81,11 @@ class Sandbox:
         return self._impl
 
     async def initialize(self, config: SandboxConfig | None = None) -> None:
-        """Create and start the sandbox (``async with`` does this for you)."""
+        """Create and start the sandbox (``async with`` does this for you).
+
+        Raises:
+            SandboxAlreadyInitialized: This object was initialized before; make a new one.
+        """
         if config is not None and config.type not in BACKENDS:
             raise SandboxInitFailed(f"unknown sandbox type {config.type!r}",
                                     details=f"available types: {', '.join(BACKENDS)}")
@@ -95,8 +99,11 @@ class Sandbox:
         return await self._impl.execute_command(cmd, on_stdout=on_stdout, on_stderr=on_stderr)
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[ExecProcess]:
-        """Start a command and yield its live handle (iterate it for output chunks)."""
+    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[Process]:
+        """Start a command and yield its live `Process` handle (iterate it for output chunks).
+
+        Leaving the block kills the command if it still runs, as ``await proc.aclose()`` does.
+        """
         async with self._impl.stream_command(cmd) as proc:
             yield proc
 
@@ -124,7 +131,9 @@ class Sandbox:
     def get_environment(self) -> dict[str, str]:
         return self._impl.get_environment()
 
-    def set_environment(self, env: Mapping[str, str]) -> None:
+    def set_environment(self, env: Mapping[str, str | None]) -> None:
+        """Merge ``env`` into the environment of later commands; a value of None removes the
+        variable."""
         self._impl.set_environment(env)
 
     async def get_resource_usage(self) -> ResourceUsage:
@@ -138,5 +147,8 @@ class Sandbox:
         return await self._impl.get_info()
 
     async def cleanup(self) -> None:
-        """Remove the sandbox and all it created; shielded from cancellation, idempotent."""
+        """Remove the sandbox and all it created; shielded from cancellation, idempotent.
+
+        Before `initialize` nothing exists, and it does nothing.
+        """
         await self._impl.cleanup()

@@ -14,40 +14,114 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 
 import attrs
 
 from ._archive import check_limits
-from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
+from ._audit import Auditor
+from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES, DEFAULT_USER
 from ._errors import (
     FileOperationFailed,
-    SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxNotRunning,
+    StdinClosed,
 )
 from ._models import (
     Command,
     CommandResult,
     FileInfo,
+    OutputChunk,
     ResourceUsage,
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
     as_config,
-    check_environment,
 )
+from ._paths import parse_copy, resolve
+from ._policy import merge_environment, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
+from ._signals import parse_signal, signal_name
 
-__all__ = ["FakeSandbox"]
+__all__ = ["FakeProcess", "FakeSandbox"]
 
 Responder = CommandResult | SandboxError | Callable[[Command], CommandResult]
+
+
+class FakeProcess:
+    """The fake's `Process`: replays a scripted result's output; nothing runs.
+
+    What is written to its stdin is kept in `stdin`. `kill` before the end (or leaving the
+    block early, or `aclose`) ends it as killed by that signal, like the real handle.
+    """
+
+    def __init__(self, argv: tuple[str, ...], result: CommandResult) -> None:
+        self.argv = argv
+        self.stdin = bytearray()
+        self._scripted = result
+        self._stdin_closed = False
+        self._result: CommandResult | None = None
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[OutputChunk]:
+        for stream, data in (("stdout", self._scripted.stdout_bytes
+                              or self._scripted.stdout.encode()),
+                             ("stderr", self._scripted.stderr_bytes
+                              or self._scripted.stderr.encode())):
+            if data and self._result is None:
+                yield OutputChunk(stream=stream, data=data)  # type: ignore[arg-type]
+        self._end(self._scripted)
+
+    def _end(self, result: CommandResult) -> None:
+        if self._result is None:
+            self._result = result
+
+    @property
+    def running(self) -> bool:
+        """True until the scripted command has ended (or was killed)."""
+        return self._result is None
+
+    @property
+    def result(self) -> CommandResult | None:
+        """The result once ended, else None."""
+        return self._result
+
+    async def write_stdin(self, data: bytes | str) -> None:
+        """Keep ``data`` in `stdin`; raises `StdinClosed` after `close_stdin` or the end."""
+        if self._stdin_closed or self._result is not None:
+            raise StdinClosed("the command's stdin is closed")
+        self.stdin += data.encode() if isinstance(data, str) else data
+
+    async def close_stdin(self) -> None:
+        """Close stdin; later writes raise `StdinClosed`."""
+        self._stdin_closed = True
+
+    async def kill(self, signal: int | str = "KILL") -> None:
+        """End the command, if still running, as killed by ``signal``."""
+        number = parse_signal(signal)
+        self._end(attrs.evolve(self._scripted, exit_code=128 + number, success=False,
+                               signal=signal_name(128 + number)))
+
+    async def wait(self) -> CommandResult:
+        """Return the result (the scripted one, unless killed first)."""
+        self._end(self._scripted)
+        assert self._result is not None
+        return self._result
+
+    async def aclose(self) -> None:
+        """Kill the command if it has not ended; idempotent."""
+        if self._result is None:
+            await self.kill()
 
 
 def _text(command: Command) -> str:
@@ -110,7 +184,8 @@ class FakeSandbox:
     async def initialize(self, config: SandboxConfig | None = None) -> None:
         self._check("initialize", running=False)
         if self._initialized:
-            raise SandboxAlreadyExists("this sandbox was already initialized")
+            raise SandboxAlreadyInitialized("this sandbox was already initialized; create a "
+                                            "new FakeSandbox for another one")
         if config is not None:
             self.config = config = as_config(config)
             self._cwd = config.working_dir
@@ -123,7 +198,7 @@ class FakeSandbox:
     async def cleanup(self) -> None:
         self._check("cleanup", running=False)
         if not self._initialized:
-            raise SandboxNotRunning("the sandbox was never initialized; nothing to clean up")
+            return  # nothing was created, so there is nothing to remove
         self.status = SandboxStatus.DESTROYED
 
     # -- commands -------------------------------------------------------------------------------
@@ -133,7 +208,19 @@ class FakeSandbox:
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
         self._check("execute_command")
-        command = to_command(cmd)
+        result = self._respond(to_command(cmd))
+        for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
+            if callback is not None and text:
+                outcome = callback(text.encode())
+                if hasattr(outcome, "__await__"):
+                    await outcome
+        return result
+
+    def _respond(self, command: Command) -> CommandResult:
+        """Check ``command`` against the policy, record it, and return its scripted result."""
+        # The same policy as the real sandbox: what it refuses, the fake refuses.
+        plan_process(command, config=self.config, user=self._user(), cwd=self._cwd,
+                     env=self._env, audit=Auditor("fake", self.config.security))
         self.commands.append(command)
         response: Responder = self.default_result
         for pattern, candidate in self._rules:
@@ -144,23 +231,34 @@ class FakeSandbox:
             raise response
         result = response(command) if callable(response) else response
         now = datetime.now(UTC)
-        result = attrs.evolve(result, start_time=result.start_time or now,
-                              end_time=result.end_time or now,
-                              success=result.exit_code == 0 and not result.timed_out,
-                              combined=result.combined or result.stdout + result.stderr)
-        for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
-            if callback is not None and text:
-                outcome = callback(text.encode())
-                if hasattr(outcome, "__await__"):
-                    await outcome
-        return result
+        return attrs.evolve(result, start_time=result.start_time or now,
+                            end_time=result.end_time or now,
+                            success=result.exit_code == 0 and not result.timed_out,
+                            combined=result.combined or result.stdout + result.stderr)
+
+    @contextlib.asynccontextmanager
+    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[FakeProcess]:
+        """Yield a `FakeProcess` replaying the scripted result; leaving kills it if unfinished."""
+        self._check("stream_command")
+        command = to_command(cmd)
+        proc = FakeProcess((command.executable, *command.args), self._respond(command))
+        try:
+            yield proc
+        finally:
+            await proc.aclose()
+
+    def _user(self) -> str:
+        """The user commands run as: ``run_as_user`` (and group), else the default user."""
+        user, group = self.config.security.run_as_user, self.config.security.run_as_group
+        if not user:
+            user, _, default_group = DEFAULT_USER.partition(":")
+            group = group or default_group
+        return f"{user}:{group or user}" if group or user.isdigit() else user
 
     # -- files ----------------------------------------------------------------------------------
 
     def _path(self, path: str) -> str:
-        if not path or "\0" in path:
-            raise FileOperationFailed("the path is empty or contains NUL", path=path)
-        return posixpath.normpath(posixpath.join(self._cwd, path))
+        return resolve(self._cwd, path)
 
     async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
         self._check("write_file")
@@ -213,10 +311,7 @@ class FakeSandbox:
         """Record-only: the fake has no host side; scripted failures still apply."""
         check_limits(max_bytes, max_entries)
         self._check("copy_files")
-        if source.startswith("sandbox:") == dest.startswith("sandbox:"):
-            raise FileOperationFailed(
-                "copy_files needs exactly one side in the sandbox, written 'sandbox:/path'",
-                path=source)
+        parse_copy(self._cwd, source, dest)
 
     # -- working directory and environment ---------------------------------------------------
 
@@ -226,16 +321,20 @@ class FakeSandbox:
     async def set_working_directory(self, path: str) -> None:
         self._check("set_working_directory")
         full = self._path(path)
+        if full in self.files:
+            raise FileOperationFailed(f"cannot change to {full!r}: it is not a directory",
+                                      path=full)
         if full not in self.dirs:
-            raise FileOperationFailed(f"cannot change to {full!r}: it does not exist", path=full)
+            raise SandboxFileNotFound(f"cannot change to {full!r}: it does not exist",
+                                      path=full)
         self._cwd = full
 
     def get_environment(self) -> dict[str, str]:
         return dict(self._env)
 
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        check_environment(env)
-        self._env.update(env)
+    def set_environment(self, env: Mapping[str, str | None]) -> None:
+        """Merge ``env`` into the environment; a value of None removes the variable."""
+        self._env = merge_environment(self._env, env)
 
     # -- info -----------------------------------------------------------------------------------
 

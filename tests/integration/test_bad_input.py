@@ -24,7 +24,7 @@ from sandbox import (
     ResourceLimits,
     ResourceUsage,
     Sandbox,
-    SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxConfig,
     SandboxError,
     SandboxInitFailed,
@@ -175,7 +175,7 @@ async def test_every_public_method_after_cleanup() -> None:
     with anyio.fail_after(2), pytest.raises(SandboxNotRunning):
         async with sb.stream_command("true"):
             pass
-    with pytest.raises(SandboxAlreadyExists):
+    with pytest.raises(SandboxAlreadyInitialized):
         await sb.initialize()
     # What needs no container still answers, from what the sandbox knows.
     with anyio.fail_after(2):

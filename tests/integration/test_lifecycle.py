@@ -9,7 +9,7 @@ from sandbox import (
     IMAGE_BUSYBOX,
     IMAGE_PYTHON,
     Sandbox,
-    SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
     SandboxConfig,
     SandboxInitFailed,
     SandboxNotRunning,
@@ -40,7 +40,7 @@ async def test_status_labels_and_cleanup() -> None:
     assert info.hostname and info.labels["team"] == "qa"
     assert info.annotations == {"task": "t1"}
     assert info.allocated_resources.process_limit > 0
-    with pytest.raises(SandboxAlreadyExists):
+    with pytest.raises(SandboxAlreadyInitialized):
         await sb.initialize()
     await sb.cleanup()
     assert sb.status is SandboxStatus.DESTROYED
@@ -50,9 +50,10 @@ async def test_status_labels_and_cleanup() -> None:
         await sb.execute_command("true")
 
 
-async def test_cleanup_of_never_initialized_sandbox_raises() -> None:
-    with pytest.raises(SandboxNotRunning):
-        await Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)).cleanup()
+async def test_cleanup_of_never_initialized_sandbox_is_a_no_op() -> None:
+    sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
+    await sb.cleanup()
+    assert sb.status is SandboxStatus.CREATING and sb.backend.container_id is None
 
 
 async def test_unknown_type_names_available_ones() -> None:
