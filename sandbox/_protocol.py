@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from ._backend import OutputCallback as OutputCallback
 from ._backend import Process
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._errors import ConfigError
@@ -15,8 +16,6 @@ __all__ = ["CommandLike", "ExecutionSandbox", "OutputCallback"]
 
 #: A command: a `Command`, a shell script string (run with ``/bin/sh -c``), or an argv sequence.
 CommandLike: TypeAlias = Command | str | Sequence[str]
-#: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
-OutputCallback: TypeAlias = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
 
 
 def to_command(cmd: CommandLike) -> Command:

@@ -23,13 +23,10 @@ import anyio
 import attrs
 
 from .. import _constants
-from .._archive import check_limits
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import (
     DEFAULT_CLEANUP_TIMEOUT,
-    DEFAULT_COPY_MAX_BYTES,
-    DEFAULT_COPY_MAX_ENTRIES,
     GVISOR_CLEANUP_TIMEOUT,
     LABEL_CREATED,
     LABEL_MANAGED_BY,
@@ -44,11 +41,9 @@ from .._errors import (
     CommandExecutionFailed,
     ConfigError,
     EngineUnavailable,
-    FileOperationFailed,
     ResourceLimitExceeded,
     SandboxAlreadyInitialized,
     SandboxError,
-    SandboxFileNotFound,
     SandboxInitFailed,
     SandboxNotRunning,
     SecurityViolation,
@@ -56,7 +51,6 @@ from .._errors import (
 )
 from .._image_ref import parse_image_ref
 from .._models import (
-    Command,
     CommandResult,
     FileInfo,
     ResourceLimits,
@@ -66,9 +60,8 @@ from .._models import (
     SandboxStatus,
     as_config,
 )
-from .._paths import parse_copy, resolve
-from .._policy import merge_environment, plan_process, seconds, with_group
-from .._protocol import CommandLike, OutputCallback, to_command
+from .._policy import seconds, with_group
+from .._protocol import OutputCallback
 from . import _files
 from ._cgroup import HostCgroup, command_usage
 from ._create import EngineFacts, plan_container
@@ -323,8 +316,13 @@ class DockerSandbox:
         if self._status is not SandboxStatus.DESTROYED:
             await self.cleanup()
 
-    async def initialize(self, config: SandboxConfig | None = None) -> None:
-        """Create and start the container; on any failure remove what was created."""
+    async def initialize(self, config: SandboxConfig | None = None, *,
+                         environment: Mapping[str, str] | None = None) -> None:
+        """Create and start the container; on any failure remove what was created.
+
+        ``environment`` (what `Sandbox` holds, when no new ``config`` replaces it) is where
+        the set-up adds HOME and the repository's variables; read it back from `environment`.
+        """
         config = None if config is None else as_config(config)
         async with self._lock:
             if self._initialized:
@@ -338,6 +336,8 @@ class DockerSandbox:
                 self._cwd = config.working_dir
                 self._env = dict(config.environment)
                 self._audit = Auditor(self.id, config.security)
+            elif environment is not None:
+                self._env = dict(environment)
             try:
                 await self._initialize()
             except BaseException as exc:
@@ -759,38 +759,42 @@ class DockerSandbox:
 
     # -- commands --------------------------------------------------------------------------------
 
-    def _plan(self, command: Command) -> ProcessSpec:
-        return plan_process(command, config=self._config, user=self._user, cwd=self._cwd,
-                            env=self._env, audit=self._audit)
+    @property
+    def user(self) -> str:
+        """The user commands run as ("uid:gid" or a name); "" before initialize."""
+        return self._user
 
-    async def execute_command(
-        self, cmd: CommandLike, *, on_stdout: OutputCallback | None = None,
+    @property
+    def audit(self) -> Auditor:
+        """Where this sandbox's audit events go."""
+        return self._audit
+
+    @property
+    def working_dir(self) -> str:
+        """The working directory the set-up prepared."""
+        return self._cwd
+
+    def environment(self) -> dict[str, str]:
+        """The environment as the set-up left it (config, HOME, repository variables)."""
+        return dict(self._env)
+
+    def require_running(self) -> None:
+        """Raise the error that says why the sandbox cannot run commands now, if it cannot."""
+        self._require_running()
+
+    async def run_process(
+        self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
-        """Run a command to its end and return what it did.
-
-        A non-zero exit, a signal or a timeout is a result, not an exception.
-        """
+        """Run ``spec`` to its end; a non-zero exit, a signal or a timeout is a result."""
         engine = self._require_running()
-        spec = self._plan(to_command(cmd))
         assert self._container_id is not None
-        try:
-            async with open_exec(
-                engine, self._container_id, spec, attach_stdin=spec.stdin is not None,
-                on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finalizer(),
-            ) as proc:
-                with self._tracked(proc):
-                    result = await proc.wait()
-        except Exception as exc:
-            self._audit_command(spec, error=exc)
-            raise
-        self._audit_command(spec, result=result)
-        return result
-
-    def _audit_command(self, spec: ProcessSpec, *, result: CommandResult | None = None,
-                       error: BaseException | None = None) -> None:
-        self._audit.command(list(spec.argv), user=spec.user, cwd=spec.workdir, env=spec.env,
-                            result=result, error=error)
+        async with open_exec(
+            engine, self._container_id, spec, attach_stdin=spec.stdin is not None,
+            on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finalizer(),
+        ) as proc:
+            with self._tracked(proc):
+                return await proc.wait()
 
     async def _raise_if_container_died(self, patience: float) -> None:
         """Under gVisor a command can fail *because* the sandbox died (exit 128, "urpc ...
@@ -880,29 +884,14 @@ class DockerSandbox:
         return attrs.evolve(result, **changes) if changes else result
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[ExecProcess]:
-        """Start a command and yield a live handle; leaving the block kills it if still running.
-
-        Example:
-            async with sb.stream_command("make test") as proc:
-                async for chunk in proc:
-                    print(chunk.stream, chunk.data)
-                result = await proc.wait()
-        """
+    async def open_process(self, spec: ProcessSpec) -> AsyncIterator[ExecProcess]:
+        """Start ``spec`` and yield its live handle; leaving the block kills it if it runs."""
         engine = self._require_running()
-        spec = self._plan(to_command(cmd))
         assert self._container_id is not None
-        proc: ExecProcess | None = None
-        try:
-            async with open_exec(engine, self._container_id, spec, attach_stdin=True,
-                                 iterate=True, finalize=await self._finalizer()) as proc:
-                with self._tracked(proc):
-                    yield proc
-        except Exception as exc:
-            # The block may fail after the command ended; then its result is the record.
-            self._audit_command(spec, result=proc.result if proc else None, error=exc)
-            raise
-        self._audit_command(spec, result=proc.result)
+        async with open_exec(engine, self._container_id, spec, attach_stdin=True,
+                             iterate=True, finalize=await self._finalizer()) as proc:
+            with self._tracked(proc):
+                yield proc
 
     async def _run_internal(
         self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
@@ -983,81 +972,33 @@ class DockerSandbox:
 
     # -- files -----------------------------------------------------------------------------------
 
-    def _path(self, path: str) -> str:
-        return resolve(self._cwd, path)
+    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
+        """Write a file at the absolute path ``target``, creating parent directories."""
+        await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
 
-    async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
-        """Write a file, creating parent directories."""
-        if isinstance(content, str):
-            content = content.encode()
-        target = self._path(path)
-        with self._audit.file_op("write", target, len(content)):
-            await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
+    async def read_file(self, target: str) -> bytes:
+        """Read a whole file (up to 1 GiB; use copy_out for larger ones)."""
+        return await _files.read_file(self._helper(f"read {target!r}"), target)
 
-    async def read_file(self, path: str) -> bytes:
-        """Read a whole file (up to 1 GiB; use copy_files for larger ones)."""
-        target = self._path(path)
-        with self._audit.file_op("read", target) as record:
-            data = await _files.read_file(self._helper(f"read {target!r}"), target)
-            record["bytes"] = len(data)
-        return data
-
-    async def list_files(self, path: str = ".") -> list[FileInfo]:
+    async def list_files(self, target: str) -> list[FileInfo]:
         """List a directory (or describe one file)."""
-        target = self._path(path)
-        with self._audit.file_op("list", target):
-            return await _files.list_files(
-                self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
-                             max_time=_constants.LIST_MAX_TIME), target)
+        return await _files.list_files(
+            self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
+                         max_time=_constants.LIST_MAX_TIME), target)
 
-    async def copy_files(
-        self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
-        max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
-    ) -> None:
-        """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`.
+    async def copy_in(self, source: Path, target: str) -> None:
+        """Copy a host file or tree to the absolute sandbox path ``target``."""
+        await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
 
-        Copies out follow the copy-out rules (README) and stop at `max_bytes` of file data or
-        `max_entries` entries, leaving nothing at `dest`.
-        """
-        check_limits(max_bytes, max_entries)
-        plan = parse_copy(self._cwd, source, dest)
-        target = plan.sandbox_path
-        if plan.into_sandbox:
-            with self._audit.file_op("copy_in", target) as record:
-                record["source"] = source
-                await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), Path(source),
-                                             target)
-        else:
-            with self._audit.file_op("copy_out", target) as record:
-                record["dest"] = dest
-                await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target,
-                                               Path(dest), max_bytes=max_bytes,
-                                               max_entries=max_entries)
+    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
+                       max_entries: int) -> None:
+        """Copy the sandbox file or tree at ``target`` to the host, by the copy-out rules."""
+        await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
+                                       max_bytes=max_bytes, max_entries=max_entries)
 
-    # -- working directory and environment -------------------------------------------------------
-
-    def get_working_directory(self) -> str:
-        return self._cwd
-
-    async def set_working_directory(self, path: str) -> None:
-        """Make later commands run in ``path``; it must be a directory in the sandbox."""
-        target = self._path(path)
-        kind = await _files.path_kind(self._helper(f"inspect {target!r}"), target)
-        if kind == "none":
-            raise SandboxFileNotFound(f"cannot change to {target!r}: it does not exist",
-                                      path=target)
-        if kind != "dir":
-            raise FileOperationFailed(f"cannot change to {target!r}: it is not a directory",
-                                      path=target)
-        self._cwd = target
-
-    def get_environment(self) -> dict[str, str]:
-        return dict(self._env)
-
-    def set_environment(self, env: Mapping[str, str | None]) -> None:
-        """Merge variables into the environment of later commands; a value of None removes
-        the variable."""
-        self._env = merge_environment(self._env, env)
+    async def path_kind(self, target: str) -> str:
+        """What is at ``target``: "dir", "none", or another kind."""
+        return await _files.path_kind(self._helper(f"inspect {target!r}"), target)
 
     # -- info --------------------------------------------------------------------------------------
 

@@ -82,3 +82,29 @@ async def test_the_fake_streams_a_process_handle() -> None:
             pass
         assert proc.result is not None and proc.result.signal == "SIGKILL"
     assert len(fake.commands) == 3
+
+
+async def test_sandbox_runs_over_the_in_memory_backend() -> None:
+    from sandbox import ConfigError, Sandbox, SandboxConfig, SandboxStatus
+    from sandbox.testing import FakeBackend
+
+    seen: list[tuple[str, ...]] = []
+
+    def respond(spec: object) -> CommandResult:
+        from sandbox._backend import ProcessSpec
+
+        assert isinstance(spec, ProcessSpec)
+        seen.append(spec.argv)
+        return CommandResult(exit_code=0, stdout=f"{spec.workdir} {spec.env['K']} {spec.user}")
+
+    backend = FakeBackend(SandboxConfig(environment={"K": "v"}), respond=respond)
+    async with Sandbox(backend.config, backend=backend) as sb:
+        assert sb.backend is backend and sb.status is SandboxStatus.RUNNING
+        await sb.write_file("sub/f", "x")
+        await sb.set_working_directory("sub")
+        result = await sb.execute_command(["ls", "-l"])
+        assert result.stdout == "/workspace/sub v 1000:1000"
+        assert backend.files["/workspace/sub/f"] == (b"x", 0o644)
+    assert seen == [("ls", "-l")] and backend.status is SandboxStatus.DESTROYED
+    with pytest.raises(ConfigError, match="Docker backend"):
+        Sandbox(backend=FakeBackend(), on_sample=print)
