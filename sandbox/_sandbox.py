@@ -34,8 +34,13 @@ class Sandbox:
 
     Args:
         config: What to create; the defaults describe an isolated sandbox in /workspace.
-        docker: An aiodocker client to use (yours to close); by default one is opened to
-            DOCKER_HOST or the default socket and closed at cleanup.
+        backend: The engine to create it on (`sandbox.docker.DockerBackend`, or
+            `sandbox.testing.FakeBackend`), built with the config; by default a Docker
+            backend from ``config`` and the options below.
+        docker: An aiodocker client for the default Docker backend (yours to close); by
+            default one is opened to DOCKER_HOST or the default socket and closed at cleanup.
+            A convenience kept for existing callers: ``DockerBackend(config, docker=...)``
+            says the same.
         on_pull_progress: Called with each progress record while an image is pulled.
         on_sample: Called with each resource-usage sample (a callback that raises is logged).
     """
@@ -46,13 +51,17 @@ class Sandbox:
         on_pull_progress: Callable[[Mapping[str, Any]], object] | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:
-        config = as_config(config)
         if backend is not None:
             if docker is not None or on_pull_progress is not None or on_sample is not None:
                 raise ConfigError("docker, on_pull_progress and on_sample are options of the "
                                   "Docker backend: give them to it, not with backend=")
+            if config is not None and as_config(config) != backend.config:
+                raise ConfigError("config differs from the backend's: give the config to the "
+                                  "backend only")
+            config = backend.config
             self._impl: Backend = backend
-        else:
+        config = as_config(config)
+        if backend is None:
             if config.type not in BACKENDS:
                 raise SandboxInitFailed(
                     f"unknown sandbox type {config.type!r}",
