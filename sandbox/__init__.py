@@ -5,6 +5,7 @@ Example:
         result = await sb.execute_command("echo hello")
 """
 
+from ._backend import Process as Process
 from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
 from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
 from ._errors import CommandExecutionFailed as CommandExecutionFailed
@@ -84,6 +85,7 @@ __all__ = [
     "OutputCallback",
     "OutputChunk",
     "PortMapping",
+    "Process",
     "RepositoryConfig",
     "ResourceLimitExceeded",
     "ResourceLimits",

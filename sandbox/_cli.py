@@ -37,7 +37,7 @@ from ._sandbox import Sandbox
 from ._signals import cleanup_on_signals, signal_name
 
 if TYPE_CHECKING:
-    from .docker._exec import ExecProcess
+    from ._backend import Process as ExecProcess
 
 __all__ = [
     "build_parser", "cmd_config", "cmd_run", "cmd_shell", "main", "parse_duration",

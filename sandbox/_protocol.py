@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from ._backend import OutputCallback as OutputCallback
+from ._backend import Process
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._errors import ConfigError
 from ._models import Command, CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo
@@ -13,8 +16,6 @@ __all__ = ["CommandLike", "ExecutionSandbox", "OutputCallback"]
 
 #: A command: a `Command`, a shell script string (run with ``/bin/sh -c``), or an argv sequence.
 CommandLike: TypeAlias = Command | str | Sequence[str]
-#: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
-OutputCallback: TypeAlias = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
 
 
 def to_command(cmd: CommandLike) -> Command:
@@ -39,7 +40,10 @@ class ExecutionSandbox(Protocol):
     """
 
     async def initialize(self, config: SandboxConfig | None = None) -> None:
-        """Create and start the sandbox, using `config` or the one given at construction."""
+        """Create and start the sandbox, using `config` or the one given at construction.
+
+        A second call raises `SandboxAlreadyInitialized`: one object, one sandbox.
+        """
         ...
 
     async def execute_command(
@@ -50,6 +54,11 @@ class ExecutionSandbox(Protocol):
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
         """Run `cmd` to completion and collect its result, streaming output to the callbacks."""
+        ...
+
+    def stream_command(self, cmd: CommandLike) -> AbstractAsyncContextManager[Process]:
+        """Start `cmd` and yield its live `Process` handle; leaving the block kills it if it
+        still runs (as ``await proc.aclose()`` does)."""
         ...
 
     async def copy_files(
@@ -81,15 +90,18 @@ class ExecutionSandbox(Protocol):
         ...
 
     async def set_working_directory(self, path: str) -> None:
-        """Use `path` as working directory after checking it exists in the sandbox."""
+        """Use `path` as working directory after checking it is a directory in the sandbox.
+
+        Raises `SandboxFileNotFound` (a `FileNotFoundError`) when it does not exist.
+        """
         ...
 
     def get_environment(self) -> dict[str, str]:
         """Return a copy of the environment applied to every command."""
         ...
 
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        """Merge `env` into the environment applied to every later command."""
+    def set_environment(self, env: Mapping[str, str | None]) -> None:
+        """Merge `env` into the environment of every later command; None removes a variable."""
         ...
 
     async def get_resource_usage(self) -> ResourceUsage:
@@ -97,7 +109,8 @@ class ExecutionSandbox(Protocol):
         ...
 
     async def cleanup(self) -> None:
-        """Stop and remove the sandbox; safe to call more than once."""
+        """Stop and remove the sandbox; safe to call more than once, and before `initialize`
+        (then it does nothing)."""
         ...
 
     async def get_info(self) -> SandboxInfo:

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._archive import check_limits
+from ._backend import Backend, Process, ProcessSpec
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
-from ._errors import SandboxInitFailed
+from ._errors import ConfigError, FileOperationFailed, SandboxFileNotFound, SandboxInitFailed
 from ._models import CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo, as_config
 from ._models import SandboxStatus as SandboxStatus
-from ._protocol import CommandLike, OutputCallback
+from ._paths import parse_copy, resolve
+from ._policy import merge_environment, plan_process
+from ._protocol import CommandLike, OutputCallback, to_command
 
 if TYPE_CHECKING:
     import aiodocker
 
-    from .docker._exec import ExecProcess
-    from .docker._sandbox import DockerSandbox
 
 BACKENDS = ("docker",)
 
@@ -31,31 +34,50 @@ class Sandbox:
 
     Args:
         config: What to create; the defaults describe an isolated sandbox in /workspace.
-        docker: An aiodocker client to use (yours to close); by default one is opened to
-            DOCKER_HOST or the default socket and closed at cleanup.
+        backend: The engine to create it on (`sandbox.docker.DockerBackend`, or
+            `sandbox.testing.FakeBackend`), built with the config; by default a Docker
+            backend from ``config`` and the options below.
+        docker: An aiodocker client for the default Docker backend (yours to close); by
+            default one is opened to DOCKER_HOST or the default socket and closed at cleanup.
+            A convenience kept for existing callers: ``DockerBackend(config, docker=...)``
+            says the same.
         on_pull_progress: Called with each progress record while an image is pulled.
         on_sample: Called with each resource-usage sample (a callback that raises is logged).
     """
 
     def __init__(
-        self, config: SandboxConfig | None = None, *, docker: aiodocker.Docker | None = None,
+        self, config: SandboxConfig | None = None, *, backend: Backend | None = None,
+        docker: aiodocker.Docker | None = None,
         on_pull_progress: Callable[[Mapping[str, Any]], object] | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:
+        if backend is not None:
+            if docker is not None or on_pull_progress is not None or on_sample is not None:
+                raise ConfigError("docker, on_pull_progress and on_sample are options of the "
+                                  "Docker backend: give them to it, not with backend=")
+            if config is not None and as_config(config) != backend.config:
+                raise ConfigError("config differs from the backend's: give the config to the "
+                                  "backend only")
+            config = backend.config
+            self._impl: Backend = backend
         config = as_config(config)
-        if config.type not in BACKENDS:
-            raise SandboxInitFailed(
-                f"unknown sandbox type {config.type!r}",
-                details=f"available types: {', '.join(BACKENDS)}",
-            )
-        from .docker._sandbox import DockerSandbox
+        if backend is None:
+            if config.type not in BACKENDS:
+                raise SandboxInitFailed(
+                    f"unknown sandbox type {config.type!r}",
+                    details=f"available types: {', '.join(BACKENDS)}",
+                )
+            from .docker._sandbox import DockerSandbox
 
-        self._impl: DockerSandbox = DockerSandbox(
-            config, docker=docker, on_pull_progress=on_pull_progress, on_sample=on_sample
-        )
+            self._impl = DockerSandbox(
+                config, docker=docker, on_pull_progress=on_pull_progress, on_sample=on_sample
+            )
+        # Owned here, not by the backend: every backend gets commands already decided.
+        self._cwd = config.working_dir
+        self._env: dict[str, str] = dict(config.environment)
 
     async def __aenter__(self) -> Sandbox:
-        await self._impl.initialize()
+        await self.initialize()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -76,56 +98,149 @@ class Sandbox:
         return self._impl.config
 
     @property
-    def backend(self) -> DockerSandbox:
-        """The backend object, for backend-specific needs (e.g. the container id)."""
+    def backend(self) -> Any:
+        """The backend object, for backend-specific needs (e.g. the Docker container id)."""
         return self._impl
 
     async def initialize(self, config: SandboxConfig | None = None) -> None:
-        """Create and start the sandbox (``async with`` does this for you)."""
+        """Create and start the sandbox (``async with`` does this for you).
+
+        Raises:
+            SandboxAlreadyInitialized: This object was initialized before; make a new one.
+        """
+        config = None if config is None else as_config(config)
         if config is not None and config.type not in BACKENDS:
             raise SandboxInitFailed(f"unknown sandbox type {config.type!r}",
                                     details=f"available types: {', '.join(BACKENDS)}")
-        await self._impl.initialize(config)
+        await self._impl.initialize(config, environment=self._env if config is None else None)
+        self._cwd, self._env = self._impl.working_dir, self._impl.environment()
+
+    # -- commands: the policy decides, the backend runs ------------------------------------------
+
+    def _plan(self, cmd: CommandLike) -> ProcessSpec:
+        return plan_process(to_command(cmd), config=self._impl.config, user=self._impl.user,
+                            cwd=self._cwd, env=self._env, audit=self._impl.audit)
+
+    def _audit_command(self, spec: ProcessSpec, *, result: CommandResult | None = None,
+                       error: BaseException | None = None) -> None:
+        self._impl.audit.command(list(spec.argv), user=spec.user, cwd=spec.workdir,
+                                 env=spec.env, result=result, error=error)
 
     async def execute_command(
         self, cmd: CommandLike, *, on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
         """Run a command to its end; exit codes, signals and timeouts come back as results."""
-        return await self._impl.execute_command(cmd, on_stdout=on_stdout, on_stderr=on_stderr)
+        self._impl.require_running()
+        spec = self._plan(cmd)
+        try:
+            result = await self._impl.run_process(spec, on_stdout=on_stdout, on_stderr=on_stderr)
+        except Exception as exc:
+            self._audit_command(spec, error=exc)
+            raise
+        self._audit_command(spec, result=result)
+        return result
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[ExecProcess]:
-        """Start a command and yield its live handle (iterate it for output chunks)."""
-        async with self._impl.stream_command(cmd) as proc:
-            yield proc
+    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[Process]:
+        """Start a command and yield its live `Process` handle (iterate it for output chunks).
+
+        Leaving the block kills the command if it still runs, as ``await proc.aclose()`` does.
+
+        Example:
+            async with sb.stream_command("make test") as proc:
+                async for chunk in proc:
+                    print(chunk.stream, chunk.data)
+                result = await proc.wait()
+        """
+        self._impl.require_running()
+        spec = self._plan(cmd)
+        proc: Process | None = None
+        try:
+            async with self._impl.open_process(spec) as proc:
+                yield proc
+        except Exception as exc:
+            # The block may fail after the command ended; then its result is the record.
+            self._audit_command(spec, result=proc.result if proc else None, error=exc)
+            raise
+        self._audit_command(spec, result=proc.result)
+
+    # -- files: paths are resolved here, the backend moves bytes ---------------------------------
 
     async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
-        await self._impl.write_file(path, content, mode)
+        """Write a file (text is UTF-8 encoded), creating parent directories."""
+        data = content.encode() if isinstance(content, str) else content
+        target = resolve(self._cwd, path)
+        with self._impl.audit.file_op("write", target, len(data)):
+            await self._impl.write_file(target, data, mode)
 
     async def read_file(self, path: str) -> bytes:
-        return await self._impl.read_file(path)
+        """Read a whole file (up to 1 GiB; use copy_files for larger ones)."""
+        target = resolve(self._cwd, path)
+        with self._impl.audit.file_op("read", target) as record:
+            data = await self._impl.read_file(target)
+            record["bytes"] = len(data)
+        return data
 
     async def list_files(self, path: str = ".") -> list[FileInfo]:
-        return await self._impl.list_files(path)
+        """List a directory (or describe one file)."""
+        target = resolve(self._cwd, path)
+        with self._impl.audit.file_op("list", target):
+            return await self._impl.list_files(target)
 
     async def copy_files(
         self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
         max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
     ) -> None:
-        await self._impl.copy_files(source, dest, max_bytes=max_bytes, max_entries=max_entries)
+        """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`.
+
+        Copies out follow the copy-out rules (README) and stop at `max_bytes` of file data or
+        `max_entries` entries, leaving nothing at `dest`.
+        """
+        check_limits(max_bytes, max_entries)
+        plan = parse_copy(self._cwd, source, dest)
+        target = plan.sandbox_path
+        if plan.into_sandbox:
+            with self._impl.audit.file_op("copy_in", target) as record:
+                record["source"] = source
+                await self._impl.copy_in(Path(plan.host_path), target)
+        else:
+            with self._impl.audit.file_op("copy_out", target) as record:
+                record["dest"] = dest
+                await self._impl.copy_out(target, Path(plan.host_path), max_bytes=max_bytes,
+                                          max_entries=max_entries)
+
+    # -- working directory and environment: state of this object --------------------------------
 
     def get_working_directory(self) -> str:
-        return self._impl.get_working_directory()
+        """The working directory of commands that do not set one."""
+        return self._cwd
 
     async def set_working_directory(self, path: str) -> None:
-        await self._impl.set_working_directory(path)
+        """Make later commands run in ``path``; it must be a directory in the sandbox.
+
+        Raises:
+            SandboxFileNotFound: Nothing is at ``path`` (also a `FileNotFoundError`).
+            FileOperationFailed: Something other than a directory is there.
+        """
+        target = resolve(self._cwd, path)
+        kind = await self._impl.path_kind(target)
+        if kind == "none":
+            raise SandboxFileNotFound(f"cannot change to {target!r}: it does not exist",
+                                      path=target)
+        if kind != "dir":
+            raise FileOperationFailed(f"cannot change to {target!r}: it is not a directory",
+                                      path=target)
+        self._cwd = target
 
     def get_environment(self) -> dict[str, str]:
-        return self._impl.get_environment()
+        """A copy of the variables given to every command."""
+        return dict(self._env)
 
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        self._impl.set_environment(env)
+    def set_environment(self, env: Mapping[str, str | None]) -> None:
+        """Merge ``env`` into the environment of later commands; a value of None removes the
+        variable."""
+        self._env = merge_environment(self._env, env)
 
     async def get_resource_usage(self) -> ResourceUsage:
         return await self._impl.get_resource_usage()
@@ -138,5 +253,8 @@ class Sandbox:
         return await self._impl.get_info()
 
     async def cleanup(self) -> None:
-        """Remove the sandbox and all it created; shielded from cancellation, idempotent."""
+        """Remove the sandbox and all it created; shielded from cancellation, idempotent.
+
+        Before `initialize` nothing exists, and it does nothing.
+        """
         await self._impl.cleanup()

@@ -14,40 +14,115 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import posixpath
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 
 import attrs
 
 from ._archive import check_limits
-from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
+from ._audit import Auditor
+from ._backend import Process, ProcessSpec
+from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES, DEFAULT_USER
 from ._errors import (
-    FileOperationFailed,
     SandboxAlreadyInitialized,
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxNotRunning,
+    StdinClosed,
 )
 from ._models import (
     Command,
     CommandResult,
     FileInfo,
+    OutputChunk,
     ResourceUsage,
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
     as_config,
-    check_environment,
 )
 from ._protocol import CommandLike, OutputCallback, to_command
+from ._sandbox import Sandbox
+from ._signals import parse_signal, signal_name
 
-__all__ = ["FakeSandbox"]
+__all__ = ["FakeBackend", "FakeProcess", "FakeSandbox"]
 
 Responder = CommandResult | SandboxError | Callable[[Command], CommandResult]
+
+
+class FakeProcess:
+    """The fake's `Process`: replays a scripted result's output; nothing runs.
+
+    What is written to its stdin is kept in `stdin`. `kill` before the end (or leaving the
+    block early, or `aclose`) ends it as killed by that signal, like the real handle.
+    """
+
+    def __init__(self, argv: tuple[str, ...], result: CommandResult) -> None:
+        self.argv = argv
+        self.stdin = bytearray()
+        self._scripted = result
+        self._stdin_closed = False
+        self._result: CommandResult | None = None
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[OutputChunk]:
+        for stream, data in (("stdout", self._scripted.stdout_bytes
+                              or self._scripted.stdout.encode()),
+                             ("stderr", self._scripted.stderr_bytes
+                              or self._scripted.stderr.encode())):
+            if data and self._result is None:
+                yield OutputChunk(stream=stream, data=data)  # type: ignore[arg-type]
+        self._end(self._scripted)
+
+    def _end(self, result: CommandResult) -> None:
+        if self._result is None:
+            self._result = result
+
+    @property
+    def running(self) -> bool:
+        """True until the scripted command has ended (or was killed)."""
+        return self._result is None
+
+    @property
+    def result(self) -> CommandResult | None:
+        """The result once ended, else None."""
+        return self._result
+
+    async def write_stdin(self, data: bytes | str) -> None:
+        """Keep ``data`` in `stdin`; raises `StdinClosed` after `close_stdin` or the end."""
+        if self._stdin_closed or self._result is not None:
+            raise StdinClosed("the command's stdin is closed")
+        self.stdin += data.encode() if isinstance(data, str) else data
+
+    async def close_stdin(self) -> None:
+        """Close stdin; later writes raise `StdinClosed`."""
+        self._stdin_closed = True
+
+    async def kill(self, signal: int | str = "KILL") -> None:
+        """End the command, if still running, as killed by ``signal``."""
+        number = parse_signal(signal)
+        self._end(attrs.evolve(self._scripted, exit_code=128 + number, success=False,
+                               signal=signal_name(128 + number)))
+
+    async def wait(self) -> CommandResult:
+        """Return the result (the scripted one, unless killed first)."""
+        self._end(self._scripted)
+        assert self._result is not None
+        return self._result
+
+    async def aclose(self) -> None:
+        """Kill the command if it has not ended; idempotent."""
+        if self._result is None:
+            await self.kill()
 
 
 def _text(command: Command) -> str:
@@ -57,30 +132,232 @@ def _text(command: Command) -> str:
     return " ".join((command.executable, *command.args))
 
 
-class FakeSandbox:
-    """A scriptable, engine-free `ExecutionSandbox` (like the design's mock sandbox).
+class FakeBackend:
+    """An in-memory `Backend`: files and directories in dicts, commands answered by a function.
 
-    Commands answer from rules added with `on_command` (first match wins, a regex searched in
-    the shell script or the joined argv), else `default_result`. `fail_next(method, error)`
-    makes the next call of a method raise. Every command run is kept in `commands`.
+    No policy lives here: `Sandbox` decides every command and resolves every path, exactly as
+    over the Docker backend, so a fake sandbox refuses what a real one refuses.
     """
 
-    def __init__(self, config: SandboxConfig | None = None) -> None:
-        self.config = as_config(config)
-        self.status = SandboxStatus.CREATING
-        self.commands: list[Command] = []
+    def __init__(self, config: SandboxConfig | None = None, *,
+                 respond: Callable[[ProcessSpec], CommandResult] | None = None) -> None:
+        self.id = "fake"
+        self._config = as_config(config)
+        self._status = SandboxStatus.CREATING
+        self._respond = respond or (lambda spec: CommandResult(exit_code=0, success=True))
         self.files: dict[str, tuple[bytes, int]] = {}
-        self.dirs: set[str] = {"/", self.config.working_dir}
-        self.default_result = CommandResult(exit_code=0, success=True)
+        self.dirs: set[str] = {"/", self._config.working_dir}
         self.usage = ResourceUsage()
-        self._rules: list[tuple[re.Pattern[str], Responder]] = []
-        self._failures: dict[str, list[SandboxError]] = {}
-        self._cwd = self.config.working_dir
-        self._env = dict(self.config.environment)
+        self._audit = Auditor(self.id, self._config.security)
+        self._env: dict[str, str] = dict(self._config.environment)
         self._initialized = False
         self._created_at: datetime | None = None
 
-    # -- scripting ------------------------------------------------------------------------------
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def config(self) -> SandboxConfig:
+        return self._config
+
+    @property
+    def status(self) -> SandboxStatus:
+        return self._status
+
+    @status.setter
+    def status(self, value: SandboxStatus) -> None:
+        self._status = value
+
+    @property
+    def user(self) -> str:
+        """``run_as_user`` (and group), else the SDK's default non-root user."""
+        user, group = self._config.security.run_as_user, self._config.security.run_as_group
+        if not user:
+            user, _, default_group = DEFAULT_USER.partition(":")
+            group = group or default_group
+        return f"{user}:{group or user}" if group or user.isdigit() else user
+
+    @property
+    def audit(self) -> Auditor:
+        return self._audit
+
+    @property
+    def working_dir(self) -> str:
+        return self._config.working_dir
+
+    def environment(self) -> dict[str, str]:
+        return dict(self._env)
+
+    def require_running(self) -> None:
+        if self._status is not SandboxStatus.RUNNING:
+            raise SandboxNotRunning(f"the sandbox is {self._status.value}")
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def initialize(self, config: SandboxConfig | None = None, *,
+                         environment: Mapping[str, str] | None = None) -> None:
+        if self._initialized:
+            raise SandboxAlreadyInitialized("this sandbox was already initialized; create a "
+                                            "new one for another sandbox")
+        if config is not None:
+            self._config = config = as_config(config)
+            self._env = dict(config.environment)
+            self._audit = Auditor(self.id, config.security)
+            self.dirs.add(config.working_dir)
+        elif environment is not None:
+            self._env = dict(environment)
+        self._initialized = True
+        self._created_at = datetime.now(UTC)
+        self._status = SandboxStatus.RUNNING
+
+    async def cleanup(self) -> None:
+        if self._initialized:
+            self._status = SandboxStatus.DESTROYED
+
+    # -- commands ----------------------------------------------------------------------
+
+    async def run_process(
+        self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandResult:
+        self.require_running()
+        result = self._respond(spec)
+        for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
+            if callback is not None and text:
+                outcome = callback(text.encode())
+                if inspect.isawaitable(outcome):
+                    await outcome
+        return result
+
+    @contextlib.asynccontextmanager
+    async def open_process(self, spec: ProcessSpec) -> AsyncIterator[FakeProcess]:
+        self.require_running()
+        proc = FakeProcess(spec.argv, self._respond(spec))
+        try:
+            yield proc
+        finally:
+            await proc.aclose()
+
+    # -- files ----------------------------------------------------------------------
+
+    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
+        self.require_running()
+        if target in self.dirs:
+            raise SandboxIsADirectory(f"write {target!r} failed: it is a directory", path=target)
+        self.files[target] = (content, mode)
+        parent = posixpath.dirname(target)
+        while parent not in self.dirs:
+            self.dirs.add(parent)
+            parent = posixpath.dirname(parent)
+
+    async def read_file(self, target: str) -> bytes:
+        self.require_running()
+        if target in self.dirs:
+            raise SandboxIsADirectory(f"read {target!r} failed: it is a directory", path=target)
+        if target not in self.files:
+            raise SandboxFileNotFound(f"read {target!r} failed: no such file or directory",
+                                      path=target)
+        return self.files[target][0]
+
+    async def list_files(self, target: str) -> list[FileInfo]:
+        self.require_running()
+        now = datetime.now(UTC)
+        if target in self.files:
+            data, mode = self.files[target]
+            return [_info(target, len(data), stat.S_IFREG | mode, now)]
+        if target not in self.dirs:
+            raise SandboxFileNotFound(f"list {target!r} failed: no such file or directory",
+                                      path=target)
+        entries = [_info(d, 0, stat.S_IFDIR | 0o755, now)
+                   for d in sorted(self.dirs) if d != target and posixpath.dirname(d) == target]
+        entries += [_info(f, len(d), stat.S_IFREG | m, now) for f, (d, m)
+                    in sorted(self.files.items()) if posixpath.dirname(f) == target]
+        return entries
+
+    async def copy_in(self, source: Path, target: str) -> None:
+        """Record-only: the fake has no host side."""
+        self.require_running()
+
+    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
+                       max_entries: int) -> None:
+        """Record-only: the fake has no host side."""
+        self.require_running()
+
+    async def path_kind(self, target: str) -> str:
+        self.require_running()
+        return "dir" if target in self.dirs else "file" if target in self.files else "none"
+
+    # -- info ----------------------------------------------------------------------
+
+    async def get_resource_usage(self) -> ResourceUsage:
+        self.require_running()
+        return self.usage
+
+    def usage_history(self) -> list[ResourceUsage]:
+        return [self.usage]
+
+    async def get_info(self) -> SandboxInfo:
+        return SandboxInfo(id=self.id, name=self.id, type=self._config.type,
+                           status=self._status, created_at=self._created_at,
+                           started_at=self._created_at, image=self._config.image,
+                           config=self._config, allocated_resources=self._config.resources,
+                           labels=dict(self._config.labels),
+                           annotations=dict(self._config.annotations))
+
+
+def _info(path: str, size: int, mode: int, when: datetime) -> FileInfo:
+    return FileInfo(name=posixpath.basename(path), path=path, size=size,
+                    mode=stat.S_IMODE(mode), mod_time=when, is_dir=stat.S_ISDIR(mode),
+                    owner="root", group="root", permissions=stat.filemode(mode))
+
+
+class FakeSandbox(Sandbox):
+    """A scriptable, engine-free `Sandbox`: the real one over a `FakeBackend`.
+
+    Commands answer from rules added with `on_command` (first match wins, a regex searched in
+    the shell script or the joined argv), else `default_result`. `fail_next(method, error)`
+    makes the next call of a method raise. Every command run is kept in `commands`. The
+    policy, working directory, environment and paths are the real `Sandbox`'s.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self._fake = FakeBackend(config, respond=self._answer)
+        super().__init__(self._fake.config, backend=self._fake)
+        self.commands: list[Command] = []
+        self.default_result = CommandResult(exit_code=0, success=True)
+        self._rules: list[tuple[re.Pattern[str], Responder]] = []
+        self._failures: dict[str, list[SandboxError]] = {}
+        self._pending: list[Command] = []
+
+    # -- what the in-memory backend holds -------------------------------------------------------
+
+    @property
+    def status(self) -> SandboxStatus:
+        return self._fake.status
+
+    @status.setter
+    def status(self, value: SandboxStatus) -> None:
+        self._fake.status = value
+
+    @property
+    def files(self) -> dict[str, tuple[bytes, int]]:
+        """Path -> (content, mode) of every file written."""
+        return self._fake.files
+
+    @property
+    def dirs(self) -> set[str]:
+        """Every directory that exists."""
+        return self._fake.dirs
+
+    @property
+    def usage(self) -> ResourceUsage:
+        """What `get_resource_usage` returns."""
+        return self._fake.usage
+
+    @usage.setter
+    def usage(self, value: ResourceUsage) -> None:
+        self._fake.usage = value
+
+    # -- scripting ----------------------------------------------------------------------
 
     def on_command(self, pattern: str, response: Responder) -> None:
         """Answer commands matching ``pattern`` with a result, an error, or a function."""
@@ -90,50 +367,14 @@ class FakeSandbox:
         """Make the next call of ``method`` (e.g. "read_file") raise ``error``."""
         self._failures.setdefault(method, []).append(error)
 
-    def _check(self, method: str, *, running: bool = True) -> None:
+    def _check(self, method: str) -> None:
         queued = self._failures.get(method)
         if queued:
             raise queued.pop(0)
-        if running and self.status is not SandboxStatus.RUNNING:
-            raise SandboxNotRunning(f"the sandbox is {self.status.value}")
 
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    async def __aenter__(self) -> FakeSandbox:
-        await self.initialize()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.status is not SandboxStatus.DESTROYED:
-            await self.cleanup()
-
-    async def initialize(self, config: SandboxConfig | None = None) -> None:
-        self._check("initialize", running=False)
-        if self._initialized:
-            raise SandboxAlreadyInitialized("this sandbox was already initialized")
-        if config is not None:
-            self.config = config = as_config(config)
-            self._cwd = config.working_dir
-            self._env = dict(config.environment)
-            self.dirs.add(config.working_dir)
-        self._initialized = True
-        self._created_at = datetime.now(UTC)
-        self.status = SandboxStatus.RUNNING
-
-    async def cleanup(self) -> None:
-        self._check("cleanup", running=False)
-        if not self._initialized:
-            raise SandboxNotRunning("the sandbox was never initialized; nothing to clean up")
-        self.status = SandboxStatus.DESTROYED
-
-    # -- commands -------------------------------------------------------------------------------
-
-    async def execute_command(
-        self, cmd: CommandLike, *, on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-    ) -> CommandResult:
-        self._check("execute_command")
-        command = to_command(cmd)
+    def _answer(self, spec: ProcessSpec) -> CommandResult:
+        """The backend's responder: the scripted answer to the command being run."""
+        command = self._pending.pop()
         self.commands.append(command)
         response: Responder = self.default_result
         for pattern, candidate in self._rules:
@@ -144,112 +385,75 @@ class FakeSandbox:
             raise response
         result = response(command) if callable(response) else response
         now = datetime.now(UTC)
-        result = attrs.evolve(result, start_time=result.start_time or now,
-                              end_time=result.end_time or now,
-                              success=result.exit_code == 0 and not result.timed_out,
-                              combined=result.combined or result.stdout + result.stderr)
-        for callback, text in ((on_stdout, result.stdout), (on_stderr, result.stderr)):
-            if callback is not None and text:
-                outcome = callback(text.encode())
-                if hasattr(outcome, "__await__"):
-                    await outcome
-        return result
+        return attrs.evolve(result, start_time=result.start_time or now,
+                            end_time=result.end_time or now,
+                            success=result.exit_code == 0 and not result.timed_out,
+                            combined=result.combined or result.stdout + result.stderr)
 
-    # -- files ----------------------------------------------------------------------------------
+    # -- the public methods, each first taking a failure queued by fail_next ---------------------
 
-    def _path(self, path: str) -> str:
-        if not path or "\0" in path:
-            raise FileOperationFailed("the path is empty or contains NUL", path=path)
-        return posixpath.normpath(posixpath.join(self._cwd, path))
+    async def initialize(self, config: SandboxConfig | None = None) -> None:
+        self._check("initialize")
+        await super().initialize(config)
+
+    async def cleanup(self) -> None:
+        self._check("cleanup")
+        await super().cleanup()
+
+    async def execute_command(
+        self, cmd: CommandLike, *, on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandResult:
+        self._check("execute_command")
+        command = to_command(cmd)
+        self._pending.append(command)
+        try:
+            return await super().execute_command(command, on_stdout=on_stdout,
+                                                 on_stderr=on_stderr)
+        finally:
+            self._pending.clear()
+
+    @contextlib.asynccontextmanager
+    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[Process]:
+        self._check("stream_command")
+        command = to_command(cmd)
+        self._pending.append(command)
+        try:
+            async with super().stream_command(command) as proc:
+                self._pending.clear()
+                yield proc
+        finally:
+            self._pending.clear()
 
     async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
         self._check("write_file")
-        full = self._path(path)
-        if full in self.dirs:
-            raise SandboxIsADirectory(f"write {full!r} failed: it is a directory", path=full)
-        data = content.encode() if isinstance(content, str) else content
-        self.files[full] = (data, mode)
-        parent = posixpath.dirname(full)
-        while parent not in self.dirs:
-            self.dirs.add(parent)
-            parent = posixpath.dirname(parent)
+        await super().write_file(path, content, mode)
 
     async def read_file(self, path: str) -> bytes:
         self._check("read_file")
-        full = self._path(path)
-        if full in self.dirs:
-            raise SandboxIsADirectory(f"read {full!r} failed: it is a directory", path=full)
-        if full not in self.files:
-            raise SandboxFileNotFound(f"read {full!r} failed: no such file or directory",
-                                      path=full)
-        return self.files[full][0]
+        return await super().read_file(path)
 
     async def list_files(self, path: str = ".") -> list[FileInfo]:
         self._check("list_files")
-        full = self._path(path)
-        now = datetime.now(UTC)
-        if full in self.files:
-            data, mode = self.files[full]
-            return [self._info(full, len(data), stat.S_IFREG | mode, now)]
-        if full not in self.dirs:
-            raise SandboxFileNotFound(f"list {full!r} failed: no such file or directory",
-                                      path=full)
-        entries = [self._info(d, 0, stat.S_IFDIR | 0o755, now)
-                   for d in sorted(self.dirs) if d != full and posixpath.dirname(d) == full]
-        entries += [self._info(f, len(d), stat.S_IFREG | m, now)
-                    for f, (d, m) in sorted(self.files.items()) if posixpath.dirname(f) == full]
-        return entries
-
-    @staticmethod
-    def _info(path: str, size: int, mode: int, when: datetime) -> FileInfo:
-        return FileInfo(name=posixpath.basename(path), path=path, size=size,
-                        mode=stat.S_IMODE(mode), mod_time=when, is_dir=stat.S_ISDIR(mode),
-                        owner="root", group="root", permissions=stat.filemode(mode))
+        return await super().list_files(path)
 
     async def copy_files(
         self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
         max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
     ) -> None:
-        """Record-only: the fake has no host side; scripted failures still apply."""
+        """Record-only: the fake has no host side; limits and scripted failures still apply."""
         check_limits(max_bytes, max_entries)
         self._check("copy_files")
-        if source.startswith("sandbox:") == dest.startswith("sandbox:"):
-            raise FileOperationFailed(
-                "copy_files needs exactly one side in the sandbox, written 'sandbox:/path'",
-                path=source)
-
-    # -- working directory and environment ---------------------------------------------------
-
-    def get_working_directory(self) -> str:
-        return self._cwd
+        await super().copy_files(source, dest, max_bytes=max_bytes, max_entries=max_entries)
 
     async def set_working_directory(self, path: str) -> None:
         self._check("set_working_directory")
-        full = self._path(path)
-        if full not in self.dirs:
-            raise FileOperationFailed(f"cannot change to {full!r}: it does not exist", path=full)
-        self._cwd = full
-
-    def get_environment(self) -> dict[str, str]:
-        return dict(self._env)
-
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        check_environment(env)
-        self._env.update(env)
-
-    # -- info -----------------------------------------------------------------------------------
+        await super().set_working_directory(path)
 
     async def get_resource_usage(self) -> ResourceUsage:
         self._check("get_resource_usage")
-        return self.usage
+        return await super().get_resource_usage()
 
     async def get_info(self) -> SandboxInfo:
-        self._check("get_info", running=False)
-        return SandboxInfo(id="fake", name="fake", type=self.config.type, status=self.status,
-                           created_at=self._created_at, started_at=self._created_at,
-                           image=self.config.image, config=self.config,
-                           allocated_resources=self.config.resources,
-                           labels=dict(self.config.labels),
-                           annotations=dict(self.config.annotations))
-
-
+        self._check("get_info")
+        return await super().get_info()

@@ -35,6 +35,7 @@ from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 from anyio.abc import TaskGroup
 
+from .._backend import ProcessSpec
 from .._errors import (
     CommandNotExecutable,
     CommandNotFound,
@@ -232,6 +233,7 @@ class ExecProcess:
         self._kill_reason = ""
         self._killed = False
         self._abandoned = False
+        self._closed = False  # aclose() ran
         self._pump_error: BaseException | None = None
         self._result: CommandResult | None = None
         self.start_time = datetime.now(UTC)
@@ -350,12 +352,26 @@ class ExecProcess:
             self._stopped = error
             self._stopped_event.set()
 
+    async def aclose(self) -> None:
+        """Kill the command if it still runs and drop output nobody read; idempotent.
+
+        Leaving the ``stream_command`` block (normally, by an error, by a callback that raised
+        or by cancellation) does this, so no command is left running in the sandbox.
+        """
+        if not self._closed:
+            self._closed = True
+            if not self._drained and not self._abandoned:
+                self._killed = True
+                with anyio.CancelScope(shield=True):
+                    await self._sweep_unread()
+        self._receive.close()
+
     async def wait(self) -> CommandResult:
         """Wait for the command to end and return its result.
 
         Output not yet read through iteration is still captured in the result.
         """
-        if self._iterate:
+        if self._iterate and not self._closed:
             async for _ in self._receive:
                 pass
         await self._done.wait()
@@ -663,13 +679,14 @@ async def _single_errors() -> AsyncIterator[None]:
 
 @contextlib.asynccontextmanager
 async def open_exec(
-    engine: Engine, container_id: str, *, argv: Sequence[str], env: Mapping[str, str],
-    workdir: str, user: str, stdin: bytes | AsyncIterable[bytes] | None, attach_stdin: bool,
-    max_output_bytes: int, time_limit: float | None, idle_timeout: float | None,
+    engine: Engine, container_id: str, spec: ProcessSpec, *, attach_stdin: bool,
     on_stdout: Callback | None = None, on_stderr: Callback | None = None, iterate: bool = False,
     finalize: Finalizer | None = None,
 ) -> AsyncIterator[ExecProcess]:
-    """Start ``argv`` in the container; on leaving, kill it if it still runs and close up."""
+    """Start ``spec`` in the container; on leaving, kill it if it still runs and close up."""
+    argv, env, workdir, user, stdin = spec.argv, spec.env, spec.workdir, spec.user, spec.stdin
+    max_output_bytes, time_limit, idle_timeout = (spec.max_output_bytes, spec.time_limit,
+                                                  spec.idle_timeout)
     marker = uuid.uuid4().hex
     env_list = [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"]
     _check_exec_size(argv, env_list)
@@ -727,13 +744,7 @@ async def open_exec(
             try:
                 yield proc
             finally:
-                if not proc._drained and not proc._abandoned:
-                    # Leaving the block (normally, by an error, by a callback that raised or
-                    # by cancellation) must not leave the command running in the sandbox.
-                    proc._killed = True
-                    with anyio.CancelScope(shield=True):
-                        await proc._sweep_unread()
-                proc._receive.close()
+                await proc.aclose()
     finally:
         if proc is not None:
             # Also when a second asyncio cancel broke into the shielded sweep above.

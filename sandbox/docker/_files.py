@@ -29,6 +29,7 @@ from .._errors import (
     SandboxPermissionDenied,
 )
 from .._models import CommandResult, FileInfo
+from .._paths import resolve as resolve
 
 #: read_file refuses larger files (it returns them whole); copy_files streams to disk instead.
 DEFAULT_READ_LIMIT = 1 << 30
@@ -340,22 +341,4 @@ async def copy_from_sandbox(
         await anyio.to_thread.run_sync(functools.partial(
             extract_tar, spool, target, base, source=src, max_bytes=max_bytes,
             max_entries=max_entries))
-
-
-def resolve(cwd: str, path: str) -> str:
-    """Resolve a sandbox path against the working directory and normalize ``..``."""
-    if not path:
-        raise FileOperationFailed("an empty path was given", path=path)
-    if "\0" in path:
-        raise FileOperationFailed("the path contains a NUL byte", path=path)
-    try:
-        path.encode()
-    except UnicodeEncodeError:
-        raise FileOperationFailed(
-            "the path is not valid Unicode (it holds a lone surrogate)", path=path,
-            details="the Engine API carries paths as UTF-8 text; reach such a file with a "
-                    "glob in execute_command") from None
-    joined = path if path.startswith("/") else posixpath.join(cwd, path)
-    norm = posixpath.normpath(joined)
-    return "/" + norm.lstrip("/")
 

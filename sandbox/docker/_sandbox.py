@@ -14,7 +14,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,10 @@ import anyio
 import attrs
 
 from .. import _constants
-from .._archive import check_limits
 from .._audit import Auditor
+from .._backend import ProcessSpec
 from .._constants import (
     DEFAULT_CLEANUP_TIMEOUT,
-    DEFAULT_COPY_MAX_BYTES,
-    DEFAULT_COPY_MAX_ENTRIES,
     GVISOR_CLEANUP_TIMEOUT,
     LABEL_CREATED,
     LABEL_MANAGED_BY,
@@ -43,8 +41,6 @@ from .._errors import (
     CommandExecutionFailed,
     ConfigError,
     EngineUnavailable,
-    FileOperationFailed,
-    NetworkAccessDenied,
     ResourceLimitExceeded,
     SandboxAlreadyExists,
     SandboxAlreadyInitialized,
@@ -57,7 +53,6 @@ from .._errors import (
 )
 from .._image_ref import parse_image_ref
 from .._models import (
-    Command,
     CommandResult,
     FileInfo,
     ResourceLimits,
@@ -66,12 +61,12 @@ from .._models import (
     SandboxInfo,
     SandboxStatus,
     as_config,
-    check_environment,
 )
-from .._protocol import CommandLike, OutputCallback, to_command
+from .._policy import seconds, with_group
+from .._protocol import OutputCallback
 from . import _files
 from ._cgroup import HostCgroup, command_usage
-from ._create import EngineFacts, plan_container, user_group
+from ._create import EngineFacts, plan_container
 from ._engine import Engine, client_like, new_client
 from ._exec import ExecProcess, Finalizer, open_exec
 from ._health import REMOVED_REASON, watch_container
@@ -82,7 +77,6 @@ from ._workspace import Workspace
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
-SANDBOX_SCHEME = "sandbox:"
 
 log = logging.getLogger("sandbox.lifecycle")
 
@@ -107,18 +101,8 @@ def _owner_labels() -> dict[str, str]:
     return labels
 
 
-def _seconds(value: timedelta) -> float | None:
-    s = value.total_seconds()
-    return s if s > 0 else None
-
-
-def _is_root(user: str) -> bool:
-    return user.split(":", 1)[0] in ("0", "root")
-
-
-def _with_group(user: str) -> str:
-    """A numeric user without a group gets the same number as group, never the engine's 0."""
-    return f"{user}:{user_group(user)}" if user.isdigit() else user
+_seconds = seconds
+_with_group = with_group
 
 
 #: Run as the sandbox user at start: print "uid gid home-writable", and with "1" as $1 make the
@@ -174,14 +158,6 @@ def _root_owned_empty_dir(head: bytes) -> bool:
         pass  # cut short inside the second entry, or not a tar: decided below
     return len(members) == 1 and members[0].isdir() and members[0].uid == 0 and \
         len(head) < _PROBE_BYTES
-
-
-def _widens(asked: str, sandbox: str) -> bool:
-    """True when running as ``asked`` gives root (user or group) the sandbox user lacks."""
-    uid, _, gid = asked.partition(":")
-    s_uid, _, s_gid = sandbox.partition(":")
-    root = ("0", "root")
-    return (uid in root and s_uid not in root) or (gid in root and s_gid not in root)
 
 
 async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
@@ -253,7 +229,9 @@ class DockerSandbox:
         self._cwd = self._config.working_dir
         self._env: dict[str, str] = dict(self._config.environment)
         self._lock = anyio.Lock()
-        self._tasks: list[asyncio.Task[None]] = []
+        # The supervisor of the sandbox's own background work (see _start_background).
+        self._background: asyncio.Task[None] | None = None
+        self._background_error: BaseException | None = None
         self._facts: EngineFacts | None = None
         self._user = ""
         self._root_opt_in = False
@@ -320,6 +298,11 @@ class DockerSandbox:
         reason = f" ({self._status_reason})" if self._status_reason else ""
         if self._status_reason == REMOVED_REASON:
             return SandboxNotFound(f"the sandbox's container is gone{reason}")
+        if self._background_error is not None:
+            return SandboxNotRunning(
+                f"the sandbox is {self._status.value}{reason}",
+                details="the SDK lost track of the sandbox; call cleanup() and start a new one",
+                cause=self._background_error)
         return SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
 
     @contextlib.contextmanager
@@ -343,8 +326,13 @@ class DockerSandbox:
         if self._status is not SandboxStatus.DESTROYED:
             await self.cleanup()
 
-    async def initialize(self, config: SandboxConfig | None = None) -> None:
-        """Create and start the container; on any failure remove what was created."""
+    async def initialize(self, config: SandboxConfig | None = None, *,
+                         environment: Mapping[str, str] | None = None) -> None:
+        """Create and start the container; on any failure remove what was created.
+
+        ``environment`` (what `Sandbox` holds, when no new ``config`` replaces it) is where
+        the set-up adds HOME and the repository's variables; read it back from `environment`.
+        """
         config = None if config is None else as_config(config)
         async with self._lock:
             if self._initialized:
@@ -357,6 +345,8 @@ class DockerSandbox:
                 self._cwd = config.working_dir
                 self._env = dict(config.environment)
                 self._audit = Auditor(self.id, config.security)
+            elif environment is not None:
+                self._env = dict(environment)
             try:
                 await self._initialize()
             except BaseException as exc:
@@ -423,6 +413,10 @@ class DockerSandbox:
         # which would leave the SDK unable to prepare the workspace or kill another uid's tree.
         body = dict(plan.body)
         self._user = body.pop("User", "") or ""
+        # The config's variables reach every command through its exec (self._env), not the
+        # container's environment, which an exec cannot unset: so set_environment can.
+        own = {f"{key}={value}" for key, value in cfg.environment.items()}
+        body["Env"] = [entry for entry in body.get("Env") or [] if entry not in own]
         for opt_in in plan.opt_ins:
             setting, _, granted = opt_in.partition(": ")
             self._audit.opt_in(setting, granted)
@@ -598,24 +592,51 @@ class DockerSandbox:
             headers={"Content-Type": "application/x-tar"})
 
     def _start_background(self) -> None:
-        """Start the sandbox's own tasks; cleanup cancels and awaits every one of them."""
+        """Start the sandbox's own work: the event watcher, the wall clock, the sampler.
+
+        They run in one anyio task group that the sandbox owns, under a supervisor task (the
+        group must outlive ``initialize``, and cleanup may run in another task); cleanup
+        cancels and awaits it. A failure there is logged, moves the sandbox to FAILED and
+        makes the next call raise; it never passes unnoticed.
+        """
         assert self._engine is not None and self._container_id is not None
+        engine, container_id = self._engine, self._container_id
+        work: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = []
         wall = _seconds(self._config.resources.wall_time_limit)
         if wall is not None:
-            self._tasks.append(asyncio.ensure_future(self._wall_clock(wall)))
-        self._tasks.append(asyncio.ensure_future(watch_container(
-            self._engine, self._container_id, self._on_container_stop,
-            on_oom=self._on_oom, on_pause=self._on_pause,
-        )))
+            work.append(("the wall clock", lambda: self._wall_clock(wall)))
+        work.append(("the event watcher", lambda: watch_container(
+            engine, container_id, self._on_container_stop, on_oom=self._on_oom,
+            on_pause=self._on_pause)))
         interval = self._config.stats_interval.total_seconds()
         if interval > 0:
-            self._sampler = StatsSampler(
-                self._engine, self._container_id, interval=max(interval, 1.0),
+            sampler = self._sampler = StatsSampler(
+                engine, container_id, interval=max(interval, 1.0),
                 on_sample=self._on_sample, proc_reader=self._read_proc_counts,
                 started_at=time.monotonic(),
                 host_mem=self._facts.mem_total if self._facts else 0,
             )
-            self._tasks.append(asyncio.ensure_future(self._sampler.run()))
+            work.append(("the stats sampler", sampler.run))
+        self._background = asyncio.ensure_future(self._supervise(work))
+
+    async def _supervise(
+        self, work: Sequence[tuple[str, Callable[[], Coroutine[Any, Any, None]]]]
+    ) -> None:
+        async with anyio.create_task_group() as tg:
+            for name, start in work:
+                tg.start_soon(self._guarded, name, start, tg.cancel_scope)
+
+    async def _guarded(self, name: str, start: Callable[[], Coroutine[Any, Any, None]],
+                       group: anyio.CancelScope) -> None:
+        """Run one piece of background work; its failure fails the sandbox, visibly."""
+        try:
+            await start()
+        except Exception as exc:
+            log.error("sandbox %s: %s failed", self.id, name, exc_info=exc)
+            self._background_error = exc
+            self.mark_failed(f"{name} failed: {type(exc).__name__}: {exc}")
+            self._stop_commands()
+            group.cancel()  # the rest cannot be trusted without it
 
     async def _read_proc_counts(self) -> tuple[int, int, int]:
         # As the sandbox user: root has no capabilities, so it could not read another
@@ -667,7 +688,7 @@ class DockerSandbox:
         Shielded from cancellation, so a cancelled caller still leaves nothing behind.
         """
         if not self._initialized:
-            raise SandboxNotRunning("the sandbox was never initialized; nothing to clean up")
+            return  # nothing was created, so there is nothing to remove
         await _finish_despite_cancel(self._cleanup())
 
     async def _cleanup(self) -> None:
@@ -683,12 +704,12 @@ class DockerSandbox:
                 self._status = SandboxStatus.DESTROYED
 
     async def _remove_everything(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
+        if self._background is not None:
+            self._background.cancel()
+            # _guarded logged and recorded every failure; what is left is the cancellation.
             with contextlib.suppress(BaseException):
-                await task
-        self._tasks.clear()
+                await self._background
+            self._background = None
         errors: list[str] = []
         closing = self._docker if self._owns_docker else None
         if self._engine is not None and self._engine.docker.session.closed:
@@ -757,86 +778,42 @@ class DockerSandbox:
 
     # -- commands --------------------------------------------------------------------------------
 
-    def _exec_params(self, command: Command) -> dict[str, Any]:
-        cfg = self._config
-        argv = [command.executable, *command.args]
-        if command.allow_network and not self._networked():
-            asked = f"allow_network=True for {argv}"
-            raise self._audit.refused("network.isolated", asked, NetworkAccessDenied(
-                "Command.allow_network asks for network access, but this sandbox is isolated",
-                details="set network.isolated=False and security.allow_networking=True "
-                        "in the SandboxConfig to give the sandbox a network",
-            ))
-        if command.restrict_paths:
-            asked = f"restrict_paths={list(command.restrict_paths)} for {argv}"
-            raise self._audit.refused("Command.restrict_paths", asked, SecurityViolation(
-                "Command.restrict_paths cannot be enforced for a single command",
-                details="use SecurityPolicy.read_only_paths / masked_paths for the sandbox",
-            ))
-        if command.user and self._user and not _is_root(self._user) and \
-                _widens(command.user, self._user):
-            asked = f"user={command.user!r} for {argv}"
-            raise self._audit.refused("security.run_as_user", asked, SecurityViolation(
-                f"Command.user={command.user!r} would run as root (user or group) in a sandbox "
-                f"that runs as "
-                f"{self._user!r}", details="per-command settings may only narrow the sandbox's"))
-        user = _with_group(command.user) or self._user
-        if not command.allow_write:
-            user = "65534:65534"
-        workdir = _files.resolve(self._cwd, command.working_dir) if command.working_dir \
-            else self._cwd
-        timeout = _seconds(command.timeout) or _seconds(cfg.timeout)
-        stdin: bytes | Any = command.stdin
-        if isinstance(stdin, str):
-            stdin = stdin.encode()
-        if stdin is None and command.stdin_content:
-            stdin = command.stdin_content.encode()
-        return {
-            "argv": argv,
-            "env": {**self._env, **command.environment},
-            "workdir": workdir,
-            "user": user,
-            "stdin": stdin,
-            "max_output_bytes": command.max_output_bytes,
-            "time_limit": timeout,
-            "idle_timeout": _seconds(command.idle_timeout),
-        }
+    @property
+    def user(self) -> str:
+        """The user commands run as ("uid:gid" or a name); "" before initialize."""
+        return self._user
 
-    def _networked(self) -> bool:
-        cfg = self._config
-        return not cfg.network.isolated and cfg.security.allow_networking \
-            and not cfg.security.isolate_network
+    @property
+    def audit(self) -> Auditor:
+        """Where this sandbox's audit events go."""
+        return self._audit
 
-    async def execute_command(
-        self, cmd: CommandLike, *, on_stdout: OutputCallback | None = None,
+    @property
+    def working_dir(self) -> str:
+        """The working directory the set-up prepared."""
+        return self._cwd
+
+    def environment(self) -> dict[str, str]:
+        """The environment as the set-up left it (config, HOME, repository variables)."""
+        return dict(self._env)
+
+    def require_running(self) -> None:
+        """Raise the error that says why the sandbox cannot run commands now, if it cannot."""
+        self._require_running()
+
+    async def run_process(
+        self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
-        """Run a command to its end and return what it did.
-
-        A non-zero exit, a signal or a timeout is a result, not an exception.
-        """
+        """Run ``spec`` to its end; a non-zero exit, a signal or a timeout is a result."""
         engine = self._require_running()
-        command = to_command(cmd)
-        params = self._exec_params(command)
         assert self._container_id is not None
-        try:
-            async with open_exec(
-                engine, self._container_id, attach_stdin=params["stdin"] is not None,
-                on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finalizer(),
-                **params,
-            ) as proc:
-                with self._tracked(proc):
-                    result = await proc.wait()
-        except Exception as exc:
-            self._audit_command(params, error=exc)
-            raise
-        self._audit_command(params, result=result)
-        return result
-
-    def _audit_command(self, params: Mapping[str, Any], *, result: CommandResult | None = None,
-                       error: BaseException | None = None) -> None:
-        self._audit.command(params["argv"], user=params["user"], cwd=params["workdir"],
-                            env=params["env"], result=result, error=error)
+        async with open_exec(
+            engine, self._container_id, spec, attach_stdin=spec.stdin is not None,
+            on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finalizer(),
+        ) as proc:
+            with self._tracked(proc):
+                return await proc.wait()
 
     async def _raise_if_container_died(self, patience: float) -> None:
         """Under gVisor a command can fail *because* the sandbox died (exit 128, "urpc ...
@@ -926,30 +903,14 @@ class DockerSandbox:
         return attrs.evolve(result, **changes) if changes else result
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[ExecProcess]:
-        """Start a command and yield a live handle; leaving the block kills it if still running.
-
-        Example:
-            async with sb.stream_command("make test") as proc:
-                async for chunk in proc:
-                    print(chunk.stream, chunk.data)
-                result = await proc.wait()
-        """
+    async def open_process(self, spec: ProcessSpec) -> AsyncIterator[ExecProcess]:
+        """Start ``spec`` and yield its live handle; leaving the block kills it if it runs."""
         engine = self._require_running()
-        command = to_command(cmd)
-        params = self._exec_params(command)
         assert self._container_id is not None
-        proc: ExecProcess | None = None
-        try:
-            async with open_exec(engine, self._container_id, attach_stdin=True, iterate=True,
-                                 finalize=await self._finalizer(), **params) as proc:
-                with self._tracked(proc):
-                    yield proc
-        except Exception as exc:
-            # The block may fail after the command ended; then its result is the record.
-            self._audit_command(params, result=proc.result if proc else None, error=exc)
-            raise
-        self._audit_command(params, result=proc.result)
+        async with open_exec(engine, self._container_id, spec, attach_stdin=True,
+                             iterate=True, finalize=await self._finalizer()) as proc:
+            with self._tracked(proc):
+                yield proc
 
     async def _run_internal(
         self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
@@ -996,16 +957,16 @@ class DockerSandbox:
                     yield piece
 
         with scope:
-            async with open_exec(
-                engine, self._container_id, argv=argv, env={}, workdir="/",
-                user=self._user if user is None else user,
+            spec = ProcessSpec(
+                argv=argv, env={}, workdir="/", user=self._user if user is None else user,
                 stdin=None if stdin is None else counted_in(stdin),
-                attach_stdin=stdin is not None,
                 # A caller taking stdout through on_stdout (read_file, tar) needs the result
                 # only for error text; decoding 1 MiB of binary as UTF-8 cost ~25 ms per read.
                 max_output_bytes=(64 << 10) if on_stdout is not None else 1 << 20,
-                time_limit=None, idle_timeout=None, on_stdout=counted_out,
-            ) as proc:
+            )
+            async with open_exec(engine, self._container_id, spec,
+                                 attach_stdin=stdin is not None,
+                                 on_stdout=counted_out) as proc:
                 with self._tracked(proc):
                     return await proc.wait()
         allowed = scope.deadline - start
@@ -1030,85 +991,33 @@ class DockerSandbox:
 
     # -- files -----------------------------------------------------------------------------------
 
-    def _path(self, path: str) -> str:
-        return _files.resolve(self._cwd, path)
+    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
+        """Write a file at the absolute path ``target``, creating parent directories."""
+        await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
 
-    async def write_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
-        """Write a file, creating parent directories."""
-        if isinstance(content, str):
-            content = content.encode()
-        target = self._path(path)
-        with self._audit.file_op("write", target, len(content)):
-            await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
+    async def read_file(self, target: str) -> bytes:
+        """Read a whole file (up to 1 GiB; use copy_out for larger ones)."""
+        return await _files.read_file(self._helper(f"read {target!r}"), target)
 
-    async def read_file(self, path: str) -> bytes:
-        """Read a whole file (up to 1 GiB; use copy_files for larger ones)."""
-        target = self._path(path)
-        with self._audit.file_op("read", target) as record:
-            data = await _files.read_file(self._helper(f"read {target!r}"), target)
-            record["bytes"] = len(data)
-        return data
-
-    async def list_files(self, path: str = ".") -> list[FileInfo]:
+    async def list_files(self, target: str) -> list[FileInfo]:
         """List a directory (or describe one file)."""
-        target = self._path(path)
-        with self._audit.file_op("list", target):
-            return await _files.list_files(
-                self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
-                             max_time=_constants.LIST_MAX_TIME), target)
+        return await _files.list_files(
+            self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
+                         max_time=_constants.LIST_MAX_TIME), target)
 
-    async def copy_files(
-        self, source: str, dest: str, *, max_bytes: int = DEFAULT_COPY_MAX_BYTES,
-        max_entries: int = DEFAULT_COPY_MAX_ENTRIES,
-    ) -> None:
-        """Copy a file or tree between host and sandbox; write the sandbox side `sandbox:/path`.
+    async def copy_in(self, source: Path, target: str) -> None:
+        """Copy a host file or tree to the absolute sandbox path ``target``."""
+        await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
 
-        Copies out follow the copy-out rules (README) and stop at `max_bytes` of file data or
-        `max_entries` entries, leaving nothing at `dest`.
-        """
-        check_limits(max_bytes, max_entries)
-        src_in = source.startswith(SANDBOX_SCHEME)
-        dst_in = dest.startswith(SANDBOX_SCHEME)
-        if src_in == dst_in:
-            raise FileOperationFailed(
-                "copy_files needs exactly one side in the sandbox, written 'sandbox:/path'",
-                path=source, details=f"source={source!r} dest={dest!r}",
-            )
-        if dst_in:
-            target = self._path(dest.removeprefix(SANDBOX_SCHEME))
-            with self._audit.file_op("copy_in", target) as record:
-                record["source"] = source
-                await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), Path(source),
-                                             target)
-        else:
-            target = self._path(source.removeprefix(SANDBOX_SCHEME))
-            with self._audit.file_op("copy_out", target) as record:
-                record["dest"] = dest
-                await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target,
-                                               Path(dest), max_bytes=max_bytes,
-                                               max_entries=max_entries)
+    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
+                       max_entries: int) -> None:
+        """Copy the sandbox file or tree at ``target`` to the host, by the copy-out rules."""
+        await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
+                                       max_bytes=max_bytes, max_entries=max_entries)
 
-    # -- working directory and environment -------------------------------------------------------
-
-    def get_working_directory(self) -> str:
-        return self._cwd
-
-    async def set_working_directory(self, path: str) -> None:
-        """Make later commands run in ``path``; it must be a directory in the sandbox."""
-        target = self._path(path)
-        kind = await _files.path_kind(self._helper(f"inspect {target!r}"), target)
-        if kind != "dir":
-            reason = "does not exist" if kind == "none" else "is not a directory"
-            raise FileOperationFailed(f"cannot change to {target!r}: it {reason}", path=target)
-        self._cwd = target
-
-    def get_environment(self) -> dict[str, str]:
-        return dict(self._env)
-
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        """Merge variables into the environment of later commands."""
-        check_environment(env)
-        self._env.update(env)
+    async def path_kind(self, target: str) -> str:
+        """What is at ``target``: "dir", "none", or another kind."""
+        return await _files.path_kind(self._helper(f"inspect {target!r}"), target)
 
     # -- info --------------------------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ from sandbox import (
     ConfigError,
     ExecutionSandbox,
     FileOperationFailed,
+    Process,
     Sandbox,
+    SandboxAlreadyInitialized,
     SandboxConfig,
     SandboxFileNotFound,
     SandboxIsADirectory,
@@ -72,6 +74,20 @@ async def test_working_directory_and_environment(sb: Sandbox | FakeSandbox) -> N
     assert sb.get_environment() == {"BASE": "1", "NEW": "2"}
     with pytest.raises(ConfigError):
         sb.set_environment({"A=B": "x"})
+    sb.set_environment({"BASE": None, "ABSENT": None})
+    assert sb.get_environment() == {"NEW": "2"}
+    if not isinstance(sb, FakeSandbox):  # the fake runs nothing
+        assert (await sb.execute_command("echo ${BASE-unset}")).stdout == "unset\n"
+
+
+async def test_missing_working_directory_is_file_not_found(sb: Sandbox | FakeSandbox) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        await sb.set_working_directory("/no/such/dir")
+    await sb.write_file("plain", "x")
+    with pytest.raises(FileOperationFailed, match="not a directory") as info:
+        await sb.set_working_directory("plain")
+    assert not isinstance(info.value, FileNotFoundError)
+    assert sb.get_working_directory() == "/workspace"
 
 
 async def test_commands_and_empty_input(sb: Sandbox | FakeSandbox) -> None:
@@ -84,12 +100,49 @@ async def test_commands_and_empty_input(sb: Sandbox | FakeSandbox) -> None:
 @pytest.mark.parametrize("kind", ["docker", "fake"])
 async def test_lifecycle_rules(kind: str) -> None:
     box = make(kind)
-    with pytest.raises(SandboxNotRunning):
-        await box.cleanup()
+    await box.cleanup()  # before initialize: nothing to remove, a no-op
+    assert box.status is SandboxStatus.CREATING
     await box.initialize()
+    with pytest.raises(SandboxAlreadyInitialized, match="already initialized"):
+        await box.initialize()
+    assert box.status is SandboxStatus.RUNNING
     await box.cleanup()
     await box.cleanup()
     with pytest.raises(SandboxNotRunning):
         await box.execute_command("true")
     with pytest.raises(SandboxNotRunning):
         await box.read_file("x")
+
+
+async def test_process_handle_is_public_and_aclose_kills() -> None:
+    async with make("docker") as box:
+        async with box.stream_command("echo up; sleep 60") as proc:
+            assert isinstance(proc, Process)
+            async for chunk in proc:
+                assert chunk.data == b"up\n"
+                break
+            await proc.aclose()
+            await proc.aclose()  # idempotent
+            assert not proc.running
+            result = await proc.wait()
+        assert result.signal == "SIGKILL" and not result.success
+
+
+async def test_the_docker_backend_is_the_public_door_to_docker() -> None:
+    import aiodocker
+
+    import sandbox.docker
+    from sandbox.docker import DockerBackend
+
+    assert sandbox.docker.__all__ == ["DockerBackend"]
+    cfg = SandboxConfig(image=IMAGE_BUSYBOX)
+    async with aiodocker.Docker() as client:
+        backend = DockerBackend(cfg, docker=client)
+        async with Sandbox(backend=backend) as box:
+            assert box.backend is backend and box.config is cfg
+            assert (await box.execute_command("echo hi")).stdout == "hi\n"
+        assert not client.session.closed  # the caller's client stays the caller's
+    with pytest.raises(ConfigError, match="options of the Docker backend"):
+        Sandbox(backend=DockerBackend(cfg), on_sample=print)
+    with pytest.raises(ConfigError, match="differs"):
+        Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, name="other"), backend=DockerBackend(cfg))

@@ -50,9 +50,10 @@ async def test_status_labels_and_cleanup() -> None:
         await sb.execute_command("true")
 
 
-async def test_cleanup_of_never_initialized_sandbox_raises() -> None:
-    with pytest.raises(SandboxNotRunning):
-        await Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)).cleanup()
+async def test_cleanup_of_never_initialized_sandbox_is_a_no_op() -> None:
+    sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
+    await sb.cleanup()
+    assert sb.status is SandboxStatus.CREATING and sb.backend.container_id is None
 
 
 async def test_unknown_type_names_available_ones() -> None:

@@ -16,7 +16,7 @@ PUBLIC = [
     "CommandNotFound", "CommandResult", "CommandStartFailed", "ConfigError",
     "CopyLimitExceeded", "EngineTimeout", "EngineUnavailable", "ExecutionSandbox", "FileInfo",
     "FileOperationFailed", "GcItem", "GcReport", "GitConfig", "NetworkAccessDenied",
-    "NetworkConfig", "OutputCallback", "OutputChunk", "PortMapping", "RepositoryConfig",
+    "NetworkConfig", "OutputCallback", "OutputChunk", "PortMapping", "Process", "RepositoryConfig",
     "ResourceLimitExceeded", "ResourceLimits", "ResourceUsage", "Sandbox",
     "SandboxAlreadyExists", "SandboxAlreadyInitialized", "SandboxConfig", "SandboxError",
     "SandboxFileNotFound", "SandboxInfo", "SandboxInitFailed", "SandboxIsADirectory",

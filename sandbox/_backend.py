@@ -1,0 +1,210 @@
+"""What the backend-neutral `Sandbox` hands a backend: frozen specs and the process handle.
+
+`ProcessSpec` is the whole of a command as the policy in ``_policy`` decided it (argv,
+environment, working directory, user, stdin, limits); a backend runs it as given and decides
+nothing. `Process` is the live handle `Sandbox.stream_command` yields, whatever the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import attrs
+
+from ._audit import Auditor
+from ._models import (
+    CommandResult,
+    FileInfo,
+    OutputChunk,
+    ResourceUsage,
+    SandboxConfig,
+    SandboxInfo,
+    SandboxStatus,
+)
+
+__all__ = ["Backend", "Process", "ProcessSpec"]
+
+#: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
+OutputCallback: TypeAlias = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
+
+
+def _argv(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class ProcessSpec:
+    """One process to start in a sandbox, fully decided by the policy.
+
+    Attributes:
+        argv: Program and arguments, run without a shell.
+        env: The complete environment of the process.
+        workdir: Absolute working directory in the sandbox.
+        user: ``"uid:gid"`` or a name to run as; "" for the sandbox's default.
+        stdin: Bytes (or a stream of them) fed to stdin, then closed; None for no input.
+        max_output_bytes: Output kept per stream; more is dropped and marked truncated.
+        time_limit: Seconds before the process and all it started are killed; None: no limit.
+        idle_timeout: Seconds without output before it is killed; None: no limit.
+    """
+
+    argv: tuple[str, ...] = attrs.field(converter=_argv)
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    workdir: str = "/"
+    user: str = ""
+    stdin: bytes | AsyncIterable[bytes] | None = None
+    max_output_bytes: int = 1 << 20
+    time_limit: float | None = None
+    idle_timeout: float | None = None
+
+
+@runtime_checkable
+class Process(Protocol):
+    """A command running in the sandbox, as `Sandbox.stream_command` yields it.
+
+    Iterate it for `OutputChunk` values as they come, write to its stdin, send it signals,
+    and ``await wait()`` for its `CommandResult`. ``aclose()`` kills it if it still runs and
+    releases what it holds; leaving the ``stream_command`` block does the same.
+    """
+
+    argv: tuple[str, ...]
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        """Yield output chunks in the order they arrived, until the command ends."""
+        ...
+
+    @property
+    def running(self) -> bool:
+        """True until the command has ended."""
+        ...
+
+    @property
+    def result(self) -> CommandResult | None:
+        """The result once the command has ended, else None."""
+        ...
+
+    async def write_stdin(self, data: bytes | str) -> None:
+        """Write to the command's stdin (text is UTF-8 encoded)."""
+        ...
+
+    async def close_stdin(self) -> None:
+        """Close the command's stdin, so it sees end of input."""
+        ...
+
+    async def kill(self, signal: int | str = "KILL") -> None:
+        """Send ``signal`` to the command and everything it started."""
+        ...
+
+    async def wait(self) -> CommandResult:
+        """Wait for the command to end and return its result."""
+        ...
+
+    async def aclose(self) -> None:
+        """Kill the command if it still runs and drop output nobody read; idempotent."""
+        ...
+
+
+class Backend(Protocol):
+    """What `Sandbox` needs from an engine: a handful of primitives, no policy.
+
+    `Sandbox` owns command policy (``_policy``), the working directory and environment, path
+    resolution and ``copy_files`` arguments (``_paths``), and the audit of commands and file
+    operations; a backend gets only decided `ProcessSpec` values and absolute paths. The
+    Docker backend (``sandbox.docker``) also keeps the lifecycle state, since the engine's
+    events drive it.
+    """
+
+    #: The SDK's id of this sandbox.
+    id: str
+
+    @property
+    def config(self) -> SandboxConfig:
+        """The configuration the sandbox was (or will be) created from."""
+        ...
+
+    @property
+    def status(self) -> SandboxStatus:
+        """Where the sandbox is in its lifecycle."""
+        ...
+
+    @property
+    def user(self) -> str:
+        """The user commands run as ("uid:gid" or a name); "" before initialize."""
+        ...
+
+    @property
+    def audit(self) -> Auditor:
+        """Where this sandbox's audit events go."""
+        ...
+
+    @property
+    def working_dir(self) -> str:
+        """The working directory the set-up prepared."""
+        ...
+
+    def environment(self) -> dict[str, str]:
+        """The environment as the set-up left it."""
+        ...
+
+    def require_running(self) -> None:
+        """Raise the error saying why commands cannot run now, if they cannot."""
+        ...
+
+    async def initialize(self, config: SandboxConfig | None = None, *,
+                         environment: Mapping[str, str] | None = None) -> None:
+        """Create and start the sandbox; on failure remove what was made."""
+        ...
+
+    async def run_process(
+        self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandResult:
+        """Run ``spec`` to its end and return its result."""
+        ...
+
+    def open_process(self, spec: ProcessSpec) -> AbstractAsyncContextManager[Process]:
+        """Start ``spec`` and yield its live handle; leaving kills it if it still runs."""
+        ...
+
+    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
+        """Write a file at an absolute path, creating parent directories."""
+        ...
+
+    async def read_file(self, target: str) -> bytes:
+        """Read a whole file at an absolute path."""
+        ...
+
+    async def list_files(self, target: str) -> list[FileInfo]:
+        """List a directory (or describe one file) at an absolute path."""
+        ...
+
+    async def copy_in(self, source: Path, target: str) -> None:
+        """Copy a host file or tree into the sandbox."""
+        ...
+
+    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
+                       max_entries: int) -> None:
+        """Copy a sandbox file or tree to the host, by the copy-out rules."""
+        ...
+
+    async def path_kind(self, target: str) -> str:
+        """What is at an absolute path: "dir", "none", or another kind."""
+        ...
+
+    async def get_resource_usage(self) -> ResourceUsage:
+        """A current resource-usage sample."""
+        ...
+
+    def usage_history(self) -> list[ResourceUsage]:
+        """The samples kept so far, oldest first."""
+        ...
+
+    async def get_info(self) -> SandboxInfo:
+        """The sandbox's identity and state."""
+        ...
+
+    async def cleanup(self) -> None:
+        """Remove the sandbox and all it made; idempotent, a no-op before initialize."""
+        ...

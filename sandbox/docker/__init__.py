@@ -1,0 +1,14 @@
+"""The Docker backend: one container per sandbox, driven through the Engine API.
+
+Example:
+    async with aiodocker.Docker(url="unix:///run/docker.sock") as client:
+        config = SandboxConfig(image="sandbox-busybox:latest")
+        async with Sandbox(backend=DockerBackend(config, docker=client)) as sb:
+            await sb.execute_command("echo hi")
+
+``Sandbox(config)`` (and its ``docker=`` keyword, kept as a convenience) builds one for you.
+"""
+
+from ._sandbox import DockerSandbox as DockerBackend
+
+__all__ = ["DockerBackend"]
