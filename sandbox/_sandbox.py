@@ -13,9 +13,8 @@ from ._models import SandboxStatus as SandboxStatus
 from ._protocol import CommandLike, OutputCallback
 
 if TYPE_CHECKING:
-    import aiodocker
-
     from .docker._exec import ExecProcess
+    from .docker._gateway import DockerClient
     from .docker._sandbox import DockerSandbox
 
 BACKENDS = ("docker",)
@@ -38,7 +37,7 @@ class Sandbox:
     """
 
     def __init__(
-        self, config: SandboxConfig | None = None, *, docker: aiodocker.Docker | None = None,
+        self, config: SandboxConfig | None = None, *, docker: DockerClient | None = None,
         on_pull_progress: Callable[[Mapping[str, Any]], object] | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:

@@ -26,7 +26,7 @@ from sandbox import (
     SandboxNotRunning,
     SandboxStatus,
 )
-from sandbox.docker._engine import Engine
+from sandbox.docker._gateway import Engine
 from tests.conftest import docker_cli
 from tests.integration._proxy import ENGINE_SOCKET, EngineProxy, engine_proxy
 
