@@ -25,6 +25,7 @@ from sandbox import (
     SandboxError,
     SandboxNotRunning,
     SandboxStatus,
+    TimeoutExceeded,
 )
 from sandbox.docker._gateway import Engine
 from tests.conftest import docker_cli
@@ -149,8 +150,27 @@ async def test_every_engine_call_has_a_deadline(short_dir: Path) -> None:
         try:
             engine = Engine(docker, timeout=0.5)
             t0 = time.monotonic()
-            with pytest.raises(EngineUnavailable, match=r"did not answer within 0\.5 s"):
+            with pytest.raises(EngineUnavailable, match=r"did not answer within 0\.5 s") as ei:
                 await engine.info()
             assert time.monotonic() - t0 < 3
+            # A missed deadline is also a timeout, for `except TimeoutError` callers.
+            assert isinstance(ei.value, TimeoutExceeded) and isinstance(ei.value, TimeoutError)
+        finally:
+            await docker.close()
+
+
+async def test_streams_have_a_deadline_for_their_answer(short_dir: Path) -> None:
+    """A stats, events or pull stream whose answer never comes ends in a timeout, not a hang."""
+    with engine_proxy(short_dir) as proxy:
+        proxy.freeze()
+        docker = aiodocker.Docker(url=proxy.url)
+        try:
+            engine = Engine(docker, timeout=0.5)
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutExceeded, match=r"did not answer within 0\.5 s"):
+                async with engine.json_lines("watch the events", "events") as lines:
+                    async for _ in lines:
+                        pass
+            assert time.monotonic() - t0 < 5
         finally:
             await docker.close()
