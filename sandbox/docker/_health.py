@@ -1,10 +1,10 @@
 """Notice from the engine's event stream when a sandbox container stops, is paused or OOMs.
 
-`watch_container` follows ``GET /events`` for one container (through the gateway's
-`follow_json_lines`, which reopens it with backoff), so a ``docker kill`` from outside, the
-main process exiting, or a removal reaches the sandbox within tens of milliseconds instead of
-at its next command. It inspects the container once the subscription is live, to catch what
-happened before, and on each reopening asks the engine to replay what it missed. How the
+`watch_container` follows ``GET /events`` for one container (through
+`_follow.follow_json_lines`, which reopens it with backoff), so a ``docker kill`` from outside,
+the main process exiting, or a removal reaches the sandbox within tens of milliseconds instead
+of at its next command. It inspects the container once the subscription is live, to catch
+what happened before, and on each reopening asks the engine to replay what it missed. How the
 events and ``State.OOMKilled`` behave is in docs/engine-notes.md, section "Engine events".
 """
 
@@ -18,7 +18,8 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ._gateway import Engine, EngineNotFound, Reconnect, follow_json_lines
+from ._follow import Reconnect, follow_json_lines
+from ._gateway import Engine, EngineNotFound
 from ._wire import ContainerState, container_state
 
 __all__ = ["StopCallback", "watch_container"]

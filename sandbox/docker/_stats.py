@@ -1,8 +1,8 @@
 """The stats sampler: a background task following a container's stats stream.
 
-`StatsSampler` follows the engine's streaming endpoint (through the gateway's
-`follow_json_lines`, which reopens it with backoff), turns each sample into a `ResourceUsage`
-with `_usage.usage_from_stats`, keeps a bounded history and answers per-command questions with
+`StatsSampler` follows the engine's streaming endpoint (through `_follow.follow_json_lines`,
+which reopens it with backoff), turns each sample into a `ResourceUsage` with
+`_usage.usage_from_stats`, keeps a bounded history and answers per-command questions with
 `StatsSampler.usage_between`. How the engine's samples behave (one a second, one-shot latency,
 zero-time samples of a stopped container) is in docs/engine-notes.md, section "Stats".
 """
@@ -23,7 +23,8 @@ import attrs
 
 from .._errors import SandboxNotRunning, TimeoutExceeded
 from .._models import ResourceUsage
-from ._gateway import GAVE_UP, Engine, EngineNotFound, Reconnect, follow_json_lines
+from ._follow import GAVE_UP, Reconnect, follow_json_lines
+from ._gateway import Engine, EngineNotFound
 from ._usage import (
     PROC_SCRIPT,
     parse_proc_counts,
