@@ -36,7 +36,7 @@ from ._constants import (
 from ._errors import SandboxError
 
 if TYPE_CHECKING:
-    import aiodocker
+    from .docker._gateway import DockerClient
 
 __all__ = ["GcItem", "GcReport", "gc"]
 
@@ -188,7 +188,7 @@ def owner_verdict(
 
 async def gc(
     *, dry_run: bool = False, older_than: timedelta | None = None,
-    docker: aiodocker.Docker | None = None,
+    docker: DockerClient | None = None,
 ) -> GcReport:
     """Remove sandbox containers, networks and volumes whose owner process is gone.
 
@@ -210,7 +210,7 @@ async def gc(
         ConfigError: ``older_than`` is negative.
     """
     from ._errors import ConfigError
-    from .docker._engine import Engine, new_client
+    from .docker._gateway import Engine, new_client
     from .docker._gc import list_managed, remove
 
     if older_than is not None and older_than < timedelta(0):

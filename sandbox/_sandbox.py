@@ -18,7 +18,7 @@ from ._policy import merge_environment, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
 
 if TYPE_CHECKING:
-    import aiodocker
+    from .docker._gateway import DockerClient
 
 
 BACKENDS = ("docker",)
@@ -47,7 +47,7 @@ class Sandbox:
 
     def __init__(
         self, config: SandboxConfig | None = None, *, backend: Backend | None = None,
-        docker: aiodocker.Docker | None = None,
+        docker: DockerClient | None = None,
         on_pull_progress: Callable[[Mapping[str, Any]], object] | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:

@@ -1,26 +1,18 @@
 """Streaming exec: output as it arrives, stdin with a real EOF, and a kill that reaches every
 process the command started.
 
-Facts this relies on (measured on Docker 20.10, see the project's engine notes):
-- closing the attach stream does not stop an exec, and the engine has no API to kill one; so
-  each exec carries a marker variable and a second exec, run as the same user (root cannot
-  read another uid's environ without CAP_SYS_PTRACE), stops and kills every process whose
-  environment holds it;
-- aiodocker cannot half-close stdin (``Stream.close`` drops the output too), so EOF is sent with
-  ``write_eof`` on the hijacked transport;
-- stream EOF means the exec's first process exited; its exit code is then read by inspect.
-  The engine half-closes the stream at once, but asyncio reports that EOF only once the
-  transport's write buffer drains, and stdin the command never read never drains: so the EOF
-  is taken from ``eof_received`` (see ``_end_output_on_eof``), stdin still being written is
-  dropped, and the feeder is cancelled, like ``docker exec -i`` does (0.07 s, not 15-60 s).
+Each exec carries a marker variable; a second exec, run as the same user, stops and kills every
+process whose environment holds it (the engine cannot kill an exec). The end of the output
+means the command exited; its exit code is then read by inspect, and stdin it never read is
+dropped. The engine facts behind this are in docs/engine-notes.md, sections "exec: streams,
+stdin, exit codes" and "Killing a command's process tree"; the attach stream itself is the
+gateway's `ExecStream`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
-import json
 import math
 import signal as _signal
 import time
@@ -29,10 +21,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiodocker
 import anyio
-from aiodocker.execs import Exec
-from aiodocker.stream import Stream
 from anyio.abc import TaskGroup
 
 from .._backend import ProcessSpec
@@ -40,7 +29,6 @@ from .._errors import (
     CommandNotExecutable,
     CommandNotFound,
     CommandStartFailed,
-    EngineTimeout,
     EngineUnavailable,
     SandboxError,
     SandboxNotFound,
@@ -50,7 +38,7 @@ from .._errors import (
 from .._models import CommandResult, OutputChunk
 from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
-from ._engine import Engine, engine_address, mapped_errors
+from ._gateway import Engine, EngineConflict, EngineNotFound, ExecStream, engine_address
 
 MARKER_VAR = "SANDBOX_EXEC_ID"
 STDIN_CHUNK = 1 << 20
@@ -194,7 +182,7 @@ class ExecProcess:
     """
 
     def __init__(
-        self, *, engine: Engine, container_id: str, exec_id: str, stream: Stream, marker: str,
+        self, *, engine: Engine, container_id: str, exec_id: str, stream: ExecStream, marker: str,
         user: str, argv: Sequence[str], max_output_bytes: int, timeout: float | None,
         idle_timeout: float | None, on_stdout: Callback | None, on_stderr: Callback | None,
         iterate: bool, finalize: Finalizer | None = None, workdir: str = "",
@@ -290,9 +278,8 @@ class ExecProcess:
             with anyio.CancelScope() as scope:
                 self._stdin_scopes.add(scope)
                 try:
-                    with mapped_errors("write to the command's stdin"):
-                        for off in range(0, len(data), STDIN_CHUNK):
-                            await self._stream.write_in(data[off : off + STDIN_CHUNK])
+                    for off in range(0, len(data), STDIN_CHUNK):
+                        await self._stream.write_in(data[off : off + STDIN_CHUNK])
                 except EngineUnavailable:
                     # The engine drops the connection right after it ended the output; the
                     # pump may not have seen that EOF yet.
@@ -323,10 +310,7 @@ class ExecProcess:
             if self._stdin_closed:
                 return
             self._stdin_closed = True
-            resp = self._stream._resp
-            transport = resp.connection.transport if resp and resp.connection else None
-            if transport is not None and transport.can_write_eof() and not transport.is_closing():
-                transport.write_eof()
+            self._stream.write_eof()
 
     async def kill(self, signal: int | str = "KILL") -> None:
         """Send a signal (``9``, ``"TERM"``, ``"SIGINT"``, ``signal.SIGHUP``) to the command
@@ -426,10 +410,8 @@ class ExecProcess:
                 or len(data) > 64 << 10:
             return False  # not one CRLF line: output (no inspect for most CRLF text)
         try:
-            with anyio.fail_after(10):
-                info = await self._engine.query_json(
-                    "inspect the command", f"exec/{self.exec_id}/json")
-        except (SandboxError, TimeoutError):
+            info = await self._engine.inspect_exec(self.exec_id, deadline=10)
+        except SandboxError:
             return False  # deliver it as output; _build still sees Pid 0 if it never ran
         if info.get("Pid") or info.get("Running") or info.get("ExitCode") not in (126, 127):
             return False
@@ -442,8 +424,7 @@ class ExecProcess:
         try:
             while True:
                 try:
-                    with mapped_errors("read the command's output"):
-                        msg = await self._stream.read_out()
+                    msg = await self._stream.read_out()
                 except SandboxError as exc:
                     if not self._killed:
                         self._pump_error = exc
@@ -451,8 +432,8 @@ class ExecProcess:
                 if msg is None:
                     self._drained = True
                     break
-                name: StreamName = "stderr" if msg.stream == 2 else "stdout"
-                data = bytes(msg.data)
+                name: StreamName = "stderr" if msg[0] == 2 else "stdout"
+                data = bytes(msg[1])
                 if first:
                     first = False
                     if await self._start_failure(name, data):
@@ -500,25 +481,19 @@ class ExecProcess:
 
     async def _sweep(self, signal: str) -> None:
         """Run the marker sweep in a second exec as the same user; fall back to nothing."""
-        docker = self._engine.docker
+        engine = self._engine
         with anyio.CancelScope(shield=True), anyio.move_on_after(30):
             for _attempt in range(SWEEP_ATTEMPTS):
                 try:
-                    with mapped_errors("kill the command"):
-                        data = await docker._query_json(
-                            f"containers/{self.container_id}/exec", "POST",
-                            data=json.dumps({
-                                "Cmd": ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
-                                        f"{MARKER_VAR}={self._marker}", signal],
-                                "User": self._user, "AttachStdout": True,
-                                "AttachStderr": True,
-                            }),
-                        )
-                        killer = Exec(docker, data["Id"], tty=False)
-                        async with killer.start(detach=False) as s:
-                            while await s.read_out() is not None:
-                                pass
-                        done = await docker._query_json(f"exec/{data['Id']}/json")
+                    killer = await engine.create_exec("kill the command", self.container_id, {
+                        "Cmd": ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
+                                f"{MARKER_VAR}={self._marker}", signal],
+                        "User": self._user, "AttachStdout": True, "AttachStderr": True,
+                    })
+                    async with await engine.attach_exec("kill the command", killer) as s:
+                        while await s.read_out("kill the command") is not None:
+                            pass
+                    done = await engine.inspect_exec(killer)
                 except SandboxError:
                     break
                 # Exit 0: nothing carrying the marker is left. Otherwise the sweep could not
@@ -600,9 +575,7 @@ class ExecProcess:
         info: dict[str, Any] = {}
         with anyio.move_on_after(5):
             while True:
-                info = await self._engine.query_json(
-                    "inspect the command", f"exec/{self.exec_id}/json"
-                )
+                info = await self._engine.inspect_exec(self.exec_id)
                 if not info.get("Running") and info.get("ExitCode") is not None:
                     return info
                 if self._abandoned:
@@ -701,35 +674,19 @@ async def open_exec(
         "Tty": False,
     }
     try:
-        created = await engine.query_json(
-            "start a command", f"containers/{container_id}/exec", "POST", data=body
-        )
-    except SandboxError as exc:
-        cause = exc.cause
-        if isinstance(cause, aiodocker.DockerError) and cause.status == 404:
-            raise SandboxNotFound(
-                "the sandbox's container is gone", details=str(cause.message), cause=exc
-            ) from exc
-        if isinstance(cause, aiodocker.DockerError) and cause.status == 409:
-            raise SandboxNotRunning(
-                "the sandbox's container is not running", details=str(cause.message), cause=exc
-            ) from exc
-        raise
-    exec_id = created["Id"]
-    stream = Exec(engine.docker, exec_id, tty=False).start(detach=False)
+        exec_id = await engine.create_exec("start a command", container_id, body)
+    except EngineNotFound as exc:
+        raise SandboxNotFound(
+            "the sandbox's container is gone", details=exc.details, cause=exc
+        ) from exc
+    except EngineConflict as exc:
+        raise SandboxNotRunning(
+            "the sandbox's container is not running", details=exc.details, cause=exc
+        ) from exc
+    # Closes itself if attaching fails; from here on it is closed below.
+    stream = await engine.attach_exec("attach to the command", exec_id)
     proc: ExecProcess | None = None
     try:
-        try:
-            with mapped_errors("attach to the command"), anyio.fail_after(engine.timeout):
-                await stream._init()
-        except TimeoutError as exc:
-            if isinstance(exc, SandboxError):
-                raise
-            raise EngineTimeout(
-                f"attach to the command: the engine at {engine_address()} did not answer "
-                f"within {engine.timeout:g} s", cause=exc,
-            ) from exc
-        _end_output_on_eof(stream)
         proc = ExecProcess(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
             marker=marker, user=user, argv=argv, max_output_bytes=max_output_bytes,
@@ -750,39 +707,7 @@ async def open_exec(
             # Also when a second asyncio cancel broke into the shielded sweep above.
             proc._send.close()
             proc._receive.close()
-        transport = _transport(stream)
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            # stdin the engine never took is dropped, or the socket would linger until taken.
             await stream.close()
-        if transport is not None and transport.get_write_buffer_size():
-            # stdin the engine never took: drop it, or the socket lingers until it would.
-            transport.abort()
-
-
-def _transport(stream: Stream) -> asyncio.Transport | None:
-    resp = stream._resp
-    conn = resp.connection if resp is not None else None
-    transport = conn.transport if conn is not None else None
-    return transport if isinstance(transport, asyncio.Transport) else None
-
-
-def _end_output_on_eof(stream: Stream) -> None:
-    """End the output as soon as the engine half-closes the stream.
-
-    asyncio calls ``connection_lost`` (where aiohttp ends the output) only after the write
-    buffer drained; stdin the command never read stays there until the engine drops the
-    connection, 2-30 s later (measured). ``eof_received`` comes at once.
-    """
-    resp = stream._resp
-    protocol = resp.connection.protocol if resp is not None and resp.connection else None
-    queue = stream._queue
-    if protocol is None or queue is None:
-        return
-    original = protocol.eof_received
-
-    def eof_received() -> bool | None:
-        result = original()
-        queue.feed_eof()
-        return result
-
-    setattr(protocol, "eof_received", eof_received)  # noqa: B010 (mypy: a method)
 

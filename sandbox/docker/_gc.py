@@ -9,15 +9,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import datetime
+from typing import Literal
 
-import aiodocker
 import attrs
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import SandboxError
-from ._engine import Engine
+from ._gateway import Engine, EngineNotFound
+from ._wire import engine_time
 
 Kind = Literal["container", "network", "volume"]
 
@@ -36,16 +36,6 @@ class Managed:
     paused: bool = False
 
 
-def _parse_created(value: Any) -> datetime | None:
-    if isinstance(value, int | float) and value > 0:
-        return datetime.fromtimestamp(value, UTC)
-    if isinstance(value, str) and value and not value.startswith("0001-"):
-        with contextlib.suppress(ValueError):
-            parsed = datetime.fromisoformat(value)
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    return None
-
-
 def _ours(labels: Mapping[str, str] | None) -> bool:
     # The engine filtered already; checked again so a filter bug can never widen removal.
     return bool(labels) and (labels or {}).get(LABEL_MANAGED_BY) == LABEL_MANAGED_BY_VALUE
@@ -62,7 +52,7 @@ async def list_managed(engine: Engine) -> list[Managed]:
         if _ours(labels):
             names = c.get("Names") or [""]
             found.append(Managed(kind="container", id=c["Id"], name=names[0].lstrip("/"),
-                                 labels=labels, created=_parse_created(c.get("Created")),
+                                 labels=labels, created=engine_time(c.get("Created")),
                                  paused=c.get("State") == "paused"))
     networks = await engine.query_json(
         "list the SDK's networks", "networks", params={"filters": _FILTERS}
@@ -71,7 +61,7 @@ async def list_managed(engine: Engine) -> list[Managed]:
         labels = n.get("Labels") or {}
         if _ours(labels):
             found.append(Managed(kind="network", id=n["Id"], name=n.get("Name", ""),
-                                 labels=labels, created=_parse_created(n.get("Created"))))
+                                 labels=labels, created=engine_time(n.get("Created"))))
     volumes = await engine.query_json(
         "list the SDK's volumes", "volumes", params={"filters": _FILTERS}
     )
@@ -79,7 +69,7 @@ async def list_managed(engine: Engine) -> list[Managed]:
         labels = v.get("Labels") or {}
         if _ours(labels):
             found.append(Managed(kind="volume", id=v["Name"], name=v["Name"], labels=labels,
-                                 created=_parse_created(v.get("CreatedAt"))))
+                                 created=engine_time(v.get("CreatedAt"))))
     return found
 
 
@@ -99,7 +89,5 @@ async def remove(engine: Engine, item: Managed) -> None:
     try:
         await engine.request(f"{action} ({item.name or item.id[:12]})", path, "DELETE",
                              params=params or None)
-    except SandboxError as exc:
-        if isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404:
-            return
-        raise
+    except EngineNotFound:
+        return  # already gone

@@ -1,19 +1,11 @@
 """Notice from the engine's event stream when a sandbox container stops, is paused or OOMs.
 
-`watch_container` follows ``GET /events`` for one container, so a ``docker kill`` from
-outside, the main process exiting, or a removal reaches the sandbox within tens of
-milliseconds instead of at its next command.
-
-Facts this relies on (Docker 20.10, API 1.41, measured):
-    * ``docker kill`` gives ``kill`` (``signal`` attribute) then ``die`` (``exitCode``
-      attribute) ~30 ms later; ``docker rm -f`` gives ``kill``, ``die``, ``destroy``.
-    * An exec'd process killed by the OOM killer gives ``oom`` then ``exec_die`` with exit
-      code 137; the container keeps running.
-    * After any OOM in the container, including an exec'd process's, 20.10 reports
-      ``State.OOMKilled: true`` for the rest of the container's life. So the flag is trusted
-      for a ``die`` only when no ``kill`` came just before it and no older ``oom`` explains it.
-    * The engine sends the response headers at once, before any event, so the subscription is
-      live when the request returns; an inspect made then cannot miss a later change.
+`watch_container` follows ``GET /events`` for one container (through
+`_follow.follow_json_lines`, which reopens it with backoff), so a ``docker kill`` from outside,
+the main process exiting, or a removal reaches the sandbox within tens of milliseconds instead
+of at its next command. It inspects the container once the subscription is live, to catch
+what happened before, and on each reopening asks the engine to replay what it missed. How the
+events and ``State.OOMKilled`` behave is in docs/engine-notes.md, section "Engine events".
 """
 
 from __future__ import annotations
@@ -23,16 +15,12 @@ import inspect
 import json
 import logging
 import signal
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-import aiodocker
-import aiohttp
-import anyio
-
-from .._errors import SandboxError
-from ._engine import Engine, mapped_errors
+from ._follow import Reconnect, follow_json_lines
+from ._gateway import Engine, EngineNotFound
+from ._wire import ContainerState, container_state
 
 __all__ = ["StopCallback", "watch_container"]
 
@@ -55,9 +43,11 @@ INSPECT_TIMEOUT: Final = 10.0
 #: The stop reason given when the container was removed (its calls then raise SandboxNotFound).
 REMOVED_REASON: Final = "the container was removed from outside"
 
-
-def _is_gone(exc: SandboxError) -> bool:
-    return isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404
+_RECONNECT: Final = Reconnect(
+    retries=EVENT_RETRIES, backoff=EVENT_BACKOFF, healthy_after=HEALTHY_AFTER,
+    give_up_level=logging.ERROR,
+    give_up_note=", so a stop from outside will only be noticed by the next command",
+)
 
 
 def _signal_name(value: Any) -> str:
@@ -104,73 +94,38 @@ class _Watcher:
         self.oom_ns: int | None = None
         self.last_ns = 0  # engine time of the newest event handled, for `since` on reconnect
         self.keys_at_last: set[str] = set()
-        self.handled = 0
+        self.replay = False  # the stream is a reopening: the engine replays what it missed
 
     async def run(self) -> None:
-        failures = 0
-        while True:
-            opened, handled = time.monotonic(), self.handled
-            try:
-                if await self._follow():
-                    return
-                problem = "the engine ended the event stream"
-            except SandboxError as exc:
-                problem = f"{exc.message}: {exc.details}" if exc.details else exc.message
-            if self.handled > handled or time.monotonic() - opened >= HEALTHY_AFTER:
-                failures = 0  # the stream worked: start the backoff over
-            if failures >= EVENT_RETRIES:
-                log.error("events for container %s: %s; gave up after %d retries, so a stop "
-                          "from outside will only be noticed by the next command",
-                          self.id[:12], problem, failures)
-                return
-            delay = EVENT_BACKOFF[min(failures, len(EVENT_BACKOFF) - 1)]
-            failures += 1
-            log.warning("events for container %s: %s; reconnecting in %g s",
-                        self.id[:12], problem, delay)
-            await anyio.sleep(delay)
+        await follow_json_lines(
+            self.engine, "watch the container's events", "events", params=self._params,
+            on_open=self._opened, on_record=self._record, reconnect=_RECONNECT,
+            idle_timeout=None, log=log, subject=f"events for container {self.id[:12]}",
+        )
 
-    async def _follow(self) -> bool:
-        """Read one event stream; return True once the container's end was reported."""
+    def _params(self) -> dict[str, str]:
         params = {"filters": json.dumps({"container": [self.id], "type": ["container"]})}
-        replay = self.last_ns > 0
-        if replay:
+        self.replay = self.last_ns > 0
+        if self.replay:
             # Ask the engine to replay what happened while disconnected (its own clock).
             params["since"] = f"{self.last_ns // 10**9}.{self.last_ns % 10**9:09d}"
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
-        with mapped_errors("watch the container's events"):
-            async with self.engine.docker._query("events", params=params,
-                                                 timeout=timeout) as resp:
-                try:
-                    if await self._check_state(with_pause=not replay):
-                        return True
-                    async for line in resp.content:
-                        if not line.strip():
-                            continue
-                        try:
-                            event = json.loads(line)
-                        except ValueError:
-                            raise SandboxError("the event stream sent a broken line",
-                                               details=line[:200].decode(errors="replace"),
-                                               retryable=True) from None
-                        if isinstance(event, Mapping) and await self._handle(event):
-                            return True
-                finally:
-                    # aiodocker's _query does not release the connection; this does.
-                    resp.close()
-        return False
+        return params
 
-    async def _inspect(self) -> Mapping[str, Any] | None:
+    async def _opened(self) -> bool:
+        return await self._check_state(with_pause=not self.replay)
+
+    async def _record(self, event: Any) -> bool:
+        return isinstance(event, Mapping) and await self._handle(event)
+
+    async def _inspect(self) -> ContainerState | None:
         """The container's State, or None when it no longer exists."""
         try:
             data = await self.engine.query_json("inspect the container",
                                                 f"containers/{self.id}/json",
                                                 deadline=INSPECT_TIMEOUT)
-        except SandboxError as exc:
-            if _is_gone(exc):
-                return None
-            raise
-        state = data.get("State") if isinstance(data, Mapping) else None
-        return state if isinstance(state, Mapping) else {}
+        except EngineNotFound:
+            return None
+        return container_state(data if isinstance(data, Mapping) else {})
 
     async def _check_state(self, *, with_pause: bool) -> bool:
         """Catch what happened before the stream was open; True if the container ended."""
@@ -178,11 +133,10 @@ class _Watcher:
         if state is None:
             await self._removed()
             return True
-        status = state.get("Status")
-        if status in ("exited", "dead"):
-            await self._died(_int_or_none(state.get("ExitCode")), None, state)
+        if state.ended:
+            await self._died(state.exit_code, None, state)
             return True
-        paused = bool(state.get("Paused"))
+        paused = state.paused
         if with_pause and paused != self.paused:
             self.paused = paused
             await _call("on_pause", self.on_pause, paused)
@@ -203,7 +157,6 @@ class _Watcher:
         action = str(event.get("Action") or event.get("status") or "")
         if not self._fresh(event, action):
             return False
-        self.handled += 1
         # Exec events read "exec_start: cmd args"; health checks "health_status: healthy".
         kind = action.split(":", 1)[0].strip()
         actor = event.get("Actor")
@@ -218,9 +171,9 @@ class _Watcher:
         elif kind == "die":
             state = await self._inspect()
             code = _int_or_none(attrs.get("exitCode"))
-            if code is None and state:
-                code = _int_or_none(state.get("ExitCode"))
-            await self._died(code, ns, state or {})
+            if code is None and state is not None:
+                code = state.exit_code
+            await self._died(code, ns, state or ContainerState())
             return True
         elif kind == "destroy":
             await self._removed()
@@ -232,7 +185,7 @@ class _Watcher:
                 await _call("on_pause", self.on_pause, paused)
         return False
 
-    async def _died(self, code: int | None, die_ns: int | None, state: Mapping[str, Any]) -> None:
+    async def _died(self, code: int | None, die_ns: int | None, state: ContainerState) -> None:
         """Explain a stop: a kill from outside, the OOM killer, or the process exiting."""
         killed = self.kill is not None and (
             die_ns is None or die_ns - self.kill[0] <= KILL_WINDOW_NS
@@ -240,7 +193,7 @@ class _Watcher:
         oom_explains = self.oom_ns is None or (
             die_ns is not None and die_ns - self.oom_ns <= OOM_WINDOW_NS
         )
-        oom = bool(state.get("OOMKilled")) and not killed and oom_explains
+        oom = state.oom_killed and not killed and oom_explains
         exited = "its main process exited" if code is None else \
             f"its main process exited with code {code}"
         if killed:

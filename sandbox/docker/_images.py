@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiodocker
-import anyio
-
 from .._errors import SandboxError, SandboxInitFailed
 from .._image_ref import ImageRef
-from ._engine import Engine, mapped_errors
+from ._gateway import Engine, EngineNotFound
 
 #: A pull that makes no progress for this long is given up.
 PULL_IDLE_TIMEOUT = 120.0
@@ -25,10 +20,8 @@ async def inspect_image(engine: Engine, name: str) -> dict[str, Any] | None:
     """The engine's inspect of image `name`, or None when it does not have it."""
     try:
         data: dict[str, Any] = await engine.query_json("inspect the image", f"images/{name}/json")
-    except SandboxError as exc:
-        if isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404:
-            return None
-        raise
+    except EngineNotFound:
+        return None
     return data
 
 
@@ -67,28 +60,21 @@ async def pull(engine: Engine, ref: ImageRef, on_progress: PullProgress | None, 
         params["platform"] = platform if "/" in platform else f"linux/{platform}"
     error = ""
     try:
-        with mapped_errors(f"pull image {ref.engine_name!r}"):
-            async with contextlib.AsyncExitStack() as stack:
-                # No total deadline (a big image takes long), but neither the answer's
-                # headers nor any later progress line may take longer than the idle limit.
-                with anyio.fail_after(PULL_IDLE_TIMEOUT):
-                    resp = await stack.enter_async_context(engine.docker._query(
-                        "images/create", "POST", params=params, timeout=None))
-                while True:
-                    with anyio.fail_after(PULL_IDLE_TIMEOUT):
-                        line = await resp.content.readline()
-                    if not line:
-                        break
-                    if not line.strip():
-                        continue
-                    record = json.loads(line)
-                    if "error" in record:
-                        error = str(record.get("error"))
-                        break
-                    if on_progress is not None:
-                        result = on_progress(record)
-                        if inspect.isawaitable(result):
-                            await result
+        # No total deadline (a big image takes long), but neither the answer's headers nor any
+        # later progress line may take longer than the idle limit.
+        async with engine.json_lines(f"pull image {ref.engine_name!r}", "images/create",
+                                     "POST", params=params,
+                                     idle_timeout=PULL_IDLE_TIMEOUT) as records:
+            async for record in records:
+                if not isinstance(record, Mapping):
+                    continue
+                if "error" in record:
+                    error = str(record.get("error"))
+                    break
+                if on_progress is not None:
+                    result = on_progress(record)
+                    if inspect.isawaitable(result):
+                        await result
     except TimeoutError as exc:
         raise SandboxInitFailed(
             f"pulling image {ref.engine_name!r} made no progress for {PULL_IDLE_TIMEOUT:g} s",

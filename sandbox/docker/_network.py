@@ -13,23 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import aiodocker
-
 from .._constants import DEFAULT_CLEANUP_TIMEOUT
 from .._errors import ConfigError, SandboxError, SandboxInitFailed
 from .._models import NetworkConfig, SandboxConfig
-from ._engine import Engine
+from ._gateway import Engine, EngineNotFound
+from ._wire import host_port
 
 _NO_MASQUERADE = {"com.docker.network.bridge.enable_ip_masquerade": "false"}
 
 
 def _port_key(port: int, protocol: str) -> str:
     return f"{port}/{protocol}"
-
-
-def _is_not_found(exc: SandboxError) -> bool:
-    cause = exc.cause
-    return isinstance(cause, aiodocker.DockerError) and cause.status == 404
 
 
 class SandboxNetwork:
@@ -77,12 +71,10 @@ class SandboxNetwork:
     async def _check_existing(self, name: str) -> None:
         try:
             info = await self._engine.query_json(f"inspect network {name!r}", f"networks/{name}")
-        except SandboxError as exc:
-            if _is_not_found(exc):
-                raise SandboxInitFailed(f"network.bridge names network {name!r}, which does "
-                                        "not exist", details="create it first (docker network "
-                                        "create --internal NAME) or leave bridge empty") from exc
-            raise
+        except EngineNotFound as exc:
+            raise SandboxInitFailed(f"network.bridge names network {name!r}, which does "
+                                    "not exist", details="create it first (docker network "
+                                    "create --internal NAME) or leave bridge empty") from exc
         if info.get("Driver") in ("host", "null"):
             raise SandboxInitFailed(
                 f"network.bridge {name!r} is a {info.get('Driver')} network, not a bridge",
@@ -97,9 +89,10 @@ class SandboxNetwork:
             await self._engine.request("remove the sandbox's network",
                                        f"networks/{self.created_id}", "DELETE",
                                        deadline=DEFAULT_CLEANUP_TIMEOUT)
+        except EngineNotFound:
+            pass  # already gone
         except SandboxError as exc:
-            if not _is_not_found(exc):
-                return [str(exc)]
+            return [str(exc)]
         self.created_id = None
         return []
 
@@ -109,10 +102,8 @@ async def published_port(engine: Engine, container_id: str, port: int,
     """Return the host port the engine published ``port/protocol`` on."""
     data = await engine.query_json("inspect the sandbox's ports",
                                    f"containers/{container_id}/json")
-    key = _port_key(port, protocol)
-    bindings = ((data.get("NetworkSettings") or {}).get("Ports") or {}).get(key) or []
-    for binding in bindings:
-        if binding.get("HostPort"):
-            return int(binding["HostPort"])
-    raise ConfigError(f"container port {key} is not published; add a PortMapping for it to "
-                      "network.port_mappings")
+    published = host_port(data, port, protocol)
+    if published is not None:
+        return published
+    raise ConfigError(f"container port {_port_key(port, protocol)} is not published; add a "
+                      "PortMapping for it to network.port_mappings")

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiodocker
 import anyio
 import attrs
 
@@ -67,12 +66,13 @@ from .._protocol import OutputCallback
 from . import _files
 from ._cgroup import HostCgroup, command_usage
 from ._create import EngineFacts, plan_container
-from ._engine import Engine, client_like, new_client
 from ._exec import ExecProcess, Finalizer, open_exec
+from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, client_like, new_client
 from ._health import REMOVED_REASON, watch_container
 from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
+from ._wire import engine_time
 from ._workspace import Workspace
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
@@ -189,14 +189,6 @@ def _join_errors(first: str, rest: str) -> str:
     return f"{first}; {rest}" if rest else first
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    if not value or value.startswith("0001-"):
-        return None
-    with contextlib.suppress(ValueError):
-        return datetime.fromisoformat(value)
-    return None
-
-
 class DockerSandbox:
     """A sandbox backed by one Docker container.
 
@@ -204,7 +196,7 @@ class DockerSandbox:
     """
 
     def __init__(
-        self, config: SandboxConfig | None = None, *, docker: aiodocker.Docker | None = None,
+        self, config: SandboxConfig | None = None, *, docker: DockerClient | None = None,
         on_pull_progress: PullProgress | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:
@@ -439,16 +431,13 @@ class DockerSandbox:
                     "create the sandbox container", "containers/create", "POST",
                     params=plan.params, data=body,
                 )
-            except SandboxError as exc:
-                cause = exc.cause
-                if isinstance(cause, aiodocker.DockerError) and cause.status == 409:
-                    raise SandboxAlreadyExists(
-                        f"a container named {self._name!r} already exists on the engine",
-                        details="choose another SandboxConfig.name, or leave it empty for a "
-                                "generated one; the existing container was not touched",
-                        cause=exc,
-                    ) from exc
-                raise
+            except EngineConflict as exc:
+                raise SandboxAlreadyExists(
+                    f"a container named {self._name!r} already exists on the engine",
+                    details="choose another SandboxConfig.name, or leave it empty for a "
+                            "generated one; the existing container was not touched",
+                    cause=exc,
+                ) from exc
             self._container_id = created["Id"]
 
         # A create cancelled in flight still finishes on the engine, after a removal by name
@@ -573,9 +562,7 @@ class DockerSandbox:
                 head = await self._engine.request(
                     "look at the working directory", archive, params={"path": cwd},
                     max_bytes=_PROBE_BYTES)
-            except SandboxError as exc:
-                if not (isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404):
-                    raise
+            except EngineNotFound:
                 needed = True
             else:
                 needed = _root_owned_empty_dir(head)
@@ -712,7 +699,7 @@ class DockerSandbox:
             self._background = None
         errors: list[str] = []
         closing = self._docker if self._owns_docker else None
-        if self._engine is not None and self._engine.docker.session.closed:
+        if self._engine is not None and self._engine.client_closed():
             # An earlier cleanup that failed closed our client, or the caller closed theirs
             # under us: remove through a new client to the same engine (shared by the
             # network's Engine, which is this same object).
@@ -740,10 +727,10 @@ class DockerSandbox:
                         f"remove the sandbox container {short}", f"containers/{target}",
                         "DELETE", params={"force": "1", "v": "1"}, deadline=patience,
                     )
+                except EngineNotFound:
+                    pass  # already gone
                 except SandboxError as exc:
-                    cause = exc.cause
-                    if not (isinstance(cause, aiodocker.DockerError) and cause.status == 404):
-                        errors.append(str(exc))
+                    errors.append(str(exc))
                 # Commands still running (another task's) must not wait on a removed container.
                 self._stop_commands()
             if scope.cancelled_caught and not await self._removal_under_way(target):
@@ -772,8 +759,10 @@ class DockerSandbox:
         try:
             data = await self._engine.query_json(
                 "inspect the sandbox container", f"containers/{target}/json", deadline=5)
-        except SandboxError as exc:
-            return isinstance(exc.cause, aiodocker.DockerError) and exc.cause.status == 404
+        except EngineNotFound:
+            return True
+        except SandboxError:
+            return False
         return (data.get("State") or {}).get("Status") in ("removing", "dead")
 
     # -- commands --------------------------------------------------------------------------------
@@ -1070,8 +1059,8 @@ class DockerSandbox:
             name=self._name,
             type="docker",
             status=self._status,
-            created_at=_parse_time(data.get("Created")) or self._created_at,
-            started_at=_parse_time(state.get("StartedAt")) or self._started_at,
+            created_at=engine_time(data.get("Created")) or self._created_at,
+            started_at=engine_time(state.get("StartedAt")) or self._started_at,
             runtime=host.get("Runtime", self._config.runtime),
             image=self._config.image,
             platform=self._platform(data),

@@ -1,53 +1,43 @@
-"""Resource usage of a sandbox container: stats arithmetic and a background sampler.
+"""The stats sampler: a background task following a container's stats stream.
 
-The engine publishes a stats sample about once a second per container. `StatsSampler` follows
-the engine's streaming endpoint (aiodocker's own ``stats(stream=True)`` leaks its connection,
-so the response is opened and closed here), turns each sample into a `ResourceUsage` with
-`usage_from_stats`, keeps a bounded history and answers per-command questions with
-`StatsSampler.usage_between`.
-
-Facts this relies on (Docker 20.10, API 1.41, cgroup v1, measured):
-    * A one-shot sample (``stream=0&one-shot=1``) waits for the engine's next 1 s tick, so it
-      takes 0.15-1.0 s; its ``precpu_stats`` is empty, so it has no CPU baseline of its own.
-    * A stopped container's stream keeps sending samples whose ``read`` is the zero time; the
-      stream ends when the container is removed.
-    * ``networks`` is absent under network mode ``none``; blkio lists may be empty or null.
-    * ``pids_stats.current`` counts tasks, i.e. threads, not processes (the cgroup pids
-      controller limits tasks).
+`StatsSampler` follows the engine's streaming endpoint (through `_follow.follow_json_lines`,
+which reopens it with backoff), turns each sample into a `ResourceUsage` with
+`_usage.usage_from_stats`, keeps a bounded history and answers per-command questions with
+`StatsSampler.usage_between`. How the engine's samples behave (one a second, one-shot latency,
+zero-time samples of a stopped container) is in docs/engine-notes.md, section "Stats".
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import inspect
-import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import Any, Final, NamedTuple, TypeVar
 
-import aiodocker
-import aiohttp
 import anyio
 import attrs
 
-from .._errors import SandboxError, SandboxNotRunning, TimeoutExceeded
+from .._errors import SandboxNotRunning, TimeoutExceeded
 from .._models import ResourceUsage
-from ._engine import Engine, mapped_errors
+from ._follow import GAVE_UP, Reconnect, follow_json_lines
+from ._gateway import Engine, EngineNotFound
+from ._usage import (
+    PROC_SCRIPT,
+    parse_proc_counts,
+    read_time,
+    sample_is_live,
+    usage_from_stats,
+    usage_over,
+)
+from ._wire import size_rw
 
-__all__ = [
-    "PROC_SCRIPT",
-    "ProcReader",
-    "StatsSampler",
-    "cpu_percent",
-    "memory_used",
-    "parse_proc_counts",
-    "sample_is_live",
-    "usage_from_stats",
-]
+# PROC_SCRIPT and parse_proc_counts belong with the sampler's callers too (the sandbox reads
+# process counts with them).
+__all__ = ["PROC_SCRIPT", "ProcReader", "StatsSampler", "parse_proc_counts"]
 
 log = logging.getLogger("sandbox.stats")
 
@@ -56,24 +46,6 @@ _T = TypeVar("_T")
 #: Reads (processes, threads, open file handles) inside the sandbox; see `PROC_SCRIPT`.
 ProcReader = Callable[[], Awaitable[tuple[int, int, int]]]
 SampleCallback = Callable[[ResourceUsage], object]
-
-#: POSIX sh (busybox ash, dash) printing "processes threads fds" for every process in the
-#: sandbox except itself. It forks nothing (no pipes, no command substitution), so the only
-#: process it adds is its own shell, which it skips. Only fds the running user may see count.
-PROC_SCRIPT: Final = (
-    'self=$$; p=0; t=0; f=0\n'
-    'for d in /proc/[0-9]*; do\n'
-    '  [ "${d#/proc/}" = "$self" ] && continue\n'
-    '  n=0\n'
-    '  { while read -r k v _; do\n'
-    '      if [ "$k" = "Threads:" ]; then n=$v; break; fi\n'
-    '    done < "$d/status"; } 2>/dev/null || continue\n'
-    '  p=$((p + 1)); t=$((t + n))\n'
-    '  set -- "$d"/fd/*\n'
-    '  if [ -e "$1" ] || [ -L "$1" ]; then f=$((f + $#)); fi\n'
-    'done\n'
-    'echo "$p $t $f"\n'
-)
 
 #: Consecutive stream failures tolerated before the sampler gives up (logged, not raised).
 STREAM_RETRIES: Final = 5
@@ -94,180 +66,12 @@ WINDOW_SAMPLES: Final = 900
 #: Published samples may come this much early, so jitter in the engine's 1 s tick does not
 #: skip every other sample.
 _PUBLISH_SLACK: Final = 0.25
-_ZERO_TIME: Final = "0001-01-01T00:00:00Z"
-
-
-# -- pure arithmetic -----------------------------------------------------------------------------
-
-
-def _section(data: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
-    """Return a nested mapping, treating a missing or null section as empty."""
-    if not data:
-        return {}
-    value = data.get(key)
-    return value if isinstance(value, Mapping) else {}
-
-
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def sample_is_live(stats: Mapping[str, Any]) -> bool:
-    """Tell a real sample from the zero-time placeholders sent for a stopped container."""
-    read = stats.get("read")
-    return bool(read) and not str(read).startswith("0001-")
-
-
-def _read_time(stats: Mapping[str, Any]) -> datetime | None:
-    if not sample_is_live(stats):
-        return None
-    with contextlib.suppress(ValueError, TypeError):
-        stamp = datetime.fromisoformat(str(stats["read"]))
-        return stamp if stamp.utcoffset() is not None else stamp.replace(tzinfo=UTC)
-    return None
-
-
-def cpu_percent(cur: Mapping[str, Any], prev: Mapping[str, Any] | None = None) -> float:
-    """CPU use between two samples in percent of one core, as ``docker stats`` computes it.
-
-    Without ``prev`` the sample's own ``precpu_stats`` is the baseline (stream samples carry
-    the previous tick there); with no baseline at all the answer is 0.
-    """
-    cc = _section(cur, "cpu_stats")
-    pc = _section(prev, "cpu_stats") if prev is not None else _section(cur, "precpu_stats")
-    d_sys = _int(cc.get("system_cpu_usage")) - _int(pc.get("system_cpu_usage"))
-    if not _int(pc.get("system_cpu_usage")) or d_sys <= 0:
-        return 0.0
-    d_cpu = _int(_section(cc, "cpu_usage").get("total_usage")) - _int(
-        _section(pc, "cpu_usage").get("total_usage")
-    )
-    ncpu = _int(cc.get("online_cpus")) or len(_section(cc, "cpu_usage").get("percpu_usage") or ())
-    # system_cpu_usage advances by wall time x online CPUs, hence the factor.
-    return max(d_cpu, 0) / d_sys * (ncpu or 1) * 100.0
-
-
-def memory_used(stats: Mapping[str, Any]) -> int:
-    """Memory in use without reclaimable page cache, the rule of the docker CLI since 20.10."""
-    mem = _section(stats, "memory_stats")
-    usage = _int(mem.get("usage"))
-    detail = _section(mem, "stats")
-    # cgroup v1 reports total_inactive_file (hierarchical), cgroup v2 inactive_file.
-    inactive = _int(detail.get("total_inactive_file", detail.get("inactive_file")))
-    return usage - inactive if inactive < usage else usage
-
-
-def _blkio_bytes(stats: Mapping[str, Any], op: str) -> int:
-    entries = _section(stats, "blkio_stats").get("io_service_bytes_recursive") or ()
-    # v1 spells the op "Read"/"Write", v2 "read"/"write"; "Total" would count both.
-    return sum(
-        _int(e.get("value")) for e in entries
-        if isinstance(e, Mapping) and str(e.get("op", "")).lower() == op
-    )
-
-
-def _network_bytes(stats: Mapping[str, Any], key: str) -> int:
-    networks = stats.get("networks")
-    if not isinstance(networks, Mapping):
-        return 0
-    return sum(_int(n.get(key)) for n in networks.values() if isinstance(n, Mapping))
-
-
-def usage_from_stats(
-    cur: Mapping[str, Any],
-    prev: Mapping[str, Any] | None = None,
-    *,
-    uptime: timedelta = timedelta(0),
-    peak: int = 0,
-    host_mem: int = 0,
-) -> ResourceUsage:
-    """Turn one engine stats sample into a `ResourceUsage`.
-
-    Args:
-        cur: The sample, as the engine's JSON.
-        prev: An earlier sample to measure CPU against; None uses ``cur``'s ``precpu_stats``.
-        uptime: Time since the sandbox started.
-        peak: Highest memory use seen so far; the result's ``memory_peak`` is never lower.
-        host_mem: Host memory, the denominator when the sample carries no limit.
-
-    Fields the sample cannot tell (threads, file handles, disk usage) stay 0.
-    """
-    mem = _section(cur, "memory_stats")
-    used = memory_used(cur)
-    limit = _int(mem.get("limit")) or host_mem
-    # max_usage is the cgroup's high-water mark (page cache included); cgroup v2 has none.
-    peak = max(peak, used, _int(mem.get("max_usage")))
-    total_ns = _int(_section(_section(cur, "cpu_stats"), "cpu_usage").get("total_usage"))
-    return ResourceUsage(
-        timestamp=_read_time(cur),
-        cpu_usage=cpu_percent(cur, prev),
-        cpu_time=timedelta(microseconds=total_ns / 1000),
-        memory_usage=used,
-        memory_percent=used / limit * 100.0 if limit > 0 else 0.0,
-        memory_peak=peak,
-        disk_reads=_blkio_bytes(cur, "read"),
-        disk_writes=_blkio_bytes(cur, "write"),
-        network_in=_network_bytes(cur, "rx_bytes"),
-        network_out=_network_bytes(cur, "tx_bytes"),
-        process_count=_int(_section(cur, "pids_stats").get("current")),
-        uptime=max(uptime, timedelta(0)),
-    )
-
-
-def parse_proc_counts(output: bytes | str) -> tuple[int, int, int]:
-    """Parse `PROC_SCRIPT`'s output into (processes, threads, file handles)."""
-    text = output.decode() if isinstance(output, bytes) else output
-    fields = text.split()
-    if len(fields) != 3 or not all(f.isdigit() for f in fields):
-        raise ValueError(f"expected 'processes threads fds', got {text.strip()[:80]!r}")
-    return int(fields[0]), int(fields[1]), int(fields[2])
-
-
-def _delta(a: int, b: int) -> int:
-    """A counter's growth; a reset counter (engine restart) counts as no growth."""
-    return b - a if b >= a else 0
-
-
-def usage_over(records: Iterable[tuple[float, ResourceUsage]], start: float,
-               end: float) -> ResourceUsage:
-    """Summarise (monotonic stamp, sample) pairs over ``[start, end]``; see `usage_between`."""
-    recs = sorted(records, key=lambda r: r[0])
-    duration = timedelta(seconds=max(end - start, 0.0))
-    if not recs:
-        return ResourceUsage(timestamp=datetime.now(UTC), uptime=duration)
-    before = [r for r in recs if r[0] <= start]
-    base = before[-1] if before else recs[0]
-    after = [r for r in recs if r[0] >= end]
-    fin = after[0] if after else recs[-1]
-    window = [u for t, u in recs if base[0] <= t <= fin[0]]
-    (t0, u0), (t1, u1) = base, fin
-    cpu = max(u1.cpu_time - u0.cpu_time, timedelta(0))
-    span = t1 - t0
-    return attrs.evolve(
-        u1,
-        # A rate over the sampled window, which covers the command (when samples bracket it).
-        cpu_usage=cpu.total_seconds() / span * 100.0 if span > 0 else 0.0,
-        cpu_time=cpu,
-        memory_peak=max(u.memory_usage for u in window),
-        disk_reads=_delta(u0.disk_reads, u1.disk_reads),
-        disk_writes=_delta(u0.disk_writes, u1.disk_writes),
-        network_in=_delta(u0.network_in, u1.network_in),
-        network_out=_delta(u0.network_out, u1.network_out),
-        uptime=duration,
-    )
-
-
-# -- the sampler ---------------------------------------------------------------------------------
+_RECONNECT: Final = Reconnect(retries=STREAM_RETRIES, backoff=STREAM_BACKOFF)
 
 
 class _Record(NamedTuple):
     mono: float
     usage: ResourceUsage
-
-
-def _is_gone(exc: BaseException) -> bool:
-    """True when the error says the container no longer exists."""
-    cause = exc.cause if isinstance(exc, SandboxError) else exc
-    return isinstance(cause, aiodocker.DockerError) and cause.status == 404
 
 
 class StatsSampler:
@@ -422,65 +226,29 @@ class StatsSampler:
         A broken stream is logged and reopened with backoff; after `STREAM_RETRIES`
         consecutive failures the sampler logs and returns.
         """
-        failures = 0
-        while True:
-            received = self._received
-            try:
-                await self._follow()
-                if not await self._container_exists():
-                    log.debug("container %s is gone; stats sampling ends", self._id[:12])
-                    return
-                problem = "the engine ended the stats stream"
-            except SandboxError as exc:
-                if _is_gone(exc):
-                    log.debug("container %s is gone; stats sampling ends", self._id[:12])
-                    return
-                problem = f"{exc.message}: {exc.details}" if exc.details else exc.message
-            if self._received > received:
-                failures = 0  # the stream worked for a while: start the backoff over
-            if failures >= STREAM_RETRIES:
-                log.warning("stats for container %s: %s; gave up after %d retries",
-                            self._id[:12], problem, failures)
-                return
-            delay = STREAM_BACKOFF[min(failures, len(STREAM_BACKOFF) - 1)]
-            failures += 1
-            log.warning("stats for container %s: %s; reconnecting in %g s",
-                        self._id[:12], problem, delay)
-            await anyio.sleep(delay)
+        outcome = await follow_json_lines(
+            self._engine, "follow the container's stats", f"containers/{self._id}/stats",
+            params=lambda: {"stream": "1"}, on_record=self._record, on_end=self._gone,
+            reconnect=_RECONNECT, idle_timeout=STREAM_READ_TIMEOUT, log=log,
+            subject=f"stats for container {self._id[:12]}",
+        )
+        if outcome != GAVE_UP:
+            log.debug("container %s is gone; stats sampling ends", self._id[:12])
 
-    async def _follow(self) -> None:
-        """Read one stats stream to its end."""
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=STREAM_READ_TIMEOUT)
-        with mapped_errors("follow the container's stats"):
-            async with self._engine.docker._query(
-                f"containers/{self._id}/stats", params={"stream": "1"}, timeout=timeout,
-            ) as resp:
-                try:
-                    async for line in resp.content:
-                        if not line.strip():
-                            continue
-                        try:
-                            raw = json.loads(line)
-                        except ValueError:
-                            # A torn line means the stream broke mid-sample; reconnect.
-                            raise SandboxError("the stats stream sent a broken line",
-                                               details=line[:200].decode(errors="replace"),
-                                               retryable=True) from None
-                        self._received += 1
-                        await self._ingest(raw)
-                finally:
-                    # aiodocker's _query does not release the connection; this does.
-                    resp.close()
+    async def _record(self, raw: Any) -> bool:
+        if isinstance(raw, Mapping):
+            self._received += 1
+            await self._ingest(raw)
+        return False
 
-    async def _container_exists(self) -> bool:
+    async def _gone(self) -> bool:
+        """After the engine ended the stream: whether that is because the container is gone."""
         try:
             await self._engine.query_json("inspect the container", f"containers/{self._id}/json",
                                           deadline=SLOW_CALL_TIMEOUT)
-        except SandboxError as exc:
-            if _is_gone(exc):
-                return False
-            raise
-        return True
+        except EngineNotFound:
+            return True
+        return False
 
     async def _ingest(self, raw: Mapping[str, Any]) -> None:
         """Fold one streamed sample in: record it always, publish it at the interval."""
@@ -510,7 +278,7 @@ class StatsSampler:
         if not sample_is_live(raw):
             return None
         if prev is not None:
-            before, now = _read_time(prev), _read_time(raw)
+            before, now = read_time(prev), read_time(raw)
             if before is None or now is None or before >= now:
                 prev = None  # same or older tick: no interval to measure over
         usage = usage_from_stats(
@@ -544,7 +312,7 @@ class StatsSampler:
             "read the container's disk usage", f"containers/{self._id}/json",
             params={"size": "1"}, deadline=SLOW_CALL_TIMEOUT,
         )
-        return _int(data.get("SizeRw"))
+        return size_rw(data)
 
     async def _slow(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T | None:
         """Run an occasional extra read with a deadline; log failures once per streak."""

@@ -28,8 +28,9 @@ from sandbox import (
     SandboxStatus,
     TimeoutExceeded,
 )
-from sandbox.docker._engine import Engine
+from sandbox._backend import ProcessSpec
 from sandbox.docker._exec import open_exec
+from sandbox.docker._gateway import Engine
 from tests.conftest import LABEL, docker_cli
 from tests.integration._proxy import ENGINE_SOCKET, EngineProxy, engine_proxy
 
@@ -157,6 +158,25 @@ async def test_every_engine_call_has_a_deadline(short_dir: Path) -> None:
             # A deadline the SDK enforces: also a TimeoutExceeded (and so a TimeoutError).
             assert isinstance(ei.value, TimeoutExceeded)
             assert time.monotonic() - t0 < 3
+            # A missed deadline is also a timeout, for `except TimeoutError` callers.
+            assert isinstance(ei.value, TimeoutExceeded) and isinstance(ei.value, TimeoutError)
+        finally:
+            await docker.close()
+
+
+async def test_streams_have_a_deadline_for_their_answer(short_dir: Path) -> None:
+    """A stats, events or pull stream whose answer never comes ends in a timeout, not a hang."""
+    with engine_proxy(short_dir) as proxy:
+        proxy.freeze()
+        docker = aiodocker.Docker(url=proxy.url)
+        try:
+            engine = Engine(docker, timeout=0.5)
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutExceeded, match=r"did not answer within 0\.5 s"):
+                async with engine.json_lines("watch the events", "events") as lines:
+                    async for _ in lines:
+                        pass
+            assert time.monotonic() - t0 < 5
         finally:
             await docker.close()
 
@@ -181,9 +201,8 @@ async def test_an_attach_that_never_answers_is_an_engine_timeout(short_dir: Path
                 t0 = time.monotonic()
                 with pytest.raises(TimeoutExceeded, match=r"^attach to the command: .* 0\.5 s"):
                     async with open_exec(
-                        engine, cid, argv=["true"], env={}, workdir="/", user="", stdin=None,
-                        attach_stdin=False, max_output_bytes=1024, time_limit=None,
-                        idle_timeout=None,
+                        engine, cid, ProcessSpec(argv=["true"], max_output_bytes=1024),
+                        attach_stdin=False,
                     ):
                         pass
                 assert time.monotonic() - t0 < 5

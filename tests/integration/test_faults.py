@@ -25,7 +25,7 @@ from sandbox import (
     SandboxStatus,
     SecurityPolicy,
 )
-from sandbox.docker._engine import new_client
+from sandbox.docker._gateway import new_client
 from tests.conftest import container_exists, docker_cli
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]

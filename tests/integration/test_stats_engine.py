@@ -22,7 +22,7 @@ from sandbox._constants import (
     LABEL_MANAGED_BY_VALUE,
 )
 from sandbox._models import ResourceUsage
-from sandbox.docker._engine import Engine, new_client
+from sandbox.docker._gateway import Engine, new_client
 from sandbox.docker._health import watch_container
 from sandbox.docker._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from sandbox._models import ResourceUsage
-from sandbox.docker._stats import (
+from sandbox.docker._usage import (
     cpu_percent,
     memory_used,
     parse_proc_counts,

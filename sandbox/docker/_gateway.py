@@ -1,0 +1,427 @@
+"""The only door to the Docker Engine API: one client, a deadline on every call, errors mapped.
+
+This is the one module of the SDK that imports aiodocker and aiohttp and touches their private
+names. The rest of the Docker backend speaks in plain JSON and these typed errors:
+
+- `EngineNotFound` (404) and `EngineConflict` (409) for answers callers act on, other error
+  answers as `EngineError`, each carrying the engine's ``status``;
+- `EngineUnavailable` when no engine answers or the connection broke;
+- `EngineTimeout` (an `EngineUnavailable` and a `TimeoutExceeded`) when a call's deadline passed.
+
+Besides plain calls it offers an exec's attach stream (`ExecStream`) and JSON-lines streams
+(`Engine.json_lines`; `_follow.follow_json_lines` reopens one with backoff for the stats
+sampler and the event watcher).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+import aiodocker
+import aiohttp
+import anyio
+from aiodocker.execs import Exec
+from aiodocker.stream import Stream
+
+from .._constants import DEFAULT_ENGINE_TIMEOUT
+from .._errors import EngineTimeout, EngineUnavailable, SandboxError
+
+#: The client type a caller may pass in (``docker=``); only this module knows it is aiodocker's.
+DockerClient = aiodocker.Docker
+
+DEFAULT_SOCKET = "/var/run/docker.sock"
+START_HINT = (
+    "start one with `make engine` (scripts/engine.sh), or point DOCKER_HOST at a running engine"
+)
+
+
+def engine_address() -> str:
+    """Where the engine is looked for: DOCKER_HOST, else the default socket."""
+    return os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
+
+
+def new_client(address: str | None = None) -> DockerClient:
+    """Build a client with no connection-pool cap and no daemon-side gzip of archives.
+
+    aiohttp's default pool of 100 would block every call once 100 exec streams are open (each
+    holds a connection), including the call that kills a timed-out command. aiohttp asks for
+    gzip by default, which makes the engine compress archives: 5x slower for 100 MiB.
+    """
+    address = address or engine_address()
+    if address.startswith("unix://"):
+        connector = aiohttp.UnixConnector(address.removeprefix("unix://"), limit=0)
+        session = aiohttp.ClientSession(
+            connector=connector, headers={"Accept-Encoding": "identity"}
+        )
+        client = _OwningDocker(
+            url="unix://localhost",
+            session=session,
+            timeout=aiohttp.ClientTimeout(sock_connect=10),
+        )
+        client.address = address
+        return client
+    return aiodocker.Docker(url=address)
+
+
+def client_like(docker: DockerClient) -> DockerClient:
+    """Open a new client to the engine ``docker`` talks to, e.g. to clean up after it closed."""
+    if isinstance(docker, _OwningDocker) and docker.address:
+        return new_client(docker.address)
+    connector = docker.connector
+    if isinstance(connector, aiohttp.UnixConnector) and connector.path != "localhost":
+        return new_client(f"unix://{connector.path}")
+    url = str(getattr(docker, "_connection_info", "") or "")
+    return new_client(url if url and "//localhost" not in url else None)
+
+
+class _OwningDocker(aiodocker.Docker):
+    """A client that closes the session it was built with."""
+
+    #: Where it connects (its base URL is a placeholder for unix sockets).
+    address: str = ""
+
+    async def close(self) -> None:
+        session = self.session
+        await super().close()
+        await session.close()
+
+
+# -- typed errors ----------------------------------------------------------------------------
+
+
+class EngineError(SandboxError):
+    """Raised when the engine answered a call with an error status.
+
+    Attributes:
+        status: The HTTP status the engine answered.
+    """
+
+    def __init__(self, message: str, *, status: int, details: str = "",
+                 retryable: bool | None = None, cause: BaseException | None = None) -> None:
+        super().__init__(message, details=details, retryable=retryable, cause=cause)
+        self.status = status
+
+
+class EngineNotFound(EngineError):
+    """Raised when the engine answered 404: the container, exec, image or network is gone."""
+
+
+class EngineConflict(EngineError):
+    """Raised when the engine answered 409: e.g. a name taken, or a container not running."""
+
+
+def _engine_error(exc: aiodocker.DockerError, action: str) -> SandboxError:
+    """The SDK error for an engine error answer."""
+    if exc.status == 900:  # aiodocker: could not connect
+        return EngineUnavailable(
+            f"{action}: no Docker engine answers at {engine_address()}; {START_HINT}",
+            details=str(exc.message), cause=exc,
+        )
+    kind = {404: EngineNotFound, 409: EngineConflict}.get(exc.status, EngineError)
+    return kind(f"{action}: the engine answered {exc.status}", status=exc.status,
+                details=str(exc.message), retryable=exc.status >= 500, cause=exc)
+
+
+def _mapped(exc: Exception, action: str) -> BaseException:
+    """What to raise for ``exc`` met while doing ``action``: an SDK error, or ``exc`` itself."""
+    if isinstance(exc, SandboxError):
+        return exc  # already ours (EngineUnavailable is a ConnectionError: do not wrap it again)
+    if isinstance(exc, aiodocker.DockerError):
+        return _engine_error(exc, action)
+    if isinstance(exc, RuntimeError):
+        if "closed" not in str(exc).lower():
+            return exc
+        # aiohttp: "Session is closed" (someone closed the client) or a closed transport.
+        return SandboxError(
+            f"{action}: the aiodocker client was closed",
+            details=f"{exc}; a client passed as docker= must stay open until cleanup",
+            cause=exc,
+        )
+    if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError):
+        return EngineUnavailable(
+            f"{action}: lost the connection to the engine at {engine_address()}",
+            details=str(exc), cause=exc,
+        )
+    if isinstance(exc, aiohttp.ClientError):
+        return SandboxError(f"{action}: engine request failed", details=str(exc), cause=exc,
+                            retryable=True)
+    return exc
+
+
+@contextlib.contextmanager
+def mapped_errors(action: str) -> Iterator[None]:
+    """Turn engine and transport failures into SDK errors; never swallow cancellation."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = _mapped(exc, action)
+        if mapped is exc:
+            raise
+        raise mapped from exc
+
+
+def _timed_out(action: str, limit: float, exc: BaseException) -> EngineTimeout:
+    return EngineTimeout(
+        f"{action}: the engine at {engine_address()} did not answer within {limit:g} s",
+        cause=exc,
+    )
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+class ExecStream:
+    """One exec's attach connection: read its output frames, write and half-close its stdin.
+
+    Use it as an async context manager, or call `close`. Errors come as SDK errors.
+    """
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    async def __aenter__(self) -> ExecStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self.close()
+
+    async def read_out(self, action: str = "read the command's output") -> \
+            tuple[int, bytes] | None:
+        """The next frame as (1 for stdout or 2 for stderr, data), or None at the end."""
+        try:
+            return await self._stream.read_out()
+        except Exception as exc:
+            mapped = _mapped(exc, action)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def write_in(self, data: bytes, action: str = "write to the command's stdin") -> None:
+        """Send bytes to the command's stdin (waits while the socket's buffer is full)."""
+        try:
+            await self._stream.write_in(data)
+        except Exception as exc:
+            mapped = _mapped(exc, action)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def write_eof(self) -> None:
+        """Half-close: the command reads EOF on stdin; its output keeps coming.
+
+        aiodocker has none (``Stream.close`` drops the output too), so EOF is written on the
+        hijacked transport (engine notes, "exec").
+        """
+        transport = self._transport()
+        if transport is not None and transport.can_write_eof() and not transport.is_closing():
+            transport.write_eof()
+
+    async def close(self) -> None:
+        """Close the connection; stdin the engine never took is dropped, not lingered over."""
+        transport = self._transport()
+        try:
+            await self._stream.close()
+        finally:
+            if transport is not None and transport.get_write_buffer_size():
+                transport.abort()
+
+    def _transport(self) -> asyncio.Transport | None:
+        resp = self._stream._resp
+        conn = resp.connection if resp is not None else None
+        transport = conn.transport if conn is not None else None
+        return transport if isinstance(transport, asyncio.Transport) else None
+
+    def _end_output_on_eof(self) -> None:
+        """End the output as soon as the engine half-closes the stream.
+
+        asyncio calls ``connection_lost`` (where aiohttp ends the output) only after the write
+        buffer drained; stdin the command never read stays there until the engine drops the
+        connection, 2-30 s later (engine notes, "exec"). ``eof_received`` comes at once.
+        """
+        resp = self._stream._resp
+        protocol = resp.connection.protocol if resp is not None and resp.connection else None
+        queue = self._stream._queue
+        if protocol is None or queue is None:
+            return
+        original = protocol.eof_received
+
+        def eof_received() -> bool | None:
+            result = original()
+            queue.feed_eof()
+            return result
+
+        setattr(protocol, "eof_received", eof_received)  # noqa: B010 (mypy: a method)
+
+
+class JsonLines:
+    """The JSON values of a streaming answer, one per line (blank lines skipped)."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, action: str,
+                 idle_timeout: float | None) -> None:
+        self._resp = resp
+        self._action = action
+        self._idle = math.inf if idle_timeout is None else idle_timeout
+
+    def __aiter__(self) -> JsonLines:
+        return self
+
+    async def __anext__(self) -> Any:
+        while True:
+            try:
+                with anyio.fail_after(self._idle):
+                    line = await self._resp.content.readline()
+            except TimeoutError as exc:
+                raise _timed_out(self._action, self._idle, exc) from exc
+            except ValueError as exc:  # aiohttp: a line longer than its buffer
+                raise SandboxError(f"{self._action}: the engine sent a line too long",
+                                   details=str(exc), retryable=True, cause=exc) from exc
+            except Exception as exc:
+                mapped = _mapped(exc, self._action)
+                if mapped is exc:
+                    raise
+                raise mapped from exc
+            if not line:
+                raise StopAsyncIteration
+            if not line.strip():
+                continue
+            try:
+                return json.loads(line)
+            except ValueError:
+                # A torn line means the stream broke mid-record.
+                raise SandboxError(f"{self._action}: the engine sent a broken line",
+                                   details=line[:200].decode(errors="replace"),
+                                   retryable=True) from None
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+class Engine:
+    """Thin async wrapper over one aiodocker client with a deadline on every call."""
+
+    def __init__(self, docker: DockerClient, *, timeout: float = DEFAULT_ENGINE_TIMEOUT):
+        self.docker = docker
+        self.timeout = timeout
+
+    @contextlib.asynccontextmanager
+    async def _call(self, action: str, deadline: float | None = None) -> AsyncIterator[None]:
+        limit = self.timeout if deadline is None else deadline
+        with mapped_errors(action):
+            try:
+                with anyio.fail_after(limit):
+                    yield
+            except TimeoutError as exc:
+                if isinstance(exc, SandboxError):
+                    raise
+                raise _timed_out(action, limit, exc) from exc
+
+    async def query_json(
+        self, action: str, path: str, method: str = "GET", *,
+        params: Mapping[str, Any] | None = None, data: Any = None, deadline: float | None = None,
+    ) -> Any:
+        async with self._call(action, deadline):
+            body = json.dumps(data) if data is not None and not isinstance(data, bytes) else data
+            return await self.docker._query_json(
+                path, method, params=dict(params) if params else None, data=body
+            )
+
+    async def request(
+        self, action: str, path: str, method: str = "GET", *,
+        params: Mapping[str, Any] | None = None, data: Any = None,
+        headers: Mapping[str, str] | None = None, deadline: float | None = None,
+        max_bytes: int | None = None,
+    ) -> bytes:
+        """Make a call and return the raw body (for endpoints that do not answer JSON); with
+        `max_bytes`, only up to that many of its first bytes, the rest unread."""
+        async with self._call(action, deadline), self.docker._query(
+            path, method, params=dict(params) if params else None, data=data,
+            headers=dict(headers) if headers else None,
+        ) as resp:
+            if max_bytes is None:
+                return await resp.read()
+            chunks: list[bytes] = []
+            size = 0
+            while size < max_bytes and (chunk := await resp.content.read(max_bytes - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
+
+    @contextlib.asynccontextmanager
+    async def json_lines(
+        self, action: str, path: str, method: str = "GET", *,
+        params: Mapping[str, Any] | None = None, idle_timeout: float | None = None,
+    ) -> AsyncIterator[JsonLines]:
+        """Open a streaming call (stats, events, pull) and read it as JSON lines.
+
+        No total deadline: the answer's headers must come within ``idle_timeout`` (else the
+        engine timeout), and each later line within ``idle_timeout`` (None: no limit). The
+        connection is released on leaving, however the block ends.
+        """
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
+        limit = self.timeout if idle_timeout is None else idle_timeout
+        with mapped_errors(action):
+            try:
+                with anyio.fail_after(limit):
+                    opened = self.docker._query(path, method, params=dict(params or {}),
+                                                timeout=timeout)
+                    resp = await opened.__aenter__()
+            except TimeoutError as exc:
+                raise _timed_out(action, limit, exc) from exc
+        try:
+            yield JsonLines(resp, action, idle_timeout)
+        finally:
+            # aiodocker's _query does not release the connection; this does.
+            resp.close()
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await opened.__aexit__(None, None, None)
+
+    async def create_exec(self, action: str, container_id: str,
+                          body: Mapping[str, Any]) -> str:
+        """Create an exec in a container and return its id."""
+        created = await self.query_json(action, f"containers/{container_id}/exec", "POST",
+                                        data=dict(body))
+        return str(created["Id"])
+
+    async def attach_exec(self, action: str, exec_id: str) -> ExecStream:
+        """Start an exec attached: its output and stdin over one hijacked connection."""
+        stream = ExecStream(Exec(self.docker, exec_id, tty=False).start(detach=False))
+        try:
+            async with self._call(action):
+                await stream._stream._init()
+        except BaseException:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await stream.close()
+            raise
+        stream._end_output_on_eof()
+        return stream
+
+    async def inspect_exec(self, exec_id: str, *, deadline: float | None = None) -> \
+            dict[str, Any]:
+        """An exec's inspect JSON (``Running``, ``ExitCode``, ``Pid``)."""
+        result: dict[str, Any] = await self.query_json(
+            "inspect the command", f"exec/{exec_id}/json", deadline=deadline)
+        return result
+
+    def client_closed(self) -> bool:
+        """Whether someone closed the client under us."""
+        return bool(self.docker.session.closed)
+
+    async def ping(self) -> None:
+        await self.request("ping the engine", "_ping", deadline=min(self.timeout, 10.0))
+
+    async def info(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self.query_json("read engine info", "info")
+        return result
+
+    async def version(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self.query_json("read engine version", "version")
+        return result

@@ -1,0 +1,107 @@
+"""The engine's inspect, list and stats JSON turned into typed values, once.
+
+Engine answers are read leniently: a missing, null or malformed field gives the field's empty
+value (None, 0, "", False), never an error, so a newer or older engine cannot break a caller
+that only wanted one field. Go writes a time never set as its zero time
+(``0001-01-01T00:00:00Z``); that reads as None.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import attrs
+
+__all__ = ["ContainerState", "container_state", "engine_time", "host_port", "size_rw"]
+
+#: RFC 3339 as Go writes it (time.RFC3339Nano): up to nine fraction digits, "Z" or an offset.
+_RFC3339: Final = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})"
+    r"(?:\.(?P<frac>\d+))?(?P<offset>[Zz]|[+-]\d{2}:\d{2})?"
+)
+
+
+def engine_time(value: Any) -> datetime | None:
+    """An engine time: RFC 3339 text (inspect, stats) or Unix seconds (list answers).
+
+    Returns an aware datetime (UTC when the text has no offset), or None for Go's zero time,
+    a missing value or one that is not a time. Digits past microseconds are dropped.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC) if value > 0 else None
+    if not isinstance(value, str):
+        return None
+    match = _RFC3339.fullmatch(value.strip())
+    if match is None or match["date"].startswith("0001-"):
+        return None
+    frac = f".{match['frac'][:6]}" if match["frac"] else ""
+    offset = match["offset"] or "Z"
+    offset = "+00:00" if offset in "Zz" else offset
+    try:
+        return datetime.fromisoformat(f"{match['date']}T{match['time']}{frac}{offset}")
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+@attrs.frozen(kw_only=True)
+class ContainerState:
+    """A container's ``State`` from inspect."""
+
+    #: "created", "running", "paused", "restarting", "removing", "exited" or "dead".
+    status: str = ""
+    running: bool = False
+    paused: bool = False
+    #: The main process's exit code; None while it runs or when the engine gave none.
+    exit_code: int | None = None
+    #: Whether the OOM killer struck in the container (on 20.10: ever, see engine notes).
+    oom_killed: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def ended(self) -> bool:
+        """The main process is over: the container exited or died."""
+        return self.status in ("exited", "dead")
+
+
+def container_state(inspect: Mapping[str, Any]) -> ContainerState:
+    """The ``State`` of a container inspect answer (all empty when it has none)."""
+    state = _mapping(inspect.get("State"))
+    return ContainerState(
+        status=str(state.get("Status") or ""),
+        running=state.get("Running") is True,
+        paused=state.get("Paused") is True,
+        exit_code=_int(state.get("ExitCode")),
+        oom_killed=state.get("OOMKilled") is True,
+        started_at=engine_time(state.get("StartedAt")),
+        finished_at=engine_time(state.get("FinishedAt")),
+    )
+
+
+def host_port(inspect: Mapping[str, Any], port: int, protocol: str = "tcp") -> int | None:
+    """The host port the engine published a container's ``port/protocol`` on, if any."""
+    ports = _mapping(_mapping(inspect.get("NetworkSettings")).get("Ports"))
+    bindings = ports.get(f"{port}/{protocol}")
+    for binding in bindings if isinstance(bindings, list) else ():
+        text = str(_mapping(binding).get("HostPort") or "")
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def size_rw(inspect: Mapping[str, Any]) -> int:
+    """The writable layer's size in bytes from an inspect made with ``size=1`` (else 0)."""
+    return _int(inspect.get("SizeRw")) or 0
