@@ -37,7 +37,7 @@ from impl_cli import DockerCLI
 from impl_dockerpy import DockerPy
 from impl_sdk import SDK
 
-from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig
+from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig, SecurityPolicy
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
@@ -159,11 +159,14 @@ class Bench:
         for impl in self.impls:
             await impl.open()
 
-    async def open_boxes(self, image: str, n: int) -> list[Box]:
+    async def open_boxes(self, image: str, n: int, *, root: bool = False) -> list[Box]:
+        """Open `n` sandboxes; `root` runs the SDK's commands as root (without capabilities),
+        as the baselines' execs run: their default user is the container's, root."""
         boxes: list[Box] = []
+        security = SecurityPolicy(run_as_user="root") if root else SecurityPolicy()
 
         async def one() -> None:
-            sb = Sandbox(SandboxConfig(image=image))
+            sb = Sandbox(SandboxConfig(image=image, security=security))
             await sb.__aenter__()
             boxes.append(Box(sb, sb.backend.container_id))
 
@@ -251,7 +254,9 @@ class Bench:
             await self.close_boxes([box])
 
     async def s_files(self) -> None:
-        [box] = await self.open_boxes(IMAGE_PYTHON, 1)
+        # Root for all four: the baselines' root (no capabilities) cannot write into the
+        # SDK's default user's /workspace.
+        [box] = await self.open_boxes(IMAGE_PYTHON, 1, root=True)
         names = {impl.name: f"i{n}" for n, impl in enumerate(self.impls)}
         try:
             for label, size, reps in (("1 MiB", MIB, self.reps(15, 5)),
