@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from sandbox._glob import PathFilter, compile_glob, select_entries
+from tests.unit._trees import sample_tree
 
 
 @pytest.mark.parametrize(
@@ -58,22 +58,8 @@ def test_filter_directory_patterns_cover_subtrees_and_exclude_wins() -> None:
     assert not PathFilter(exclude=[".git"]).selects(".git/HEAD")
 
 
-def _tree(root: Path) -> None:
-    for rel, text in {
-        "README.md": "hi", "setup.py": "", "src/pkg/__init__.py": "", "src/pkg/mod.py": "x",
-        "src/pkg/mod.pyc": "", "src/data/blob.bin": "b", ".env": "SECRET=1",
-        "node_modules/a/index.js": "", ".git/HEAD": "ref: refs/heads/main\n",
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    (root / "empty").mkdir()
-    (root / "link-to-src").symlink_to("src")
-    (root / "dangling").symlink_to("/nonexistent/target")
-    os.chmod(root / "setup.py", 0o755)
-
-
 def test_select_entries_exclude_only(tmp_path: Path) -> None:
-    _tree(tmp_path)
+    sample_tree(tmp_path)
     got = select_entries(tmp_path, PathFilter(exclude=["node_modules", "*.pyc", ".env"]))
     assert "node_modules" not in got and not any(g.startswith("node_modules/") for g in got)
     assert ".env" not in got and "src/pkg/mod.pyc" not in got
@@ -86,6 +72,6 @@ def test_select_entries_exclude_only(tmp_path: Path) -> None:
 
 
 def test_select_entries_include_with_double_star(tmp_path: Path) -> None:
-    _tree(tmp_path)
+    sample_tree(tmp_path)
     got = select_entries(tmp_path, PathFilter(include=["src/**/*.py", "README.md"]))
     assert got == ["README.md", "src", "src/pkg", "src/pkg/__init__.py", "src/pkg/mod.py"]

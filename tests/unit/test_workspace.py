@@ -13,27 +13,14 @@ import pytest
 from sandbox import GitConfig, RepositoryConfig, SandboxInitFailed
 from sandbox._glob import PathFilter, select_entries
 from sandbox.docker._workspace import Mode, Workspace, is_within, stage_copy, write_tar
-
-
-def _tree(root: Path) -> None:
-    for rel, text in {
-        "README.md": "hi", "setup.py": "", "src/pkg/__init__.py": "", "src/pkg/mod.py": "x",
-        "src/pkg/mod.pyc": "", "src/data/blob.bin": "b", ".env": "SECRET=1",
-        "node_modules/a/index.js": "", ".git/HEAD": "ref: refs/heads/main\n",
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    (root / "empty").mkdir()
-    (root / "link-to-src").symlink_to("src")
-    (root / "dangling").symlink_to("/nonexistent/target")
-    os.chmod(root / "setup.py", 0o755)
+from tests.unit._trees import sample_tree
 
 
 def test_stage_copy_and_tar_keep_modes_and_links(tmp_path: Path) -> None:
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
     dst.mkdir()
-    _tree(src)
+    sample_tree(src)
     entries = select_entries(src, PathFilter(exclude=[".env"]))
     stage_copy(src, entries, dst)
     assert (dst / "src/pkg/mod.py").read_text() == "x"
