@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import os
 import posixpath
 import socket
-import tarfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -37,7 +35,6 @@ from .._constants import (
     LABEL_SANDBOX_ID,
 )
 from .._errors import (
-    CommandExecutionFailed,
     ConfigError,
     EngineUnavailable,
     ResourceLimitExceeded,
@@ -73,6 +70,7 @@ from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
 from ._wire import engine_time
+from ._workdir import give_workdir_after_start, give_workdir_before_start, probe_user
 from ._workspace import Workspace
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
@@ -103,61 +101,6 @@ def _owner_labels() -> dict[str, str]:
 
 _seconds = seconds
 _with_group = with_group
-
-
-#: Run as the sandbox user at start: print "uid gid home-writable", and with "1" as $1 make the
-#: working dir $2 (it may sit in the user's own home, where capability-less root cannot write).
-_WHOAMI_SH = r"""u=; g=
-while read -r k a _; do case "$k" in Uid:) u=$a;; Gid:) g=$a;; esac; done < /proc/self/status
-if [ "$1" = 1 ] && [ ! -d "$2" ]; then mkdir -p -- "$2" 2>/dev/null; fi
-h=0; f="$HOME/.sandbox-probe-$$"
-if ( : > "$f" ) 2>/dev/null; then rm -f -- "$f"; h=1; fi
-echo "$u $g $h"
-"""
-
-#: As root (without capabilities: it can mkdir only where root owns the parent): make the
-#: working dir and say whether the SDK should give it to the sandbox user.
-_WORKDIR_SH = r"""d="$1"; [ -d "$d" ] || mkdir -p -- "$d" || exit 1
-if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown; fi
-"""
-
-
-def _dir_tar(name: str, uid: int, gid: int) -> bytes:
-    """A tar of one directory entry, which the engine extracts with that owner (a chown that
-    needs no capability inside the sandbox)."""
-    info = tarfile.TarInfo(name)
-    info.type = tarfile.DIRTYPE
-    info.mode = 0o755
-    info.uid, info.gid = uid, gid
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        tf.addfile(info)
-    return buf.getvalue()
-
-
-#: Enough of a directory's tar to read its own entry and see whether a second one follows.
-_PROBE_BYTES = 64 << 10
-
-#: Per (image id, working dir): must the SDK make the dir or give it to the user? Image ids
-#: are content hashes, so an answer holds for every container of that image.
-_WORKDIR_NEEDS_OWNER: dict[tuple[str, str], bool] = {}
-_PROBES_KEPT = 256
-
-
-def _root_owned_empty_dir(head: bytes) -> bool:
-    """From the first bytes of the engine's tar of a directory: is it a directory that root
-    owns and that holds nothing?"""
-    members: list[tarfile.TarInfo] = []
-    try:
-        with tarfile.open(fileobj=io.BytesIO(head), mode="r|") as tf:
-            for member in tf:
-                members.append(member)
-                if len(members) > 1:
-                    break
-    except (tarfile.TarError, EOFError):
-        pass  # cut short inside the second entry, or not a tar: decided below
-    return len(members) == 1 and members[0].isdir() and members[0].uid == 0 and \
-        len(head) < _PROBE_BYTES
 
 
 async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
@@ -475,108 +418,37 @@ class DockerSandbox:
         return str(found[0]["Id"]) if found else None
 
     async def _prepare_workdir(self) -> None:
-        """Check the sandbox user, give it the working directory, and a writable HOME.
-
-        The working directory is made if missing, and handed to the user if root owns it and
-        it is empty: through the engine's archive API, since root in the sandbox has no
-        CAP_CHOWN. HOME stays the user's home from the image's passwd when the user can
-        write there, else it becomes the working directory.
-        """
+        """Check the sandbox user's ids, give it a writable HOME, and (for a user given by
+        name) the working directory; see `_workdir`."""
         if not self._user:
             return
-        user = self._user
-        # Inside a bind mount, mkdir/chown would change the host (the user's repository).
         covered = self._workspace.covers(self._cwd)
-        # An unknown user would otherwise show up only at the first command, far from its
-        # cause; the engine resolves the user before it starts anything.
-        try:
-            result = await self._run_internal(
-                ["/bin/sh", "-c", _WHOAMI_SH, "sandbox-init", "0" if covered else "1",
-                 self._cwd], user=user, what=f"start a command as {user!r}")
-        except CommandExecutionFailed as exc:
-            raise SandboxInitFailed(
-                f"security.run_as_user {user!r} cannot run commands in image "
-                f"{self._config.image!r}", details=exc.details, cause=exc) from exc
-        fields = result.stdout.split()
-        if not result.success or len(fields) != 3 or not all(f.isdigit() for f in fields):
-            raise SandboxInitFailed(
-                f"security.run_as_user {user!r}: could not read its ids in image "
-                f"{self._config.image!r}",
-                details=(result.stderr or result.stdout or result.error).strip()[:500])
-        uid, gid, home_writable = int(fields[0]), int(fields[1]), fields[2] == "1"
-        if 0 in (uid, gid) and not self._root_opt_in:
+        ids = await probe_user(self._run_internal, self._user, self._cwd,
+                               image=self._config.image, make_dir=not covered)
+        if 0 in (ids.uid, ids.gid) and not self._root_opt_in:
             # A name, or the image's own user, that the image maps to root (user or group).
+            user = self._user
             raise self._audit.refused("security.run_as_user", f"user={user!r}", SecurityViolation(
-                f"security.run_as_user: {user!r} runs as uid {uid} gid {gid} in image "
+                f"security.run_as_user: {user!r} runs as uid {ids.uid} gid {ids.gid} in image "
                 f"{self._config.image!r}, which is root",
                 details="give a non-root uid and security.run_as_group, or ask for root "
                         "explicitly with run_as_user='root'"))
-        if not home_writable and "HOME" not in self._env:
+        if not ids.home_writable and "HOME" not in self._env:
             self._env["HOME"] = self._cwd
         if covered or self._workdir_given:
             return  # _give_workdir made it or found it, before start
-        result = await self._run_internal(
-            ["/bin/sh", "-c", _WORKDIR_SH, "sandbox-init", self._cwd], user="0:0",
-            what=f"prepare the working directory {self._cwd!r}")
-        if not result.success:
-            raise SandboxInitFailed(
-                f"could not prepare the working directory {self._cwd!r}",
-                details=(result.stderr or result.stdout or result.error).strip(),
-            )
-        if result.stdout.strip() == "chown" and uid != 0:
-            parent, name = posixpath.split(posixpath.normpath(self._cwd))
-            assert self._engine is not None
-            try:
-                await self._engine.request(
-                    "give the working directory to the sandbox user",
-                    f"containers/{self._container_id}/archive", "PUT",
-                    params={"path": parent}, data=_dir_tar(name, uid, gid),
-                    headers={"Content-Type": "application/x-tar"})
-            except SandboxError as exc:
-                raise SandboxInitFailed(
-                    f"could not give the working directory {self._cwd!r} to uid {uid}",
-                    details=f"{exc}; with security.read_only_root use a numeric run_as_user",
-                    cause=exc) from exc
+        assert self._engine is not None and self._container_id is not None
+        await give_workdir_after_start(self._run_internal, self._engine, self._container_id,
+                                       self._cwd, ids)
 
     async def _give_workdir(self) -> None:
-        """Before start, make the working dir owned by a numeric non-root sandbox user, if it
-        is missing or root owns it and it is empty.
-
-        Through the engine's archive API, since root in the sandbox has no CAP_CHOWN; and
-        before start, because gVisor does not see what the archive API changes later.
-        """
-        uid, _, gid = self._user.partition(":")
+        """Before start, hand the working dir to a numeric non-root user (see `_workdir`)."""
         cwd = posixpath.normpath(self._cwd or "/")
-        if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/" \
-                or self._config.security.read_only_root or self._workspace.covers(cwd):
-            return  # names: after start; a read-only root's tmpfs gets its owner as options
-        assert self._engine is not None
-        self._workdir_given = True
-        archive = f"containers/{self._container_id}/archive"
-        # What a new container holds at cwd is the image's: probe once per image (an archive
-        # call on a created container costs about a fifth of its start).
-        key = (self._image_id, cwd)
-        needed = _WORKDIR_NEEDS_OWNER.get(key) if self._image_id else None
-        if needed is None:
-            try:
-                head = await self._engine.request(
-                    "look at the working directory", archive, params={"path": cwd},
-                    max_bytes=_PROBE_BYTES)
-            except EngineNotFound:
-                needed = True
-            else:
-                needed = _root_owned_empty_dir(head)
-            if len(_WORKDIR_NEEDS_OWNER) >= _PROBES_KEPT:
-                _WORKDIR_NEEDS_OWNER.clear()
-            _WORKDIR_NEEDS_OWNER[key] = needed
-        if not needed:
-            return
-        # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
-        # only the working dir itself.
-        await self._engine.request(
-            "give the working directory to the sandbox user", archive, "PUT",
-            params={"path": "/"}, data=_dir_tar(cwd.lstrip("/"), int(uid), int(gid)),
-            headers={"Content-Type": "application/x-tar"})
+        if self._config.security.read_only_root or self._workspace.covers(cwd):
+            return  # a read-only root's tmpfs gets its owner as options
+        assert self._engine is not None and self._container_id is not None
+        self._workdir_given = await give_workdir_before_start(
+            self._engine, self._container_id, cwd, self._user, image_id=self._image_id)
 
     def _start_background(self) -> None:
         """Start the sandbox's own work: the event watcher, the wall clock, the sampler.

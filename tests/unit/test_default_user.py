@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import tarfile
 
-from sandbox.docker._sandbox import _PROBE_BYTES, _dir_tar, _root_owned_empty_dir, _with_group
+from sandbox.docker._sandbox import _with_group
+from sandbox.docker._workdir import PROBE_BYTES, dir_tar, root_owned_empty_dir
 
 
 def tar_of(*members: tuple[str, int, bytes | None]) -> bytes:
@@ -24,19 +25,19 @@ def tar_of(*members: tuple[str, int, bytes | None]) -> bytes:
 
 
 def test_only_an_empty_root_owned_directory_is_handed_over() -> None:
-    assert _root_owned_empty_dir(tar_of(("workspace", 0, None)))
-    assert not _root_owned_empty_dir(tar_of(("workspace", 1000, None)))
-    assert not _root_owned_empty_dir(tar_of(("workspace", 0, None), ("workspace/a", 0, b"x")))
-    assert not _root_owned_empty_dir(tar_of(("workspace", 0, b"a file")))
-    assert not _root_owned_empty_dir(b"not a tar at all" * 64)
-    assert not _root_owned_empty_dir(b"")
+    assert root_owned_empty_dir(tar_of(("workspace", 0, None)))
+    assert not root_owned_empty_dir(tar_of(("workspace", 1000, None)))
+    assert not root_owned_empty_dir(tar_of(("workspace", 0, None), ("workspace/a", 0, b"x")))
+    assert not root_owned_empty_dir(tar_of(("workspace", 0, b"a file")))
+    assert not root_owned_empty_dir(b"not a tar at all" * 64)
+    assert not root_owned_empty_dir(b"")
     # Cut at the probe size: something followed, so it is not empty.
-    big = tar_of(("workspace", 0, None), ("workspace/big", 0, b"x" * (2 * _PROBE_BYTES)))
-    assert not _root_owned_empty_dir(big[:_PROBE_BYTES])
+    big = tar_of(("workspace", 0, None), ("workspace/big", 0, b"x" * (2 * PROBE_BYTES)))
+    assert not root_owned_empty_dir(big[:PROBE_BYTES])
 
 
 def test_dir_tar_carries_owner_and_mode() -> None:
-    with tarfile.open(fileobj=io.BytesIO(_dir_tar("a/b", 1000, 1001))) as tf:
+    with tarfile.open(fileobj=io.BytesIO(dir_tar("a/b", 1000, 1001))) as tf:
         (member,) = tf.getmembers()
     assert (member.name, member.uid, member.gid, member.mode) == ("a/b", 1000, 1001, 0o755)
     assert member.isdir()

@@ -1,0 +1,171 @@
+"""The sandbox user's working directory and HOME, made and handed over without capabilities.
+
+Root in a default sandbox has no capabilities, so it cannot chown: a working dir the user must
+own is written by the engine's archive API with that owner instead, before start where the ids
+are numeric (gVisor does not see what the archive API changes after start), else after start.
+A probe run as the user reads its real ids and whether its HOME is writable.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+from .._errors import CommandExecutionFailed, SandboxError, SandboxInitFailed
+from .._models import CommandResult
+from ._gateway import Engine, EngineNotFound
+
+
+class Runner(Protocol):
+    """How these steps run a helper command in the sandbox."""
+
+    async def __call__(self, argv: Sequence[str], *, user: str | None = None,
+                       what: str = ...) -> CommandResult: ...
+
+
+@attrs.frozen
+class UserIds:
+    """What the probe found: the user's real uid and gid, and whether HOME is writable."""
+
+    uid: int
+    gid: int
+    home_writable: bool
+
+
+#: Run as the sandbox user at start: print "uid gid home-writable", and with "1" as $1 make the
+#: working dir $2 (it may sit in the user's own home, where capability-less root cannot write).
+_WHOAMI_SH = r"""u=; g=
+while read -r k a _; do case "$k" in Uid:) u=$a;; Gid:) g=$a;; esac; done < /proc/self/status
+if [ "$1" = 1 ] && [ ! -d "$2" ]; then mkdir -p -- "$2" 2>/dev/null; fi
+h=0; f="$HOME/.sandbox-probe-$$"
+if ( : > "$f" ) 2>/dev/null; then rm -f -- "$f"; h=1; fi
+echo "$u $g $h"
+"""
+
+#: As root (without capabilities: it can mkdir only where root owns the parent): make the
+#: working dir and say whether the SDK should give it to the sandbox user.
+_WORKDIR_SH = r"""d="$1"; [ -d "$d" ] || mkdir -p -- "$d" || exit 1
+if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown; fi
+"""
+
+
+def dir_tar(name: str, uid: int, gid: int) -> bytes:
+    """A tar of one directory entry, which the engine extracts with that owner (a chown that
+    needs no capability inside the sandbox)."""
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    info.mode = 0o755
+    info.uid, info.gid = uid, gid
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(info)
+    return buf.getvalue()
+
+
+#: Enough of a directory's tar to read its own entry and see whether a second one follows.
+PROBE_BYTES = 64 << 10
+
+#: Per (image id, working dir): must the SDK make the dir or give it to the user? Image ids
+#: are content hashes, so an answer holds for every container of that image.
+_WORKDIR_NEEDS_OWNER: dict[tuple[str, str], bool] = {}
+_PROBES_KEPT = 256
+
+
+def root_owned_empty_dir(head: bytes) -> bool:
+    """From the first bytes of the engine's tar of a directory: is it a directory that root
+    owns and that holds nothing?"""
+    members: list[tarfile.TarInfo] = []
+    try:
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r|") as tf:
+            for member in tf:
+                members.append(member)
+                if len(members) > 1:
+                    break
+    except (tarfile.TarError, EOFError):
+        pass  # cut short inside the second entry, or not a tar: decided below
+    return len(members) == 1 and members[0].isdir() and members[0].uid == 0 and \
+        len(head) < PROBE_BYTES
+
+
+async def probe_user(run: Runner, user: str, cwd: str, *, image: str,
+                     make_dir: bool) -> UserIds:
+    """Run the probe as `user` (making `cwd` if `make_dir` and it is missing): an unknown user
+    shows up here, at start, rather than at the first command."""
+    try:
+        result = await run(["/bin/sh", "-c", _WHOAMI_SH, "sandbox-init", "1" if make_dir else "0",
+                            cwd], user=user, what=f"start a command as {user!r}")
+    except CommandExecutionFailed as exc:
+        raise SandboxInitFailed(
+            f"security.run_as_user {user!r} cannot run commands in image {image!r}",
+            details=exc.details, cause=exc) from exc
+    fields = result.stdout.split()
+    if not result.success or len(fields) != 3 or not all(f.isdigit() for f in fields):
+        raise SandboxInitFailed(
+            f"security.run_as_user {user!r}: could not read its ids in image {image!r}",
+            details=(result.stderr or result.stdout or result.error).strip()[:500])
+    return UserIds(int(fields[0]), int(fields[1]), fields[2] == "1")
+
+
+async def give_workdir_after_start(run: Runner, engine: Engine, container_id: str, cwd: str,
+                                   ids: UserIds) -> None:
+    """Make `cwd` as root and, if root owns it and it is empty, give it to the user."""
+    result = await run(["/bin/sh", "-c", _WORKDIR_SH, "sandbox-init", cwd], user="0:0",
+                       what=f"prepare the working directory {cwd!r}")
+    if not result.success:
+        raise SandboxInitFailed(
+            f"could not prepare the working directory {cwd!r}",
+            details=(result.stderr or result.stdout or result.error).strip(),
+        )
+    if result.stdout.strip() == "chown" and ids.uid != 0:
+        parent, name = posixpath.split(posixpath.normpath(cwd))
+        try:
+            await engine.request(
+                "give the working directory to the sandbox user",
+                f"containers/{container_id}/archive", "PUT",
+                params={"path": parent}, data=dir_tar(name, ids.uid, ids.gid),
+                headers={"Content-Type": "application/x-tar"})
+        except SandboxError as exc:
+            raise SandboxInitFailed(
+                f"could not give the working directory {cwd!r} to uid {ids.uid}",
+                details=f"{exc}; with security.read_only_root use a numeric run_as_user",
+                cause=exc) from exc
+
+
+async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str, user: str, *,
+                                    image_id: str) -> bool:
+    """Before start, make `cwd` owned by a numeric non-root `user` ("uid:gid") if it is
+    missing, or root's and empty. Return whether this step dealt with the working dir (False:
+    a name, root, or "/", left to the steps after start)."""
+    uid, _, gid = user.partition(":")
+    if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
+        return False
+    archive = f"containers/{container_id}/archive"
+    # What a new container holds at cwd is the image's: probe once per image (an archive
+    # call on a created container costs about a fifth of its start).
+    key = (image_id, cwd)
+    needed = _WORKDIR_NEEDS_OWNER.get(key) if image_id else None
+    if needed is None:
+        try:
+            head = await engine.request(
+                "look at the working directory", archive, params={"path": cwd},
+                max_bytes=PROBE_BYTES)
+        except EngineNotFound:
+            needed = True
+        else:
+            needed = root_owned_empty_dir(head)
+        if len(_WORKDIR_NEEDS_OWNER) >= _PROBES_KEPT:
+            _WORKDIR_NEEDS_OWNER.clear()
+        _WORKDIR_NEEDS_OWNER[key] = needed
+    if needed:
+        # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
+        # only the working dir itself.
+        await engine.request(
+            "give the working directory to the sandbox user", archive, "PUT",
+            params={"path": "/"}, data=dir_tar(cwd.lstrip("/"), int(uid), int(gid)),
+            headers={"Content-Type": "application/x-tar"})
+    return True
