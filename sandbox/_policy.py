@@ -31,13 +31,21 @@ def seconds(value: timedelta) -> float | None:
     return s if s > 0 else None
 
 
+#: How a user or group field names root.
+ROOT_NAMES = ("0", "root")
+
+
 def is_root(user: str) -> bool:
     """True when ``user`` ("name", "uid" or "uid:gid") names root as user."""
-    return user.split(":", 1)[0] in ("0", "root")
+    return user.split(":", 1)[0] in ROOT_NAMES
 
 
 def with_group(user: str) -> str:
-    """A numeric user without a group gets the same number as group, never the engine's 0."""
+    """A numeric user without a group gets the same number as group, never the engine's 0.
+
+    The engine would take the group from the image's /etc/passwd, and 0 (root's group) for a
+    uid missing there; a name keeps its passwd group, which the backend checks is not 0.
+    """
     return f"{user}:{user}" if user.isdigit() else user
 
 
@@ -45,8 +53,8 @@ def widens(asked: str, sandbox: str) -> bool:
     """True when running as ``asked`` gives root (user or group) the sandbox user lacks."""
     uid, _, gid = asked.partition(":")
     s_uid, _, s_gid = sandbox.partition(":")
-    root = ("0", "root")
-    return (uid in root and s_uid not in root) or (gid in root and s_gid not in root)
+    return (uid in ROOT_NAMES and s_uid not in ROOT_NAMES) or \
+        (gid in ROOT_NAMES and s_gid not in ROOT_NAMES)
 
 
 def is_networked(config: SandboxConfig) -> bool:

@@ -125,6 +125,7 @@ from .._constants import (
 )
 from .._errors import ConfigError, SandboxInitFailed
 from .._models import NetworkConfig, ResourceLimits, SandboxConfig, SecurityPolicy
+from .._policy import ROOT_NAMES, with_group
 from ._security import security_options
 
 __all__ = ["CreatePlan", "EngineFacts", "plan_container"]
@@ -146,7 +147,6 @@ MIN_CPU_SHARES: Final = 2
 STOP_TIMEOUT: Final = 2
 HOSTNAME_MAX: Final = 63
 TMPFS_DEFAULT_OPTIONS: Final = "rw,exec,nosuid,nodev"
-_ROOT: Final = ("0", "root")
 #: Docker 20.10's defaults; sending a list replaces them, so ours extend them.
 DOCKER_MASKED_PATHS: Final = (
     "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -587,29 +587,19 @@ def _user(sec: SecurityPolicy, image_user: str) -> tuple[str, tuple[str, ...]]:
             raise ConfigError(f"security.{field}: {value!r} must be one name or number")
     user, group = sec.run_as_user, sec.run_as_group
     opt_ins: list[str] = []
-    if user in _ROOT:
+    if user in ROOT_NAMES:
         opt_ins.append(f"security.run_as_user: {user} (root)")
-    if group in _ROOT:
+    if group in ROOT_NAMES:
         opt_ins.append(f"security.run_as_group: {group} (root group)")
     if not user:
         # The image's own user, unless it is root (in user or group): then a fixed one.
         image_uid, _, image_gid = image_user.strip().partition(":")
-        if image_uid and image_uid not in _ROOT and image_gid not in _ROOT:
+        if image_uid and image_uid not in ROOT_NAMES and image_gid not in ROOT_NAMES:
             user, group = image_uid, group or image_gid
         else:
             default_uid, _, default_gid = DEFAULT_USER.partition(":")
             user, group = default_uid, group or default_gid
-    return f"{user}:{group or user_group(user)}" if group or user.isdigit() else user, \
-        tuple(opt_ins)
-
-
-def user_group(user: str) -> str:
-    """The group a numeric user given without one runs as: the same number, never 0.
-
-    The engine would take the group from the image's /etc/passwd, and 0 (root's group) for a
-    uid missing there; a name keeps its passwd group, which the backend checks is not 0.
-    """
-    return user if user.isdigit() else ""
+    return f"{user}:{group}" if group else with_group(user), tuple(opt_ins)
 
 
 def _working_dir(path: str) -> str:

@@ -58,7 +58,7 @@ from .._models import (
     SandboxStatus,
     as_config,
 )
-from .._policy import seconds, with_group
+from .._policy import seconds
 from .._protocol import OutputCallback
 from . import _files
 from ._cgroup import HostCgroup, command_usage
@@ -99,8 +99,6 @@ def _owner_labels() -> dict[str, str]:
     return labels
 
 
-_seconds = seconds
-_with_group = with_group
 
 
 async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
@@ -461,7 +459,7 @@ class DockerSandbox:
         assert self._engine is not None and self._container_id is not None
         engine, container_id = self._engine, self._container_id
         work: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = []
-        wall = _seconds(self._config.resources.wall_time_limit)
+        wall = seconds(self._config.resources.wall_time_limit)
         if wall is not None:
             work.append(("the wall clock", lambda: self._wall_clock(wall)))
         work.append(("the event watcher", lambda: watch_container(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import tarfile
 
-from sandbox.docker._sandbox import _with_group
+from sandbox._policy import with_group
 from sandbox.docker._workdir import PROBE_BYTES, dir_tar, root_owned_empty_dir
 
 
@@ -44,7 +44,7 @@ def test_dir_tar_carries_owner_and_mode() -> None:
 
 
 def test_a_numeric_command_user_gets_its_own_group() -> None:
-    assert _with_group("4321") == "4321:4321"
-    assert _with_group("4321:5") == "4321:5"
-    assert _with_group("sandbox") == "sandbox"
-    assert _with_group("") == ""
+    assert with_group("4321") == "4321:4321"
+    assert with_group("4321:5") == "4321:5"
+    assert with_group("sandbox") == "sandbox"
+    assert with_group("") == ""
