@@ -15,6 +15,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import attrs
 
 from ._audit import Auditor
+from ._lifecycle import Lifecycle
 from ._models import (
     CommandResult,
     FileInfo,
@@ -22,7 +23,6 @@ from ._models import (
     ResourceUsage,
     SandboxConfig,
     SandboxInfo,
-    SandboxStatus,
 )
 
 __all__ = ["Backend", "Process", "ProcessSpec"]
@@ -111,9 +111,9 @@ class Backend(Protocol):
 
     `Sandbox` owns command policy (``_policy``), the working directory and environment, path
     resolution and ``copy_files`` arguments (``_paths``), and the audit of commands and file
-    operations; a backend gets only decided `ProcessSpec` values and absolute paths. The
-    Docker backend (``sandbox.docker``) also keeps the lifecycle state, since the engine's
-    events drive it.
+    operations, and the lifecycle state machine (`Lifecycle`): a backend gets only decided
+    `ProcessSpec` values and absolute paths, and reports what only the engine knows (the
+    sandbox stopped, was removed, was paused) through the `Lifecycle` it is given at create.
     """
 
     #: The SDK's id of this sandbox.
@@ -122,11 +122,6 @@ class Backend(Protocol):
     @property
     def config(self) -> SandboxConfig:
         """The configuration the sandbox was (or will be) created from."""
-        ...
-
-    @property
-    def status(self) -> SandboxStatus:
-        """Where the sandbox is in its lifecycle."""
         ...
 
     @property
@@ -148,13 +143,14 @@ class Backend(Protocol):
         """The environment as the set-up left it."""
         ...
 
-    def require_running(self) -> None:
-        """Raise the error saying why commands cannot run now, if they cannot."""
-        ...
+    async def create(self, lifecycle: Lifecycle, config: SandboxConfig | None = None, *,
+                     environment: Mapping[str, str] | None = None) -> None:
+        """Create and start the sandbox, moving ``lifecycle`` to RUNNING.
 
-    async def initialize(self, config: SandboxConfig | None = None, *,
-                         environment: Mapping[str, str] | None = None) -> None:
-        """Create and start the sandbox; on failure remove what was made."""
+        ``config`` replaces the backend's own; ``environment`` (what `Sandbox` holds) is where
+        the set-up adds its variables (read them back from `environment`). On failure it
+        raises, and `Sandbox` calls `remove` for what was made.
+        """
         ...
 
     async def run_process(
@@ -205,6 +201,9 @@ class Backend(Protocol):
         """The sandbox's identity and state."""
         ...
 
-    async def cleanup(self) -> None:
-        """Remove the sandbox and all it made; idempotent, a no-op before initialize."""
+    async def remove(self) -> None:
+        """Remove the sandbox and all it made, even after a partial create; idempotent.
+
+        `Sandbox` calls it shielded from cancellation and moves the lifecycle around it.
+        """
         ...

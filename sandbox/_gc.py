@@ -28,6 +28,8 @@ import attrs
 
 from ._constants import (
     LABEL_CREATED,
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
     LABEL_OWNER_BOOT_ID,
     LABEL_OWNER_HOST,
     LABEL_OWNER_PID,
@@ -38,7 +40,25 @@ from ._errors import SandboxError
 if TYPE_CHECKING:
     from .docker._gateway import DockerClient
 
-__all__ = ["GcItem", "GcReport", "gc"]
+__all__ = ["GcItem", "GcReport", "gc", "owner_labels"]
+
+
+def owner_labels() -> dict[str, str]:
+    """Labels naming the process that owns a resource, so leaks can be collected later."""
+    labels = {
+        LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE,
+        LABEL_OWNER_HOST: socket.gethostname(),
+        LABEL_OWNER_PID: str(os.getpid()),
+        LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    with contextlib.suppress(OSError):
+        labels[LABEL_OWNER_BOOT_ID] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        # Field 22 of /proc/self/stat: start time in clock ticks since boot; with the boot id it
+        # tells a live owner from a later process that reused the pid.
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        labels[LABEL_OWNER_START] = stat.rsplit(")", 1)[1].split()[19]
+    return labels
 
 
 @attrs.frozen(kw_only=True)

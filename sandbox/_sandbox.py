@@ -7,15 +7,27 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from ._archive import check_limits
 from ._backend import Backend, Process, ProcessSpec
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
-from ._errors import ConfigError, FileOperationFailed, SandboxFileNotFound, SandboxInitFailed
+from ._errors import (
+    ConfigError,
+    EngineUnavailable,
+    FileOperationFailed,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxInitFailed,
+    SecurityViolation,
+)
+from ._lifecycle import Lifecycle
 from ._models import CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo, as_config
 from ._models import SandboxStatus as SandboxStatus
 from ._paths import parse_copy, resolve
 from ._policy import merge_environment, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
+from ._shield import finish_despite_cancel
 
 if TYPE_CHECKING:
     from .docker._gateway import DockerClient
@@ -72,7 +84,10 @@ class Sandbox:
             self._impl = DockerSandbox(
                 config, docker=docker, on_pull_progress=on_pull_progress, on_sample=on_sample
             )
-        # Owned here, not by the backend: every backend gets commands already decided.
+        # Owned here, not by the backend: every backend gets commands already decided, and
+        # reports what happens to the sandbox through the lifecycle.
+        self._life = Lifecycle()
+        self._lock = anyio.Lock()
         self._cwd = config.working_dir
         self._env: dict[str, str] = dict(config.environment)
 
@@ -81,8 +96,8 @@ class Sandbox:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._impl.status is not SandboxStatus.DESTROYED:
-            await self._impl.cleanup()
+        if self._life.status is not SandboxStatus.DESTROYED:
+            await self.cleanup()
 
     @property
     def id(self) -> str:
@@ -91,10 +106,12 @@ class Sandbox:
 
     @property
     def status(self) -> SandboxStatus:
-        return self._impl.status
+        """Where the sandbox is in its lifecycle (see `SandboxStatus`)."""
+        return self._life.status
 
     @property
     def config(self) -> SandboxConfig:
+        """The configuration the sandbox was (or will be) created from."""
         return self._impl.config
 
     @property
@@ -105,15 +122,54 @@ class Sandbox:
     async def initialize(self, config: SandboxConfig | None = None) -> None:
         """Create and start the sandbox (``async with`` does this for you).
 
+        On any failure everything made so far is removed before the error is raised.
+
         Raises:
             SandboxAlreadyInitialized: This object was initialized before; make a new one.
+            SandboxInitFailed: The sandbox could not be created or started (the cause is
+                chained); `EngineUnavailable` and `SecurityViolation` come through as such.
         """
         config = None if config is None else as_config(config)
         if config is not None and config.type not in BACKENDS:
             raise SandboxInitFailed(f"unknown sandbox type {config.type!r}",
                                     details=f"available types: {', '.join(BACKENDS)}")
-        await self._impl.initialize(config, environment=self._env if config is None else None)
+        async with self._lock:
+            self._life.begin()
+            try:
+                await self._impl.create(self._life, config,
+                                        environment=self._env if config is None else None)
+            except BaseException as exc:
+                error = await self._failed_start(exc)
+                if error is exc:
+                    raise
+                raise error from exc
         self._cwd, self._env = self._impl.working_dir, self._impl.environment()
+
+    async def _failed_start(self, exc: BaseException) -> BaseException:
+        """Remove what a failed start made; return the error that says what went wrong."""
+        self._life.fail(str(exc) if isinstance(exc, Exception) else type(exc).__name__)
+        try:
+            await finish_despite_cancel(self._impl.remove())
+        except SandboxError as cleanup_exc:
+            # The failure to start is the news; what was left behind is a footnote.
+            exc.add_note(f"cleanup after the failure: {cleanup_exc}")
+        if isinstance(exc, SecurityViolation):
+            # The refusing setting leads the message: "security.x: why".
+            self._impl.audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
+        if isinstance(exc, SandboxInitFailed | EngineUnavailable | SecurityViolation):
+            self._life.reason = exc.message
+            return exc
+        name = self._impl.config.name or f"sandbox-{self.id}"
+        if isinstance(exc, SandboxError | ConfigError):
+            self._life.reason = str(exc)
+            error = SandboxInitFailed(f"sandbox {name} could not be started",
+                                      details=str(exc), cause=exc)
+        elif isinstance(exc, Exception):
+            error = SandboxInitFailed(f"sandbox {name} could not be started",
+                                      details=f"{type(exc).__name__}: {exc}", cause=exc)
+        else:
+            return exc
+        return error
 
     # -- commands: the policy decides, the backend runs ------------------------------------------
 
@@ -131,7 +187,7 @@ class Sandbox:
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
         """Run a command to its end; exit codes, signals and timeouts come back as results."""
-        self._impl.require_running()
+        self._life.require_running()
         spec = self._plan(cmd)
         try:
             result = await self._impl.run_process(spec, on_stdout=on_stdout, on_stderr=on_stderr)
@@ -153,7 +209,7 @@ class Sandbox:
                     print(chunk.stream, chunk.data)
                 result = await proc.wait()
         """
-        self._impl.require_running()
+        self._life.require_running()
         spec = self._plan(cmd)
         proc: Process | None = None
         try:
@@ -243,6 +299,8 @@ class Sandbox:
         self._env = merge_environment(self._env, env)
 
     async def get_resource_usage(self) -> ResourceUsage:
+        """The latest resource-usage sample (one is taken now if none exists yet)."""
+        self._life.require_running()
         return await self._impl.get_resource_usage()
 
     def usage_history(self) -> list[ResourceUsage]:
@@ -250,6 +308,7 @@ class Sandbox:
         return self._impl.usage_history()
 
     async def get_info(self) -> SandboxInfo:
+        """The sandbox's identity, state and allocated resources as the backend sees them."""
         return await self._impl.get_info()
 
     async def cleanup(self) -> None:
@@ -257,4 +316,18 @@ class Sandbox:
 
         Before `initialize` nothing exists, and it does nothing.
         """
-        await self._impl.cleanup()
+        if not self._life.initialized:
+            return  # nothing was created, so there is nothing to remove
+        await finish_despite_cancel(self._cleanup())
+
+    async def _cleanup(self) -> None:
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                if self._life.status is SandboxStatus.DESTROYED:
+                    return
+                delay = self._impl.config.cleanup_delay.total_seconds()
+                if delay > 0:
+                    await anyio.sleep(delay)
+                self._life.advance(SandboxStatus.STOPPING)
+                await self._impl.remove()
+                self._life.advance(SandboxStatus.DESTROYED)

@@ -30,13 +30,12 @@ from ._audit import Auditor
 from ._backend import Process, ProcessSpec
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES, DEFAULT_USER
 from ._errors import (
-    SandboxAlreadyInitialized,
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
-    SandboxNotRunning,
     StdinClosed,
 )
+from ._lifecycle import Lifecycle
 from ._models import (
     Command,
     CommandResult,
@@ -143,14 +142,13 @@ class FakeBackend:
                  respond: Callable[[ProcessSpec], CommandResult] | None = None) -> None:
         self.id = "fake"
         self._config = as_config(config)
-        self._status = SandboxStatus.CREATING
+        self._life = Lifecycle()
         self._respond = respond or (lambda spec: CommandResult(exit_code=0, success=True))
         self.files: dict[str, tuple[bytes, int]] = {}
         self.dirs: set[str] = {"/", self._config.working_dir}
         self.usage = ResourceUsage()
         self._audit = Auditor(self.id, self._config.security)
         self._env: dict[str, str] = dict(self._config.environment)
-        self._initialized = False
         self._created_at: datetime | None = None
 
     # -- state ----------------------------------------------------------------------
@@ -160,12 +158,9 @@ class FakeBackend:
         return self._config
 
     @property
-    def status(self) -> SandboxStatus:
-        return self._status
-
-    @status.setter
-    def status(self, value: SandboxStatus) -> None:
-        self._status = value
+    def lifecycle(self) -> Lifecycle:
+        """The lifecycle `Sandbox` gave at create (a test may move it to any state)."""
+        return self._life
 
     @property
     def user(self) -> str:
@@ -188,16 +183,14 @@ class FakeBackend:
         return dict(self._env)
 
     def require_running(self) -> None:
-        if self._status is not SandboxStatus.RUNNING:
-            raise SandboxNotRunning(f"the sandbox is {self._status.value}")
+        """Raise why the sandbox cannot run commands now, if it cannot."""
+        self._life.require_running()
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def initialize(self, config: SandboxConfig | None = None, *,
-                         environment: Mapping[str, str] | None = None) -> None:
-        if self._initialized:
-            raise SandboxAlreadyInitialized("this sandbox was already initialized; create a "
-                                            "new one for another sandbox")
+    async def create(self, lifecycle: Lifecycle, config: SandboxConfig | None = None, *,
+                     environment: Mapping[str, str] | None = None) -> None:
+        self._life = lifecycle
         if config is not None:
             self._config = config = as_config(config)
             self._env = dict(config.environment)
@@ -205,13 +198,11 @@ class FakeBackend:
             self.dirs.add(config.working_dir)
         elif environment is not None:
             self._env = dict(environment)
-        self._initialized = True
         self._created_at = datetime.now(UTC)
-        self._status = SandboxStatus.RUNNING
+        lifecycle.advance(SandboxStatus.RUNNING)
 
-    async def cleanup(self) -> None:
-        if self._initialized:
-            self._status = SandboxStatus.DESTROYED
+    async def remove(self) -> None:
+        """Nothing outlives the object; the files stay readable for assertions."""
 
     # -- commands ----------------------------------------------------------------------
 
@@ -297,7 +288,7 @@ class FakeBackend:
 
     async def get_info(self) -> SandboxInfo:
         return SandboxInfo(id=self.id, name=self.id, type=self._config.type,
-                           status=self._status, created_at=self._created_at,
+                           status=self._life.status, created_at=self._created_at,
                            started_at=self._created_at, image=self._config.image,
                            config=self._config, allocated_resources=self._config.resources,
                            labels=dict(self._config.labels),
@@ -332,11 +323,12 @@ class FakeSandbox(Sandbox):
 
     @property
     def status(self) -> SandboxStatus:
-        return self._fake.status
+        """Where the sandbox is in its lifecycle; a test may set it to script a state."""
+        return self._life.status
 
     @status.setter
     def status(self, value: SandboxStatus) -> None:
-        self._fake.status = value
+        self._life.advance(value)
 
     @property
     def files(self) -> dict[str, tuple[bytes, int]]:

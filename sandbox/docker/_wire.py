@@ -15,7 +15,10 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["ContainerState", "container_state", "engine_time", "host_port", "size_rw"]
+__all__ = [
+    "ContainerState", "ContainerView", "container_state", "container_view", "engine_time",
+    "host_port", "size_rw",
+]
 
 #: RFC 3339 as Go writes it (time.RFC3339Nano): up to nine fraction digits, "Z" or an offset.
 _RFC3339: Final = re.compile(
@@ -105,3 +108,48 @@ def host_port(inspect: Mapping[str, Any], port: int, protocol: str = "tcp") -> i
 def size_rw(inspect: Mapping[str, Any]) -> int:
     """The writable layer's size in bytes from an inspect made with ``size=1`` (else 0)."""
     return _int(inspect.get("SizeRw")) or 0
+
+
+@attrs.frozen(kw_only=True)
+class ContainerView:
+    """What `SandboxInfo` shows of a container inspect answer."""
+
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    runtime: str | None = None
+    os: str = ""
+    ip_address: str = ""
+    mac_address: str = ""
+    hostname: str = ""
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    #: HostConfig's limits, or None when the answer had no HostConfig.
+    cpu_limit: float | None = None
+    memory_limit: int = 0
+    memory_request: int = 0
+    process_limit: int = 0
+
+
+def container_view(inspect: Mapping[str, Any]) -> ContainerView:
+    """The identity, addresses and limits of a container inspect answer."""
+    host = _mapping(inspect.get("HostConfig"))
+    config = _mapping(inspect.get("Config"))
+    net = _mapping(inspect.get("NetworkSettings"))
+    ip, mac = str(net.get("IPAddress") or ""), str(net.get("MacAddress") or "")
+    for network in _mapping(net.get("Networks")).values():
+        network = _mapping(network)
+        ip = ip or str(network.get("IPAddress") or "")
+        mac = mac or str(network.get("MacAddress") or "")
+    labels = _mapping(config.get("Labels"))
+    runtime = host.get("Runtime")
+    return ContainerView(
+        created_at=engine_time(inspect.get("Created")),
+        started_at=container_state(inspect).started_at,
+        runtime=str(runtime) if isinstance(runtime, str) else None,
+        os=str(inspect.get("Platform") or ""),
+        ip_address=ip, mac_address=mac, hostname=str(config.get("Hostname") or ""),
+        labels={str(k): str(v) for k, v in labels.items()},
+        cpu_limit=(_int(host.get("NanoCpus")) or 0) / 1e9 if host else None,
+        memory_limit=_int(host.get("Memory")) or 0,
+        memory_request=_int(host.get("MemoryReservation")) or 0,
+        process_limit=_int(host.get("PidsLimit")) or 0,
+    )

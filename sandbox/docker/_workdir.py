@@ -16,7 +16,13 @@ from typing import Protocol
 
 import attrs
 
-from .._errors import CommandExecutionFailed, SandboxError, SandboxInitFailed
+from .._audit import Auditor
+from .._errors import (
+    CommandExecutionFailed,
+    SandboxError,
+    SandboxInitFailed,
+    SecurityViolation,
+)
 from .._models import CommandResult
 from ._gateway import Engine, EngineNotFound
 
@@ -169,3 +175,22 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
             params={"path": "/"}, data=dir_tar(cwd.lstrip("/"), int(uid), int(gid)),
             headers={"Content-Type": "application/x-tar"})
     return True
+
+
+async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: str, cwd: str,
+                      image: str, covered: bool, given: bool, root_ok: bool,
+                      audit: Auditor) -> UserIds:
+    """After start: probe the sandbox user's real ids, refuse one that is root without the
+    opt-in, and give it the working dir unless the workspace or the pre-start hand-over did.
+    """
+    ids = await probe_user(run, user, cwd, image=image, make_dir=not covered)
+    if 0 in (ids.uid, ids.gid) and not root_ok:
+        # A name, or the image's own user, that the image maps to root (user or group).
+        raise audit.refused("security.run_as_user", f"user={user!r}", SecurityViolation(
+            f"security.run_as_user: {user!r} runs as uid {ids.uid} gid {ids.gid} in image "
+            f"{image!r}, which is root",
+            details="give a non-root uid and security.run_as_group, or ask for root "
+                    "explicitly with run_as_user='root'"))
+    if not (covered or given):
+        await give_workdir_after_start(run, engine, container_id, cwd, ids)
+    return ids

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig, SandboxNotRunning, SandboxStatus
-from sandbox.docker import _sandbox as docker_sandbox
+from sandbox.docker import _background as docker_background
 from sandbox.docker import _stats
 from tests.conftest import container_exists
 
@@ -32,7 +32,7 @@ async def test_a_failing_event_watcher_fails_the_sandbox_visibly(
         await anyio.sleep(0.2)
         raise RuntimeError("watcher broke")
 
-    monkeypatch.setattr(docker_sandbox, "watch_container", broken_watcher)
+    monkeypatch.setattr(docker_background, "watch_container", broken_watcher)
     caplog.set_level(logging.ERROR, logger="sandbox.lifecycle")
     sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
     async with sb:
@@ -61,7 +61,7 @@ async def test_a_failing_sampler_stops_the_other_background_work(
         await wait_for_status(sb, SandboxStatus.FAILED)
         with pytest.raises(SandboxNotRunning, match="the stats sampler failed"):
             await sb.read_file("/etc/hostname")
-        background = sb.backend._background
+        background = sb.backend._background.task
         assert background is not None
         with anyio.fail_after(5):  # the watcher was cancelled with the sampler
             await background

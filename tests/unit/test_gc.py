@@ -18,7 +18,7 @@ from sandbox._constants import (
     LABEL_OWNER_START,
 )
 from sandbox._gc import _Here, _pid_start, owner_verdict
-from sandbox.docker._sandbox import _owner_labels
+from sandbox._gc import owner_labels as _owner_labels
 
 HERE = _Here.current()
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -515,8 +515,7 @@ def test_wrong_types_through_evolve() -> None:
 @pytest.mark.parametrize("config", [{}, {"image": "alpine"}, "alpine", ResourceLimits()])
 async def test_sandboxes_refuse_a_config_of_another_type(config: Any) -> None:
     """A dict of settings used to fail later with an AttributeError (or, empty, be ignored)."""
-    from sandbox import Sandbox
-    from sandbox.docker._sandbox import DockerSandbox
+    from sandbox import Sandbox, SandboxStatus
     from sandbox.testing import FakeSandbox
 
     message = r"^config must be a SandboxConfig, got .*: pass SandboxConfig\(\.\.\.\)"
@@ -526,10 +525,11 @@ async def test_sandboxes_refuse_a_config_of_another_type(config: Any) -> None:
         FakeSandbox(config)
     with pytest.raises(ConfigError, match=message):
         await FakeSandbox().initialize(config)
-    docker = DockerSandbox()
+    docker = Sandbox()
     with pytest.raises(ConfigError, match=message):
         await docker.initialize(config)
-    assert not docker._initialized  # a corrected retry is still possible
+    # A corrected retry is still possible: the refusal came before anything started.
+    assert docker.status is SandboxStatus.CREATING and not docker._life.initialized
 
 
 # CommandResult.success follows the exit code; check() turns a failure into an exception.

@@ -105,6 +105,6 @@ async def test_sandbox_runs_over_the_in_memory_backend() -> None:
         result = await sb.execute_command(["ls", "-l"])
         assert result.stdout == "/workspace/sub v 1000:1000"
         assert backend.files["/workspace/sub/f"] == (b"x", 0o644)
-    assert seen == [("ls", "-l")] and backend.status is SandboxStatus.DESTROYED
+    assert seen == [("ls", "-l")] and backend.lifecycle.status is SandboxStatus.DESTROYED
     with pytest.raises(ConfigError, match="Docker backend"):
         Sandbox(backend=FakeBackend(), on_sample=print)

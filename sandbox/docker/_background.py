@@ -1,0 +1,114 @@
+"""A Docker sandbox's own background work: engine events, the wall clock, the sampler.
+
+All of it runs under one `Supervisor` (an anyio task group the sandbox owns). What it learns
+reaches the sandbox's `Lifecycle`: a stop, an OOM kill, a removal or a pause from outside, the
+wall time limit, or its own failure, which fails the sandbox visibly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+import anyio
+
+from .._audit import Auditor
+from .._errors import SandboxError
+from .._lifecycle import Lifecycle
+from .._models import ResourceUsage, SandboxConfig
+from .._policy import seconds
+from .._supervisor import Supervisor, Work
+from ._finish import ResultFinisher
+from ._gateway import Engine
+from ._health import REMOVED_REASON, watch_container
+from ._helpers import Helpers
+from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
+
+__all__ = ["Background"]
+
+
+class Background:
+    """Watches one container for its sandbox; `aclose` ends the watching."""
+
+    def __init__(self, owner: str, *, life: Lifecycle, audit: Callable[[], Auditor],
+                 stop_commands: Callable[[], None]) -> None:
+        self._life, self._audit, self._stop_commands = life, audit, stop_commands
+        self._supervisor = Supervisor(owner, self._failed)
+        self._engine: Engine | None = None
+        self._container_id = ""
+        self._helpers: Helpers | None = None
+        #: The stats sampler, once one runs (or `get_resource_usage` made one).
+        self.sampler: StatsSampler | None = None
+        #: Whether the container is paused, as the event watcher last saw it.
+        self.paused = False
+
+    @property
+    def task(self) -> object:
+        """The supervisor task while it runs (for tests that watch it end)."""
+        return self._supervisor.task
+
+    def start(self, engine: Engine, container_id: str, *, life: Lifecycle,
+              config: SandboxConfig, finisher: ResultFinisher, helpers: Helpers,
+              on_sample: Callable[[ResourceUsage], object] | None, host_mem: int) -> None:
+        """Start the event watcher, the wall clock (if limited) and the sampler (if asked)."""
+        self._engine, self._container_id, self._helpers = engine, container_id, helpers
+        self._life = life
+        work: list[Work] = []
+        wall = seconds(config.resources.wall_time_limit)
+        if wall is not None:
+            work.append(("the wall clock", lambda: self._wall_clock(wall)))
+        work.append(("the event watcher", lambda: watch_container(
+            engine, container_id, self.on_container_stop, on_oom=finisher.on_oom,
+            on_pause=self._on_pause)))
+        interval = config.stats_interval.total_seconds()
+        if interval > 0:
+            sampler = self.sampler = StatsSampler(
+                engine, container_id, interval=max(interval, 1.0), on_sample=on_sample,
+                proc_reader=self._read_proc_counts, started_at=time.monotonic(),
+                host_mem=host_mem,
+            )
+            work.append(("the stats sampler", sampler.run))
+        self._supervisor.start(work)
+
+    async def aclose(self) -> None:
+        """End all background work and wait for it; idempotent."""
+        await self._supervisor.aclose()
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        self._life.fail(f"{name} failed: {type(exc).__name__}: {exc}", error=exc)
+        self._stop_commands()
+
+    async def _read_proc_counts(self) -> tuple[int, int, int]:
+        # As the sandbox user: root has no capabilities, so it could not read another
+        # user's fds either; the SDK's own root helpers are not what the counts are for.
+        assert self._helpers is not None
+        result = await self._helpers.run(["/bin/sh", "-c", PROC_SCRIPT], what="count processes")
+        return parse_proc_counts(result.stdout)
+
+    def on_container_stop(self, reason: str, exit_code: int | None, oom_killed: bool) -> None:
+        """The container stopped (or was removed): record why, end its commands."""
+        if self._life.fail(reason, exit_code=exit_code, oom_killed=oom_killed,
+                           gone=reason == REMOVED_REASON) and oom_killed:
+            self._audit().limit("memory", f"the sandbox stopped: {reason}")
+        self._stop_commands()
+
+    def _on_pause(self, paused: bool) -> None:
+        self.paused = paused
+        self._life.set_paused(paused, "the container was paused from outside")
+
+    async def _wall_clock(self, limit: float) -> None:
+        await anyio.sleep(limit)
+        if not self._life.alive:
+            return
+        self._life.fail(f"TimeoutExceeded: wall_time_limit of {limit:g} s reached")
+        self._audit().limit("wall_time", self._life.reason)
+        assert self._engine is not None
+        with contextlib.suppress(SandboxError):
+            if self.paused:
+                # Pausing must not outlive the limit; a frozen container ignores SIGKILL.
+                await self._engine.request("unpause the sandbox at its wall time limit",
+                                           f"containers/{self._container_id}/unpause", "POST")
+            await self._engine.request("stop the sandbox at its wall time limit",
+                                       f"containers/{self._container_id}/kill", "POST")
+        self._stop_commands()

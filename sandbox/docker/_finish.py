@@ -1,0 +1,139 @@
+"""What completes a command's result that only the sandbox knows: usage and OOM kills.
+
+A command's exec tells its exit code; the sandbox adds the CPU and memory it used (from the
+container's cgroup on this host, else the sampler), whether the out-of-memory killer ended it,
+and, under gVisor, whether it failed because the whole sandbox died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+import attrs
+
+from .._errors import SandboxError
+from .._lifecycle import Lifecycle
+from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatus
+from ._cgroup import HostCgroup, command_usage
+from ._exec import Finalizer
+from ._gateway import Engine
+from ._stats import StatsSampler
+
+__all__ = ["ResultFinisher"]
+
+#: Called when the container is found stopped: (reason, exit code, OOM-killed).
+OnStop = Callable[[str, "int | None", bool], None]
+
+
+def _join_errors(first: str, rest: str) -> str:
+    return f"{first}; {rest}" if rest else first
+
+
+class ResultFinisher:
+    """Completes the results of one container's commands; counts its OOM events."""
+
+    def __init__(self, engine: Engine, container_id: str, *, life: Lifecycle,
+                 resources: ResourceLimits, gvisor: bool,
+                 sampler: Callable[[], StatsSampler | None], on_stop: OnStop) -> None:
+        self._engine, self._container_id, self._life = engine, container_id, life
+        self._resources, self._gvisor = resources, gvisor
+        self._sampler, self._on_stop = sampler, on_stop
+        self._cgroup: HostCgroup | None = None
+        self._cgroup_looked_up = False
+        self.oom_events = 0
+        self._oom_seen = anyio.Event()
+
+    def on_oom(self) -> None:
+        """Count an OOM event the engine reported for the container."""
+        self.oom_events += 1
+        self._oom_seen.set()
+        self._oom_seen = anyio.Event()
+
+    async def _host_cgroup(self) -> HostCgroup | None:
+        """The container's cgroup on this host, looked up once; None for a remote engine."""
+        if not self._cgroup_looked_up:
+            with contextlib.suppress(SandboxError):
+                data = await self._engine.query_json(
+                    "inspect the sandbox", f"containers/{self._container_id}/json", deadline=5)
+                pid = int((data.get("State") or {}).get("Pid") or 0)
+                self._cgroup = HostCgroup.find(pid, self._container_id)
+                self._cgroup_looked_up = True  # an engine error is worth another try
+        return self._cgroup
+
+    async def finalizer(self) -> Finalizer:
+        """Return what completes a command's result; call it just before the command starts."""
+        cgroup = await self._host_cgroup()
+        before = cgroup.read() if cgroup is not None else None
+        start, ooms = time.monotonic(), self.oom_events
+
+        async def finalize(result: CommandResult) -> CommandResult:
+            end = time.monotonic()
+            sampler = self._sampler()
+            usage = sampler.usage_between(start, end) if sampler else None
+            after = cgroup.read() if cgroup is not None and before is not None else None
+            if before is not None and after is not None:
+                usage = command_usage(usage, before, after, end - start)
+            return await self._finish(result, usage, ooms)
+        return finalize
+
+    async def _finish(self, result: CommandResult, usage: ResourceUsage | None,
+                      ooms: int) -> CommandResult:
+        """Add what only the sandbox knows: usage during the command, and OOM kills."""
+        if result.exit_code != 0 and self._gvisor and not result.timed_out:
+            # runsc reports its own lost connection to the dying sandbox as exit 128, often
+            # before the engine has seen the container stop.
+            await self._raise_if_container_died(2.0 if result.exit_code == 128 else 0.0)
+        changes: dict[str, Any] = {}
+        if usage is not None:
+            changes["resource_usage"] = usage
+        if result.exit_code == 137 and not result.timed_out:
+            if self.oom_events == ooms and self._resources.memory_limit:
+                # The oom event may trail the exec's end by a moment.
+                with anyio.move_on_after(0.5):
+                    await self._oom_seen.wait()
+            if self.oom_events > ooms:
+                changes["oom_killed"] = True
+                changes["error"] = _join_errors(
+                    "killed by the out-of-memory killer (memory limit reached)", result.error)
+        cpu_time = self._resources.cpu_time_limit.total_seconds()
+        if result.signal == "SIGXCPU" and cpu_time and not result.error:
+            changes["error"] = f"killed by SIGXCPU: cpu_time_limit of {cpu_time:g} s reached"
+        return attrs.evolve(result, **changes) if changes else result
+
+    async def _raise_if_container_died(self, patience: float) -> None:
+        """Under gVisor a command can fail *because* the sandbox died (exit 128, "urpc ...
+        EOF" on stderr, when the OOM killer took the whole sandbox); then that is the news.
+        """
+        if self._life.status is SandboxStatus.RUNNING:
+            state: Mapping[str, Any] = {}
+            with anyio.move_on_after(patience + 5):
+                give_up = time.monotonic() + patience
+                while True:
+                    try:
+                        data = await self._engine.query_json(
+                            "inspect the sandbox", f"containers/{self._container_id}/json",
+                            deadline=5)
+                    except SandboxError:
+                        return
+                    state = data.get("State") or {}
+                    if not state.get("Running") or time.monotonic() >= give_up:
+                        break
+                    await anyio.sleep(0.05)
+            if state.get("Running", True):
+                return
+            # The event watcher explains the stop best (a kill from outside, OOM); wait for it.
+            with anyio.move_on_after(1.0):
+                while True:
+                    if self._life.status is not SandboxStatus.RUNNING:
+                        break
+                    await anyio.sleep(0.02)
+            if self._life.status is SandboxStatus.RUNNING:
+                code, oom = state.get("ExitCode"), bool(state.get("OOMKilled"))
+                self._on_stop(f"the container's main process exited with code {code}"
+                              + (" (OOMKilled)" if oom else ""), code, oom)
+        if self._life.status is SandboxStatus.FAILED:
+            raise self._life.not_running()
