@@ -62,12 +62,12 @@ from .._policy import seconds
 from .._protocol import OutputCallback
 from . import _files
 from ._cgroup import HostCgroup, command_usage
-from ._create import EngineFacts, plan_container
 from ._exec import ExecProcess, Finalizer, open_exec
 from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, client_like, new_client
 from ._health import REMOVED_REASON, watch_container
 from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
+from ._plan import EngineFacts, plan_container
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
 from ._wire import engine_time
 from ._workdir import give_workdir_after_start, give_workdir_before_start, probe_user

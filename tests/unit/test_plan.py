@@ -19,7 +19,7 @@ from sandbox._models import (
     SandboxConfig,
     SecurityPolicy,
 )
-from sandbox.docker._create import (
+from sandbox.docker._plan import (
     DOCKER_MASKED_PATHS,
     DOCKER_READONLY_PATHS,
     EngineFacts,
