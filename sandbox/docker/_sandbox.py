@@ -63,11 +63,12 @@ from .._protocol import OutputCallback
 from . import _files
 from ._cgroup import HostCgroup, command_usage
 from ._exec import ExecProcess, Finalizer, open_exec
+from ._facts import EngineFacts
 from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, client_like, new_client
 from ._health import REMOVED_REASON, watch_container
 from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
-from ._plan import EngineFacts, plan_container
+from ._plan import plan_container
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
 from ._wire import engine_time
 from ._workdir import give_workdir_after_start, give_workdir_before_start, probe_user

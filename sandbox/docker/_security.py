@@ -15,7 +15,7 @@ from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
 from .._models import SecurityPolicy
 
 if TYPE_CHECKING:
-    from ._plan import EngineFacts
+    from ._facts import EngineFacts
 
 __all__ = [
     "DEFAULT_CAP_DROP", "ESCALATING_CAPABILITIES", "KNOWN_CAPABILITIES", "NO_NEW_PRIVILEGES",
