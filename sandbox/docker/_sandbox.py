@@ -38,13 +38,14 @@ from .._shield import finish_despite_cancel
 from . import _files
 from ._background import Background
 from ._container import create_container, find_own_container, remove_container
-from ._create import EngineFacts, plan_container
 from ._exec import ExecProcess, open_exec
+from ._facts import EngineFacts
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, new_client
 from ._helpers import HelperRunner, Helpers
 from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
+from ._plan import plan_container
 from ._stats import StatsSampler
 from ._wire import container_view
 from ._workdir import give_workdir_before_start, settle_user

@@ -1,7 +1,7 @@
 """Map `SecurityPolicy` to the engine's privilege options: capabilities, seccomp, AppArmor,
 SELinux and the PID namespace.
 
-Pure, like the rest of the create plan (`_create`), whose docstring table lists each field's
+Pure, like the rest of the create plan (`_plan`), whose docstring table lists each field's
 mapping and the measured engine behaviour behind the refusals here.
 """
 
@@ -15,7 +15,7 @@ from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
 from .._models import SecurityPolicy
 
 if TYPE_CHECKING:
-    from ._create import EngineFacts
+    from ._facts import EngineFacts
 
 __all__ = [
     "DEFAULT_CAP_DROP", "ESCALATING_CAPABILITIES", "KNOWN_CAPABILITIES", "NO_NEW_PRIVILEGES",

@@ -25,7 +25,8 @@ from sandbox import (
     SecurityViolation,
 )
 from sandbox._constants import DEFAULT_PROCESS_LIMIT, LABEL_SANDBOX_ID
-from sandbox.docker._create import EngineFacts, default_memory_limit
+from sandbox.docker._facts import EngineFacts
+from sandbox.docker._resources import default_memory_limit
 from tests.conftest import docker_cli
 from tests.integration._scripts import EAGAIN, FORK_UNTIL_REFUSED
 

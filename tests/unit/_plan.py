@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox._models import NetworkConfig, ResourceLimits, SandboxConfig, SecurityPolicy
-from sandbox.docker._create import CreatePlan, EngineFacts, plan_container
+from sandbox.docker._facts import EngineFacts
+from sandbox.docker._plan import CreatePlan, plan_container
 
 ENGINE = EngineFacts(
     runtimes=frozenset({"runc", "runsc", "io.containerd.runc.v2"}),

@@ -11,7 +11,7 @@ import pytest
 
 from sandbox._errors import ConfigError, SandboxInitFailed, SecurityViolation
 from sandbox._models import SecurityPolicy
-from sandbox.docker._create import EngineFacts
+from sandbox.docker._facts import EngineFacts
 from tests.unit._plan import host, plan, sec
 
 # --- privileges -----------------------------------------------------------------------------

@@ -19,12 +19,9 @@ from sandbox._models import (
     SandboxConfig,
     SecurityPolicy,
 )
-from sandbox.docker._create import (
-    DOCKER_MASKED_PATHS,
-    DOCKER_READONLY_PATHS,
-    EngineFacts,
-    plan_container,
-)
+from sandbox.docker._facts import EngineFacts
+from sandbox.docker._plan import plan_container
+from sandbox.docker._rootfs import DOCKER_MASKED_PATHS, DOCKER_READONLY_PATHS
 from tests.unit._plan import CMD, ENGINE, LABELS, NETWORKED, OPEN, MiB, host, plan, res, sec
 
 DATA = Path(__file__).parent / "data"

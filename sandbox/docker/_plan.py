@@ -2,7 +2,9 @@
 
 `plan_container` is pure (it reads a seccomp profile file, nothing else) so every rule below is
 unit-tested without an engine. It refuses what it cannot enforce rather than dropping it. The
-privilege options (capabilities, seccomp, AppArmor, SELinux, PID namespace) are `_security`'s.
+privilege options (capabilities, seccomp, AppArmor, SELinux, PID namespace) are `_security`'s,
+the resource limits `_resources`', the root filesystem and tmpfs options `_rootfs`'; what the
+engine can do is read once into `_facts`.
 
 ======================================  =================================================
 config field                            create request (``body``, ``HostConfig`` = HC)
@@ -80,12 +82,6 @@ backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type`
 
 Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none``):
 
-* runsc charges the pids cgroup with its own host threads (about 40 idle, some 750 with 100
-  guest processes) and, at the limit, the whole sandbox dies instead of fork returning
-  EAGAIN. RLIMIT_NPROC is enforced inside gVisor's kernel, per sandbox, for root too (without
-  CAP_SYS_ADMIN / CAP_SYS_RESOURCE), so runsc gets ulimit ``nproc`` and no ``PidsLimit``.
-* runsc enforces ``Memory``, but going over it kills the whole sandbox (``OOMKilled``), even
-  when an exec allocated the memory; under runc only that exec dies.
 * runsc ignores OCI seccomp profiles (a profile denying mkdir did not) and RLIMIT_CPU (a busy
   loop outlived ``cpu=1``), so a custom seccomp profile and cpu_time_limit are refused there.
 * runsc (release 20221219) ignores ``MaskedPaths`` and ``ReadonlyPaths``: a masked
@@ -94,175 +90,42 @@ Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none
   timer_list or sysrq-trigger, /sys/firmware is empty and /proc/sys refuses writes (EPERM).
   ``ReadonlyRootfs`` is enforced. Its binary holds "AppArmor profile %q is being ignored", so
   apparmor_profile is refused there too.
-* runsc with ``--ignore-cgroups`` enforces no memory, CPU or pids cgroup limit (a memory hog
-  outlived a 64 MiB limit for 20 s); ``EngineFacts.runtime_args`` shows the flag.
 * Seccomp: ``{}`` (no ``defaultAction``) installs no filter at all (``Seccomp: 0``), and a rule
   with empty ``names`` or an ``includes`` the sandbox does not meet denies nothing.
 * ``seccomp=<path>`` makes start fail: the engine wants the JSON content inline.
 * Under runsc, PID 1 is still docker-init, and tmpfs mounts work; the tmpfs ``uid=``/``gid=``
   options work under runc (the mount point then belongs to the sandbox user).
-* ``MaskedPaths``/``ReadonlyPaths``: an absent key keeps Docker's defaults, a list replaces
-  them (``[]`` unmasks everything), so a list always starts with the defaults.
-* Tmpfs mounts default to noexec; a mount over an image directory keeps that directory's mode.
 """
 
 from __future__ import annotations
 
-import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
-from .._constants import (
-    DEFAULT_CPU_LIMIT,
-    DEFAULT_MEMORY_HOST_FRACTION,
-    DEFAULT_MEMORY_LIMIT,
-    DEFAULT_PROCESS_LIMIT,
-    DEFAULT_USER,
-    LABEL_PREFIX,
-)
+from .._constants import DEFAULT_USER, LABEL_PREFIX
 from .._errors import ConfigError, SandboxInitFailed
-from .._models import NetworkConfig, ResourceLimits, SandboxConfig, SecurityPolicy
+from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
 from .._policy import ROOT_NAMES, with_group
+from ._facts import EngineFacts
+from ._resources import resource_options
+from ._rootfs import filesystem_options
 from ._security import security_options
 
-__all__ = ["CreatePlan", "EngineFacts", "plan_container"]
+__all__ = ["CreatePlan", "plan_container"]
 
 #: Labels that carry `SandboxConfig.annotations` on engines without HostConfig.Annotations.
 ANNOTATION_LABEL_PREFIX: Final = f"{LABEL_PREFIX}annotation."
 #: First engine API version with HostConfig.Annotations.
 ANNOTATIONS_MIN_API: Final = (1, 43)
-#: The engine refuses smaller memory limits and reservations.
-MIN_MEMORY: Final = 6 * 2**20
-#: The smallest CPU quota the kernel takes is 1 ms per 100 ms period.
-MIN_CPU_LIMIT: Final = 0.01
-#: Fewer leaves no room for docker-init, the keep-alive and the SDK's own helper execs.
-MIN_PROCESS_LIMIT: Final = 8
-#: The kernel's PID_MAX_LIMIT on 64-bit; pids.max refuses anything larger.
-MAX_PROCESS_LIMIT: Final = 4 * 1024 * 1024
-#: The kernel clamps smaller cgroup v1 shares to 2.
-MIN_CPU_SHARES: Final = 2
 STOP_TIMEOUT: Final = 2
 HOSTNAME_MAX: Final = 63
-TMPFS_DEFAULT_OPTIONS: Final = "rw,exec,nosuid,nodev"
-#: Docker 20.10's defaults; sending a list replaces them, so ours extend them.
-DOCKER_MASKED_PATHS: Final = (
-    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
-)
-DOCKER_READONLY_PATHS: Final = (
-    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
-)
-#: Storage drivers that can cap a container's writable layer (StorageOpt size).
-_DISK_QUOTA_DRIVERS: Final = frozenset({"btrfs", "zfs", "devicemapper"})
-#: Limits that only cgroups enforce; process_limit is RLIMIT_NPROC under gVisor, not a cgroup.
-_CGROUP_LIMITS: Final = ("cpu_limit", "cpu_request", "memory_limit", "memory_request")
 _UNENFORCED_NETWORK: Final = (
     "allowed_hosts", "blocked_hosts", "allowed_ports", "ingress_limit", "egress_limit",
 )
-#: `uname -m` names to Go's GOARCH names, which platforms use.
-_GOARCH: Final = {
-    "x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "armv6l": "arm", "i386": "386",
-    "i686": "386", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64",
-}
 _PROXY_FIELDS: Final = ("http_proxy", "https_proxy", "no_proxy")
-
-
-@attrs.frozen(kw_only=True)
-class EngineFacts:
-    """What the engine can do, read once from ``GET /info`` (and ``/version`` if at hand).
-
-    Attributes:
-        runtimes: Names of the OCI runtimes the engine has, e.g. ``{"runc", "runsc"}``.
-        runtime_paths: Each runtime's binary where reported, e.g. ``{"runsc": "/usr/bin/runsc"}``.
-        runtime_args: Each runtime's extra arguments where reported, e.g.
-            ``{"runsc": ("--network=none",)}``: ``--ignore-cgroups`` there turns off limits.
-        default_runtime: Runtime used when a config names none.
-        cgroup_version: ``"1"`` or ``"2"``; ``""`` when unknown.
-        storage_driver: Storage driver, e.g. ``"overlay2"``.
-        backing_filesystem: Filesystem under the storage driver, e.g. ``"extfs"`` or ``"xfs"``.
-        security_options: ``SecurityOptions`` entries, e.g. ``"name=seccomp,profile=default"``.
-        architecture: Engine architecture as a platform name (GOARCH), e.g. ``"amd64"``.
-        mem_total: Host memory in bytes; 0 when unknown (no upper check).
-        ncpu: Host CPUs; 0 when unknown (no upper check).
-        api_version: Engine API version, e.g. ``"1.41"``; ``""`` when unknown.
-    """
-
-    runtimes: frozenset[str] = frozenset({"runc"})
-    runtime_paths: Mapping[str, str] = attrs.field(factory=dict, hash=False)
-    runtime_args: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, hash=False)
-    default_runtime: str = "runc"
-    cgroup_version: str = ""
-    storage_driver: str = ""
-    backing_filesystem: str = ""
-    security_options: tuple[str, ...] = ()
-    architecture: str = ""
-    mem_total: int = 0
-    ncpu: int = 0
-    api_version: str = ""
-
-    @classmethod
-    def from_info(
-        cls, info: Mapping[str, Any], version: Mapping[str, Any] | None = None
-    ) -> EngineFacts:
-        """Build the facts from the engine's /info (and /version) JSON; missing keys are unknown."""
-        backing = ""
-        for pair in info.get("DriverStatus") or ():
-            if len(pair) == 2 and pair[0] == "Backing Filesystem":
-                backing = str(pair[1])
-        version = version or {}
-        machine = str(info.get("Architecture") or "")
-        runtimes: Mapping[str, Any] = info.get("Runtimes") or {}
-        paths: dict[str, str] = {}
-        args: dict[str, tuple[str, ...]] = {}
-        for runtime, spec in runtimes.items():
-            if isinstance(spec, Mapping):
-                if spec.get("path"):
-                    paths[runtime] = str(spec["path"])
-                if spec.get("runtimeArgs"):
-                    args[runtime] = tuple(str(arg) for arg in spec["runtimeArgs"])
-        return cls(
-            runtimes=frozenset(runtimes),
-            runtime_paths=paths,
-            runtime_args=args,
-            default_runtime=str(info.get("DefaultRuntime") or "runc"),
-            cgroup_version=str(info.get("CgroupVersion") or ""),
-            storage_driver=str(info.get("Driver") or ""),
-            backing_filesystem=backing,
-            security_options=tuple(str(o) for o in info.get("SecurityOptions") or ()),
-            architecture=str(version.get("Arch") or _GOARCH.get(machine, machine)),
-            mem_total=int(info.get("MemTotal") or 0),
-            ncpu=int(info.get("NCPU") or 0),
-            api_version=str(version.get("ApiVersion") or ""),
-        )
-
-    def is_gvisor(self, runtime: str) -> bool:
-        """Tell whether `runtime` is gVisor: named ``runsc*`` or running a ``runsc`` binary."""
-        binary = posixpath.basename(self.runtime_paths.get(runtime, ""))
-        return runtime.startswith("runsc") or binary.startswith("runsc")
-
-    def ignores_cgroups(self, runtime: str) -> bool:
-        """Tell whether `runtime` runs with gVisor's ``--ignore-cgroups`` (the last one wins)."""
-        ignored = False
-        for arg in self.runtime_args.get(runtime, ()):
-            name, _, value = arg.lstrip("-").partition("=")
-            if arg.startswith("-") and name == "ignore-cgroups":
-                # Go's flag package: a bare flag is true, else 1/t/T/TRUE/true/True.
-                ignored = not value or value.lower() in ("1", "t", "true")
-        return ignored
-
-    def has_security_option(self, name: str) -> bool:
-        """Tell whether the engine reports the security feature `name` (``apparmor``...)."""
-        return any(f"name={name}" in option.split(",") for option in self.security_options)
-
-    def api_at_least(self, wanted: tuple[int, int]) -> bool:
-        """Compare the API version; an unknown version counts as too old."""
-        major, _, minor = self.api_version.partition(".")
-        if not (major.isdigit() and minor.isdigit()):
-            return False
-        return (int(major), int(minor)) >= wanted
 
 
 @attrs.frozen(kw_only=True)
@@ -320,12 +183,12 @@ def plan_container(
     # The rules follow the runtime that will run the sandbox, the engine's default included.
     effective = runtime or engine.default_runtime
     gvisor = engine.is_gvisor(effective)
-    pids_limit = _resources(config.resources, effective, engine, host)
+    pids_limit = resource_options(config.resources, effective, engine, host)
     networked = _is_networked(config)
     exposed = _network(config.network, networked, host)
     user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)
-    writable = _filesystem(config.security, user, working_dir, gvisor, host)
+    writable = filesystem_options(config.security, user, working_dir, gvisor, host)
     opt_ins += security_options(config.security, gvisor, engine, host)
 
     body: dict[str, Any] = {
@@ -381,153 +244,6 @@ def _runtime(runtime: str, engine: EngineFacts) -> str:
             f"runtime: the engine has no runtime {runtime!r}", details=f"available: {available}"
         )
     return runtime
-
-
-def _resources(
-    res: ResourceLimits, runtime: str, engine: EngineFacts, host: dict[str, Any]
-) -> int:
-    """Fill the resource options of `host` and return the process limit in force."""
-    gvisor = engine.is_gvisor(runtime)
-    if engine.ignores_cgroups(runtime):
-        cgroup_limited = [f"resources.{field}" for field in _CGROUP_LIMITS if getattr(res, field)]
-        if cgroup_limited:
-            raise SandboxInitFailed(
-                f"{', '.join(cgroup_limited)}: runtime {runtime!r} runs with --ignore-cgroups, "
-                "so the engine would not enforce it",
-                details="use runtime 'runc', or register the runtime without --ignore-cgroups",
-            )
-    # 0 means the SDK's default, sized from the host (the engine's view of it, so a remote
-    # engine gets its own numbers); --ignore-cgroups would not enforce it, so none there.
-    cpu_limit, memory_limit = res.cpu_limit, res.memory_limit
-    if not engine.ignores_cgroups(runtime):
-        cpu_limit = cpu_limit or max(default_cpu_limit(engine), res.cpu_request)
-        memory_limit = memory_limit or max(default_memory_limit(engine), res.memory_request)
-    # Defaults are in range by construction, or equal the request, which is checked below.
-    if res.cpu_limit:
-        if cpu_limit < MIN_CPU_LIMIT:
-            raise SandboxInitFailed(
-                f"resources.cpu_limit: {cpu_limit:g} cores is below the minimum of "
-                f"{MIN_CPU_LIMIT:g}"
-            )
-        _check_max("resources.cpu_limit", cpu_limit, engine.ncpu, "CPUs")
-    if cpu_limit:
-        host["NanoCpus"] = round(cpu_limit * 1e9)
-    if res.cpu_request:
-        _check_max("resources.cpu_request", res.cpu_request, engine.ncpu, "CPUs")
-        if res.cpu_limit and res.cpu_request > res.cpu_limit:
-            raise ConfigError(
-                f"resources.cpu_request ({res.cpu_request:g}) must not exceed "
-                f"resources.cpu_limit ({res.cpu_limit:g})"
-            )
-        host["CpuShares"] = max(MIN_CPU_SHARES, round(res.cpu_request * 1024))
-    if res.memory_limit:
-        _check_memory("resources.memory_limit", memory_limit, engine)
-    if memory_limit:
-        host["Memory"] = memory_limit
-        # Equal to Memory: no swap, so the limit is the limit.
-        host["MemorySwap"] = memory_limit
-    if res.memory_request:
-        _check_memory("resources.memory_request", res.memory_request, engine)
-        if res.memory_limit and res.memory_request > res.memory_limit:
-            raise ConfigError(
-                f"resources.memory_request ({res.memory_request}) must not exceed "
-                f"resources.memory_limit ({res.memory_limit})"
-            )
-        host["MemoryReservation"] = res.memory_request
-    if res.disk_limit:
-        _check_disk_quota(engine)
-        host["StorageOpt"] = {"size": str(res.disk_limit)}
-    if res.disk_request:
-        raise SandboxInitFailed(
-            "resources.disk_request: Docker cannot reserve disk space",
-            details="remove it; resources.disk_limit caps the writable layer where supported",
-        )
-    for field in ("network_in_limit", "network_out_limit"):
-        if getattr(res, field):
-            raise SandboxInitFailed(
-                f"resources.{field}: bandwidth limits are not enforced yet",
-                details="remove it, or keep the sandbox isolated",
-            )
-
-    ulimits: list[dict[str, Any]] = []
-    processes = res.process_limit or DEFAULT_PROCESS_LIMIT
-    if processes < MIN_PROCESS_LIMIT:
-        raise SandboxInitFailed(
-            f"resources.process_limit: {processes} is below the minimum of {MIN_PROCESS_LIMIT}",
-            details="docker-init, the keep-alive and the SDK's helper commands need processes too",
-        )
-    if processes > MAX_PROCESS_LIMIT:
-        raise SandboxInitFailed(
-            f"resources.process_limit: {processes} is more than the kernel's maximum of "
-            f"{MAX_PROCESS_LIMIT}", details="the pids cgroup rejects larger values")
-    if gvisor:
-        # See the module docstring: a pids cgroup limit kills gVisor itself when reached.
-        ulimits.append(_ulimit("nproc", processes))
-    else:
-        host["PidsLimit"] = processes
-    if res.file_limit:
-        ulimits.append(_ulimit("nofile", res.file_limit))
-    if res.cpu_time_limit:
-        if gvisor:
-            raise SandboxInitFailed(
-                "resources.cpu_time_limit: gVisor (runsc) does not enforce RLIMIT_CPU",
-                details="use runtime 'runc', or resources.wall_time_limit",
-            )
-        seconds = math.ceil(res.cpu_time_limit.total_seconds())
-        # Soft < hard: the kernel sends SIGXCPU at the soft limit, so the result says why;
-        # at soft == hard it sends SIGKILL, which reads like any other kill (measured).
-        ulimits.append(_ulimit("cpu", seconds, hard=seconds + 1))
-    if ulimits:
-        host["Ulimits"] = ulimits
-    return processes
-
-
-def default_cpu_limit(engine: EngineFacts) -> float:
-    """The CPU limit a sandbox gets when ``resources.cpu_limit`` is 0: min(2, host CPUs)."""
-    return min(DEFAULT_CPU_LIMIT, float(engine.ncpu)) if engine.ncpu else 1.0
-
-
-def default_memory_limit(engine: EngineFacts) -> int:
-    """The memory limit a sandbox gets when ``resources.memory_limit`` is 0.
-
-    min(2 GiB, a quarter of the host's memory), but at least the engine's 6 MiB minimum;
-    2 GiB when the engine does not report its memory.
-    """
-    if not engine.mem_total:
-        return DEFAULT_MEMORY_LIMIT
-    share = engine.mem_total // DEFAULT_MEMORY_HOST_FRACTION
-    return max(MIN_MEMORY, min(DEFAULT_MEMORY_LIMIT, share))
-
-
-def _ulimit(name: str, value: int, *, hard: int | None = None) -> dict[str, Any]:
-    return {"Name": name, "Soft": value, "Hard": value if hard is None else hard}
-
-
-def _check_max(field: str, value: float, maximum: int, unit: str) -> None:
-    if maximum and value > maximum:
-        raise SandboxInitFailed(
-            f"{field}: {value:g} is more than the engine's {maximum} {unit}"
-        )
-
-
-def _check_memory(field: str, value: int, engine: EngineFacts) -> None:
-    if value < MIN_MEMORY:
-        raise SandboxInitFailed(f"{field}: the engine's minimum is 6 MiB, got {value} bytes")
-    if engine.mem_total and value > engine.mem_total:
-        raise SandboxInitFailed(
-            f"{field}: {value} bytes is more than the engine's {engine.mem_total} bytes of memory"
-        )
-
-
-def _check_disk_quota(engine: EngineFacts) -> None:
-    driver, backing = engine.storage_driver, engine.backing_filesystem
-    if driver in _DISK_QUOTA_DRIVERS or (driver == "overlay2" and backing == "xfs"):
-        return
-    raise SandboxInitFailed(
-        f"resources.disk_limit: storage driver {driver or 'unknown'} on "
-        f"{backing or 'unknown'} cannot limit a container's disk",
-        details="it needs btrfs, zfs, devicemapper, or overlay2 on xfs mounted with pquota",
-    )
 
 
 def _is_networked(config: SandboxConfig) -> bool:
@@ -606,63 +322,6 @@ def _working_dir(path: str) -> str:
     if path and not path.startswith("/"):
         raise ConfigError(f"working_dir: {path!r} must be an absolute path")
     return posixpath.normpath(path) if path else ""
-
-
-def _filesystem(
-    sec: SecurityPolicy, user: str, working_dir: str, gvisor: bool, host: dict[str, Any]
-) -> tuple[str, ...]:
-    """Fill the root filesystem and tmpfs options of `host`; return the tmpfs mount points."""
-    tmpfs: dict[str, str] = {}
-    for entry in sec.tmpfs_paths:
-        path, _, options = entry.partition(":")
-        if not path.startswith("/") or posixpath.normpath(path) == "/":
-            raise ConfigError(
-                f"security.tmpfs_paths: {entry!r} must be an absolute path other than /"
-            )
-        path = posixpath.normpath(path)
-        if path in tmpfs:
-            raise ConfigError(f"security.tmpfs_paths: {path!r} is listed twice")
-        # The engine merges options left to right, so the user's own ones win.
-        tmpfs[path] = f"{TMPFS_DEFAULT_OPTIONS},{options}" if options else TMPFS_DEFAULT_OPTIONS
-    if sec.read_only_root:
-        host["ReadonlyRootfs"] = True
-        owner = _tmpfs_owner(user)
-        for path in (working_dir, "/tmp"):
-            if path and path != "/" and path not in tmpfs:
-                tmpfs[path] = TMPFS_DEFAULT_OPTIONS + owner
-    if tmpfs:
-        host["Tmpfs"] = tmpfs
-    for field, defaults, key in (
-        ("read_only_paths", DOCKER_READONLY_PATHS, "ReadonlyPaths"),
-        ("masked_paths", DOCKER_MASKED_PATHS, "MaskedPaths"),
-    ):
-        extra: tuple[str, ...] = getattr(sec, field)
-        if not extra:
-            continue  # No key keeps the engine's defaults.
-        if gvisor:
-            # gVisor ignores OCI maskedPaths/readonlyPaths (measured); its own /proc and /sys
-            # lack or protect what Docker's defaults cover, so only listed paths are refused.
-            raise SandboxInitFailed(
-                f"security.{field}: gVisor (runsc) ignores it: the paths would stay "
-                + ("visible" if field == "masked_paths" else "writable"),
-                details="use runtime 'runc', or read_only_root / tmpfs_paths",
-            )
-        for path in extra:
-            if not path.startswith("/"):
-                raise ConfigError(f"security.{field}: {path!r} must be an absolute path")
-        host[key] = list(dict.fromkeys((*defaults, *map(posixpath.normpath, extra))))
-    return tuple(tmpfs)
-
-
-def _tmpfs_owner(user: str) -> str:
-    """Tmpfs options giving the sandbox user the mount; only numeric ids can go there."""
-    owner = ""
-    uid, _, gid = user.partition(":")
-    if uid.isdigit():
-        owner += f",uid={uid}"
-    if gid.isdigit():
-        owner += f",gid={gid}"
-    return owner
 
 
 def _environment(config: SandboxConfig) -> list[str]:

@@ -1,0 +1,109 @@
+"""When and how a command is killed: its deadlines, and the marker sweep that reaches every
+process it started.
+
+The engine cannot kill an exec. So each exec carries a marker variable (`MARKER_VAR`), and a
+second exec, run as the same user, stops and kills every process whose environment holds it:
+the command and everything it started, a fork bomb included. The engine facts behind this are
+in docs/engine-notes.md, section "Killing a command's process tree".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import anyio
+
+from .._errors import SandboxError
+from ._gateway import Engine
+
+MARKER_VAR = "SANDBOX_EXEC_ID"
+
+# POSIX sh (busybox ash, dash, bash): STOP then KILL every process whose environment holds the
+# marker until none is left. STOP first so a fork loop cannot outrun the sweep.
+_SWEEP_SH = r"""m="$1"; sig="$2"; i=0
+while [ $i -lt 100 ]; do
+  pids=""; unsure=""
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$$" ] && continue
+    [ -r "$d/environ" ] || continue
+    # A failed read of a readable, still-present process is a failed fork (a fork bomb at
+    # the pids limit), not proof of absence: look again rather than report success.
+    e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || { [ -e "$d" ] && unsure=1; continue; }
+    case "$e" in
+      *"$m"*) pids="$pids $p"
+        # Stop and kill the whole process group at once with builtins (no fork needed), so a
+        # fork bomb in it cannot outrun the sweep. runc makes each exec its own group leader.
+        if [ "$sig" = KILL ] && read -r st < "$d/stat" 2>/dev/null; then
+          set -- ${st##*) }
+          if [ "${3:-1}" -gt 1 ] && [ "$3" != "$$" ]; then
+            kill -STOP -"$3" 2>/dev/null; kill -KILL -"$3" 2>/dev/null
+          fi
+        fi;;
+    esac
+  done
+  [ -z "$pids" ] && [ -z "$unsure" ] && exit 0
+  if [ -n "$pids" ]; then
+    if [ "$sig" = KILL ]; then kill -STOP $pids 2>/dev/null; fi
+    kill -"$sig" $pids 2>/dev/null
+  fi
+  [ "$sig" = KILL ] || exit 0
+  i=$((i+1)); sleep 0.02
+done
+exit 1"""
+
+#: A sweep that could not finish (it could not fork, or found survivors) is run again.
+SWEEP_ATTEMPTS = 5
+
+
+async def sweep(engine: Engine, container_id: str, user: str, marker: str, signal: str) -> None:
+    """Send `signal` (a name such as ``"KILL"``) to every process carrying `marker`, in a
+    second exec as `user`; with KILL, repeat until none is left. Shielded, at most 30 s, and
+    silent when the sweep cannot run (the container is gone or paused, the engine is gone).
+    """
+    with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+        for _attempt in range(SWEEP_ATTEMPTS):
+            try:
+                killer = await engine.create_exec("kill the command", container_id, {
+                    "Cmd": ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
+                            f"{MARKER_VAR}={marker}", signal],
+                    "User": user, "AttachStdout": True, "AttachStderr": True,
+                })
+                async with await engine.attach_exec("kill the command", killer) as s:
+                    while await s.read_out("kill the command") is not None:
+                        pass
+                done = await engine.inspect_exec(killer)
+            except SandboxError:
+                break
+            # Exit 0: nothing carrying the marker is left. Otherwise the sweep could not
+            # start or finish (no free pid under a fork bomb): try again shortly.
+            if done.get("ExitCode") == 0 or signal != "KILL":
+                break
+            await anyio.sleep(0.2)
+
+
+async def overdue(
+    eof: anyio.Event, t0: float, time_limit: float | None, idle_timeout: float | None,
+    last_output: Callable[[], float],
+) -> str:
+    """Wait until the output ends (then return "") or a deadline passes (then say which, for
+    the result): `time_limit` seconds after `t0`, or `idle_timeout` seconds after the
+    ``time.monotonic()`` that `last_output` returns.
+    """
+    deadline = math.inf if time_limit is None else t0 + time_limit
+    while not eof.is_set():
+        now = time.monotonic()
+        if now >= deadline:
+            assert time_limit is not None
+            return f"command timed out after {time_limit:g} s"
+        wake = deadline
+        if idle_timeout is not None:
+            idle_at = last_output() + idle_timeout
+            if now >= idle_at:
+                return f"command produced no output for {idle_timeout:g} s (idle timeout)"
+            wake = min(wake, idle_at)
+        with anyio.move_on_after(max(wake - now, 0.01)):
+            await eof.wait()
+    return ""

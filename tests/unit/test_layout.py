@@ -1,0 +1,44 @@
+"""The package's shape: backends behind the protocol, and modules that stay readable."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "sandbox"
+#: The architecture issue's bound for the Docker backend's modules.
+MAX_DOCKER_LINES = 450
+
+
+def _top_level_imports(tree: ast.Module) -> set[str]:
+    """Modules imported at module level (not inside functions or TYPE_CHECKING blocks)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+def test_docker_modules_stay_under_the_bound() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "docker").glob("*.py")}
+    assert len(sizes) > 10
+    assert {name: n for name, n in sizes.items() if n >= MAX_DOCKER_LINES} == {}
+
+
+def test_backend_neutral_modules_do_not_import_a_backend() -> None:
+    """Policy, paths, lifecycle and the public Sandbox load no engine code; the default
+    Docker backend is imported only when a Sandbox is made without one."""
+    offenders = {
+        path.name: sorted(found)
+        for path in PACKAGE.glob("_*.py")
+        if (found := {m for m in _top_level_imports(ast.parse(path.read_text()))
+                      if m.startswith((".docker", "sandbox.docker", "aiodocker"))})
+    }
+    assert offenders == {}
+
+
+def test_the_layout_check_sees_a_violation() -> None:
+    assert _top_level_imports(ast.parse("from .docker import x\ndef f():\n import y\n")) == \
+        {".docker"}
