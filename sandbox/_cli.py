@@ -261,10 +261,19 @@ async def _forward_stdin(proc: ExecProcess) -> None:
 # -- handlers -------------------------------------------------------------------------------------
 
 
+def _sandbox_for(config: SandboxConfig, progress: _PullProgress) -> Sandbox:
+    """A sandbox for ``config``; a Docker one shows image pull progress."""
+    if config.type != "docker":
+        return Sandbox(config)
+    from .docker import DockerBackend
+
+    return Sandbox(backend=DockerBackend(config, on_pull_progress=progress))
+
+
 async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool) -> CommandResult:
     """Run argv in a fresh sandbox with output printed live; stdin forwarded if asked."""
     progress = _PullProgress()
-    async with cleanup_on_signals(), Sandbox(config, on_pull_progress=progress) as sb:
+    async with cleanup_on_signals(), _sandbox_for(config, progress) as sb:
         progress.done()
         async with sb.stream_command(Command.argv(list(argv))) as proc:
             feeder: asyncio.Task[None] | None = None

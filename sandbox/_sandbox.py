@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -27,13 +27,8 @@ from ._models import SandboxStatus as SandboxStatus
 from ._paths import parse_copy, resolve
 from ._policy import merge_environment, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
+from ._registry import backend_for, check_type
 from ._shield import finish_despite_cancel
-
-if TYPE_CHECKING:
-    from .docker._gateway import DockerClient
-
-
-BACKENDS = ("docker",)
 
 
 class Sandbox:
@@ -46,27 +41,22 @@ class Sandbox:
 
     Args:
         config: What to create; the defaults describe an isolated sandbox in /workspace.
-        backend: The engine to create it on (`sandbox.docker.DockerBackend`, or
-            `sandbox.testing.FakeBackend`), built with the config; by default a Docker
-            backend from ``config`` and the options below.
-        docker: An aiodocker client for the default Docker backend (yours to close); by
-            default one is opened to DOCKER_HOST or the default socket and closed at cleanup.
-            A convenience kept for existing callers: ``DockerBackend(config, docker=...)``
-            says the same.
-        on_pull_progress: Called with each progress record while an image is pulled.
-        on_sample: Called with each resource-usage sample (a callback that raises is logged).
+        backend: The engine to create it on, built with the config and its own options
+            (``DockerBackend(config, docker=client, on_pull_progress=...)``, or
+            `sandbox.testing.FakeBackend`); by default the backend that serves
+            ``config.type`` (see `sandbox._registry`).
+        on_sample: Called with each resource-usage sample (a callback that raises is logged);
+            for the default backend only.
     """
 
     def __init__(
         self, config: SandboxConfig | None = None, *, backend: Backend | None = None,
-        docker: DockerClient | None = None,
-        on_pull_progress: Callable[[Mapping[str, Any]], object] | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:
         if backend is not None:
-            if docker is not None or on_pull_progress is not None or on_sample is not None:
-                raise ConfigError("docker, on_pull_progress and on_sample are options of the "
-                                  "Docker backend: give them to it, not with backend=")
+            if on_sample is not None:
+                raise ConfigError("on_sample is an option of the backend: give it to the "
+                                  "backend's constructor, not with backend=")
             if config is not None and as_config(config) != backend.config:
                 raise ConfigError("config differs from the backend's: give the config to the "
                                   "backend only")
@@ -74,16 +64,7 @@ class Sandbox:
             self._impl: Backend = backend
         config = as_config(config)
         if backend is None:
-            if config.type not in BACKENDS:
-                raise SandboxInitFailed(
-                    f"unknown sandbox type {config.type!r}",
-                    details=f"available types: {', '.join(BACKENDS)}",
-                )
-            from .docker._sandbox import DockerSandbox
-
-            self._impl = DockerSandbox(
-                config, docker=docker, on_pull_progress=on_pull_progress, on_sample=on_sample
-            )
+            self._impl = backend_for(config, on_sample=on_sample)
         # Owned here, not by the backend: every backend gets commands already decided, and
         # reports what happens to the sandbox through the lifecycle.
         self._life = Lifecycle()
@@ -130,9 +111,8 @@ class Sandbox:
                 chained); `EngineUnavailable` and `SecurityViolation` come through as such.
         """
         config = None if config is None else as_config(config)
-        if config is not None and config.type not in BACKENDS:
-            raise SandboxInitFailed(f"unknown sandbox type {config.type!r}",
-                                    details=f"available types: {', '.join(BACKENDS)}")
+        if config is not None:
+            check_type(config.type)
         async with self._lock:
             self._life.begin()
             try:

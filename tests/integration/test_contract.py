@@ -142,7 +142,7 @@ async def test_the_docker_backend_is_the_public_door_to_docker() -> None:
             assert box.backend is backend and box.config is cfg
             assert (await box.execute_command("echo hi")).stdout == "hi\n"
         assert not client.session.closed  # the caller's client stays the caller's
-    with pytest.raises(ConfigError, match="options of the Docker backend"):
+    with pytest.raises(ConfigError, match="option of the backend"):
         Sandbox(backend=DockerBackend(cfg), on_sample=print)
     with pytest.raises(ConfigError, match="differs"):
         Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, name="other"), backend=DockerBackend(cfg))

@@ -25,6 +25,7 @@ from sandbox import (
     SandboxStatus,
     SecurityPolicy,
 )
+from sandbox.docker import DockerBackend
 from sandbox.docker._gateway import new_client
 from tests.conftest import container_exists, docker_cli
 
@@ -180,7 +181,8 @@ async def test_stats_stream_breaking_keeps_the_sandbox_usable(
 
 async def _stats_break(client: aiodocker.Docker, streams: BreakableStats,
                        caplog: pytest.LogCaptureFixture) -> None:
-    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX), docker=client) as sb:
+    backend = DockerBackend(SandboxConfig(image=IMAGE_BUSYBOX), docker=client)
+    async with Sandbox(backend=backend) as sb:
         with caplog.at_level(logging.WARNING, logger="sandbox"):
             await wait_until(lambda: bool(streams.responses), 10)
             await sb.get_resource_usage()
@@ -200,7 +202,7 @@ async def _stats_break(client: aiodocker.Docker, streams: BreakableStats,
 
 async def test_closing_the_client_under_a_running_command() -> None:
     client = aiodocker.Docker()
-    sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX), docker=client)
+    sb = Sandbox(backend=DockerBackend(SandboxConfig(image=IMAGE_BUSYBOX), docker=client))
     await sb.initialize()
     cid = sb.backend.container_id or ""
     try:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig, SandboxInitFailed
+from sandbox.docker import DockerBackend
 from tests.conftest import docker_cli
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -70,14 +71,16 @@ async def test_missing_image_is_pulled_with_progress_then_always_pulls_again(
     assert not image_present(ref)
     progress: list[Mapping[str, Any]] = []
     try:
-        async with Sandbox(SandboxConfig(image=ref), on_pull_progress=progress.append) as sb:
+        backend = DockerBackend(SandboxConfig(image=ref), on_pull_progress=progress.append)
+        async with Sandbox(backend=backend) as sb:
             assert (await sb.execute_command("echo pulled")).stdout == "pulled\n"
         assert image_present(ref)
         assert any("status" in p for p in progress), progress
         assert any("Digest" in str(p.get("status")) for p in progress), progress
         # Present now: "missing" does not pull, "always" does.
         again: list[Mapping[str, Any]] = []
-        async with Sandbox(SandboxConfig(image=ref), on_pull_progress=again.append):
+        backend = DockerBackend(SandboxConfig(image=ref), on_pull_progress=again.append)
+        async with Sandbox(backend=backend):
             pass
         assert again == []
 
@@ -85,7 +88,7 @@ async def test_missing_image_is_pulled_with_progress_then_always_pulls_again(
             again.append(record)
 
         cfg = SandboxConfig(image=ref, pull_policy="always")
-        async with Sandbox(cfg, on_pull_progress=async_callback):
+        async with Sandbox(backend=DockerBackend(cfg, on_pull_progress=async_callback)):
             pass
         assert any("up to date" in str(p.get("status")) for p in again), again
     finally:

@@ -106,5 +106,16 @@ async def test_sandbox_runs_over_the_in_memory_backend() -> None:
         assert result.stdout == "/workspace/sub v 1000:1000"
         assert backend.files["/workspace/sub/f"] == (b"x", 0o644)
     assert seen == [("ls", "-l")] and backend.lifecycle.status is SandboxStatus.DESTROYED
-    with pytest.raises(ConfigError, match="Docker backend"):
+    with pytest.raises(ConfigError, match="option of the backend"):
         Sandbox(backend=FakeBackend(), on_sample=print)
+
+
+async def test_the_registry_names_the_types_it_serves() -> None:
+    from sandbox import SandboxConfig, SandboxInitFailed
+    from sandbox._registry import BACKENDS, backend_for
+    from sandbox.docker import DockerBackend
+
+    assert isinstance(backend_for(SandboxConfig()), DockerBackend)
+    with pytest.raises(SandboxInitFailed, match="unknown sandbox type 'nope'") as info:
+        backend_for(SandboxConfig(type="nope"))
+    assert all(kind in (info.value.details or "") for kind in BACKENDS)
