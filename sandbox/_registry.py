@@ -22,6 +22,7 @@ __all__ = ["BACKENDS", "backend_for", "check_type"]
 #: ``config.type`` -> "module:class" of its backend.
 BACKENDS: dict[str, str] = {
     "docker": "sandbox.docker:DockerBackend",
+    "kubernetes": "sandbox.kubernetes:KubernetesBackend",
 }
 
 

@@ -79,3 +79,13 @@ def container_exists(name_or_id: str) -> bool:
 def sandbox_containers(sandbox_id: str) -> list[str]:
     """Containers carrying one sandbox's id label, whatever state they are in."""
     return docker_cli("ps", "-aq", "--filter", f"label=io.sandbox.id={sandbox_id}").split()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--kubeconfig``: run the Kubernetes backend's tests on that cluster, not the fake."""
+    group = parser.getgroup("kubernetes")
+    group.addoption("--kubeconfig", default="", help="run tests/kubernetes and the contract "
+                    "tests' kubernetes case against this cluster instead of the fake API server")
+    group.addoption("--kube-namespace", default="default", help="namespace for --kubeconfig")
+    group.addoption("--kube-image", default="busybox:1.36",
+                    help="image with sh, tar and stat for --kubeconfig")

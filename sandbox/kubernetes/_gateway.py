@@ -1,0 +1,183 @@
+"""The one module that imports kubernetes_asyncio: configuration, REST calls and exec sockets.
+
+kubernetes_asyncio provides what is hard to get right (kubeconfig contexts, exec-plugin and
+in-cluster tokens with their refresh, client certificates, the TLS session); the SDK speaks
+the REST paths itself so every answer stays the API server's plain JSON, and its errors become
+the SDK's: 404 `KubeNotFound`, 409 `KubeConflict`, 422 `KubeInvalid`, a refused connection
+`EngineUnavailable`. Exec is a websocket to ``pods/<name>/exec`` offering the channel
+subprotocols the SDK implements (``v5.channel.k8s.io`` first, then ``v4``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import attrs
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .._errors import EngineTimeout, EngineUnavailable, SandboxError
+
+__all__ = [
+    "CHANNEL_PROTOCOLS",
+    "Cluster",
+    "ExecSocket",
+    "KubeApiError",
+    "KubeConflict",
+    "KubeInvalid",
+    "KubeNotFound",
+]
+
+#: The exec subprotocols the SDK speaks, preferred first (see ``_exec``).
+CHANNEL_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+#: Seconds one REST call may take.
+REST_TIMEOUT = 60.0
+
+
+class KubeApiError(SandboxError):
+    """The API server answered a call with an error status."""
+
+    code = "KUBERNETES_API_ERROR"
+
+    def __init__(self, message: str, *, status: int, reason: str = "", details: str = "",
+                 cause: BaseException | None = None) -> None:
+        super().__init__(message, details=details, cause=cause,
+                         retryable=status in (429, 500, 503, 504))
+        self.status = status
+        self.reason = reason
+
+
+class KubeNotFound(KubeApiError):
+    """404: the object (or the namespace) does not exist."""
+
+
+class KubeConflict(KubeApiError):
+    """409: an object of that name exists already."""
+
+
+class KubeInvalid(KubeApiError):
+    """422: the API server refused the object as invalid."""
+
+
+def _error(what: str, status: int, body: bytes | str | None,
+           cause: BaseException | None = None) -> KubeApiError:
+    """The SDK error for an API server error answer (a ``Status`` object when it is JSON)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+    reason, message = "", text[:2000]
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        reason = str(doc.get("reason") or "")
+        message = str(doc.get("message") or message)[:2000]
+    cls = {404: KubeNotFound, 409: KubeConflict, 422: KubeInvalid}.get(status, KubeApiError)
+    return cls(f"the Kubernetes API server refused to {what} (HTTP {status} {reason})".rstrip(),
+               status=status, reason=reason, details=message, cause=cause)
+
+
+@attrs.frozen
+class ExecSocket:
+    """One exec websocket and the subprotocol the API server chose for it."""
+
+    ws: aiohttp.ClientWebSocketResponse
+    protocol: str
+
+
+class Cluster:
+    """A connection to one API server, from a kubeconfig or the pod's service account."""
+
+    def __init__(self, api: k8s_client.ApiClient, host: str) -> None:
+        self._api = api
+        self.host = host.rstrip("/")
+
+    @classmethod
+    async def connect(cls, *, kubeconfig: str | None, context: str | None,
+                      in_cluster: bool) -> Cluster:
+        """Load the configuration and open a client; the caller closes it with `close`."""
+        conf = k8s_client.Configuration()
+        try:
+            if in_cluster:
+                k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+            else:
+                await k8s_config.load_kube_config(config_file=kubeconfig, context=context,
+                                                  client_configuration=conf,
+                                                  persist_config=False)
+        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+            where = "the pod's service account" if in_cluster else \
+                f"kubeconfig {kubeconfig or '~/.kube/config'!r}"
+            raise EngineUnavailable(f"cannot load the Kubernetes configuration from {where}",
+                                    details=str(exc), cause=exc, retryable=False) from exc
+        return cls(k8s_client.ApiClient(conf), str(conf.host or ""))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _auth(self, queries: list[tuple[str, str]]) -> dict[str, str]:
+        headers: dict[str, str] = {"Accept": "application/json",
+                                   "Content-Type": "application/json"}
+        await self._api.update_params_for_auth(headers, queries, ["BearerToken"])
+        return headers
+
+    async def call(self, what: str, method: str, path: str, *,
+                   query: Sequence[tuple[str, str]] = (), body: Mapping[str, Any] | None = None,
+                   deadline: float = REST_TIMEOUT) -> dict[str, Any]:
+        """One REST call; returns the JSON object the API server answered with."""
+        queries = list(query)
+        headers = await self._auth(queries)
+        url = self.host + path + (f"?{urlencode(queries)}" if queries else "")
+        try:
+            resp = await self._api.rest_client.request(
+                method, url, headers=headers, body=dict(body) if body is not None else None,
+                _request_timeout=deadline)
+        except ApiException as exc:
+            raise _error(what, int(exc.status or 0), exc.body, exc) from exc
+        except TimeoutError as exc:
+            raise EngineTimeout(f"the Kubernetes API server did not answer in {deadline:g} s "
+                                f"when asked to {what}", details=self.host, cause=exc) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EngineUnavailable(f"cannot reach the Kubernetes API server to {what}",
+                                    details=f"{self.host}: {exc}", cause=exc) from exc
+        try:
+            doc = json.loads(resp.data or b"{}")
+        except ValueError as exc:
+            raise KubeApiError(f"the Kubernetes API server answered {what} with non-JSON",
+                               status=resp.status, details=repr(resp.data[:200])) from exc
+        if not isinstance(doc, dict):
+            raise KubeApiError(f"the Kubernetes API server answered {what} with non-object "
+                               "JSON", status=resp.status)
+        return doc
+
+    async def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
+                   stdin: bool) -> ExecSocket:
+        """Open an exec websocket running ``argv`` (stdout and stderr apart, no TTY)."""
+        queries: list[tuple[str, str]] = [("command", a) for a in argv]
+        queries += [("container", container), ("stdin", "true" if stdin else "false"),
+                    ("stdout", "true"), ("stderr", "true"), ("tty", "false")]
+        headers = await self._auth(queries)
+        headers.pop("Content-Type", None)
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec"
+        url = f"{self.host}{path}?{urlencode(queries)}"
+        session = self._api.rest_client.pool_manager
+        try:
+            ws = await session.ws_connect(url, headers=headers, protocols=CHANNEL_PROTOCOLS,
+                                          max_msg_size=0, autoping=True,
+                                          timeout=aiohttp.ClientWSTimeout(ws_close=10.0))
+        except aiohttp.WSServerHandshakeError as exc:
+            raise _error("start a command (exec)", exc.status, exc.message, exc) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EngineUnavailable("cannot reach the Kubernetes API server to start a "
+                                    "command (exec)", details=f"{self.host}: {exc}",
+                                    cause=exc) from exc
+        if ws.protocol not in CHANNEL_PROTOCOLS:
+            await ws.close()
+            raise KubeApiError(
+                "the Kubernetes API server chose no exec subprotocol the SDK speaks",
+                status=101, details=f"offered {', '.join(CHANNEL_PROTOCOLS)}, got "
+                                    f"{ws.protocol!r}")
+        return ExecSocket(ws, ws.protocol)

@@ -1,0 +1,551 @@
+"""KubernetesSandbox: one Pod (and one NetworkPolicy) per sandbox, driven through the API server.
+
+The Pod is planned by `_plan` (every field mapped or refused), its commands run by `_exec`
+over the exec websocket, and files move by the same exec'd POSIX tools as on Docker
+(``sandbox.docker._files``, which only needs a runner), so a hostile tar or listing meets the
+same checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .. import _constants
+from .._audit import Auditor
+from .._backend import ProcessSpec
+from .._constants import (
+    LABEL_CREATED,
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
+    LABEL_OWNER_BOOT_ID,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_START,
+    LABEL_SANDBOX_ID,
+)
+from .._errors import (
+    CommandStartFailed,
+    ConfigError,
+    EngineUnavailable,
+    SandboxAlreadyExists,
+    SandboxAlreadyInitialized,
+    SandboxError,
+    SandboxInitFailed,
+    SandboxNotFound,
+    SandboxNotRunning,
+    SecurityViolation,
+    TimeoutExceeded,
+)
+from .._models import (
+    CommandResult,
+    FileInfo,
+    ResourceLimits,
+    ResourceUsage,
+    SandboxConfig,
+    SandboxInfo,
+    SandboxStatus,
+    as_config,
+)
+from .._protocol import OutputCallback
+from ..docker import _files
+from ..docker._wire import engine_time
+from . import _exec
+from ._gateway import Cluster, ExecSocket, KubeConflict, KubeNotFound
+from ._plan import CONTAINER, PodPlan, plan_pod
+
+log = logging.getLogger("sandbox.lifecycle")
+
+#: Waiting reasons that will not resolve by waiting longer.
+_FATAL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
+                            "CreateContainerConfigError", "CreateContainerError",
+                            "ErrImageNeverPull", "RunContainerError", "CrashLoopBackOff"})
+#: The probe run once the Pod runs: learns the exec protocol, whether HOME is writable.
+_PROBE_SH = 'if [ -n "$HOME" ] && [ -w "$HOME" ]; then echo home; else echo nohome; fi'
+_QUANTITY = re.compile(r"([0-9.]+)([a-zA-Z]*)")
+_SUFFIX = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+           "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
+
+
+def owner_annotations() -> dict[str, str]:
+    """Who owns the Pod (host, boot id, pid, pid start): for gc, as annotations (label values
+    cannot hold a timestamp)."""
+    notes = {
+        LABEL_OWNER_HOST: socket.gethostname(),
+        LABEL_OWNER_PID: str(os.getpid()),
+        LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    with contextlib.suppress(OSError):
+        notes[LABEL_OWNER_BOOT_ID] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        notes[LABEL_OWNER_START] = stat.rsplit(")", 1)[1].split()[19]
+    return notes
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity ("250m", "12345n", "64Mi") as a number; 0 if unreadable."""
+    m = _QUANTITY.fullmatch(str(text).strip())
+    if m is None or m.group(2) not in _SUFFIX:
+        return 0.0
+    try:
+        return float(m.group(1)) * _SUFFIX[m.group(2)]
+    except ValueError:
+        return 0.0
+
+
+async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` to its end even if the caller is cancelled, then pass the cancellation on
+    (asyncio's ``Task.cancel`` gets through an anyio shield; a task of its own does not)."""
+    task = asyncio.ensure_future(coro)
+    cancelled: asyncio.CancelledError | None = None
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    task.result()
+
+
+class KubernetesSandbox:
+    """A sandbox backed by one Pod; use it through `sandbox.Sandbox`."""
+
+    def __init__(self, config: SandboxConfig | None = None, *, kubeconfig: str | None = None,
+                 context: str | None = None, in_cluster: bool | None = None,
+                 namespace: str = "default", runtime_classes: Mapping[str, str] | None = None,
+                 start_timeout: float = 300.0) -> None:
+        self._config = as_config(config)
+        if in_cluster is None:
+            in_cluster = kubeconfig is None and not os.environ.get("KUBECONFIG") and \
+                bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
+        self.namespace = namespace
+        self.runtime_classes = dict(runtime_classes or {})
+        self.start_timeout = start_timeout
+        self.id = uuid.uuid4().hex[:12]
+        self._name = self._config.name or f"sandbox-{self.id}"
+        self._cluster: Cluster | None = None
+        self._status = SandboxStatus.CREATING
+        self._status_reason = ""
+        self._initialized = False
+        self._created = False
+        self._lock = anyio.Lock()
+        self._user = ""
+        self._env: dict[str, str] = dict(self._config.environment)
+        self._audit = Auditor(self.id, self._config.security)
+        self._protocol = ""  # the exec subprotocol the server chose, once known
+        self._plan: PodPlan | None = None
+        self._pod: dict[str, Any] = {}
+        self._samples: deque[ResourceUsage] = deque(maxlen=600)
+        self._started = time.monotonic()
+        self._created_at: datetime | None = None
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> SandboxConfig:
+        return self._config
+
+    @property
+    def status(self) -> SandboxStatus:
+        return self._status
+
+    @property
+    def user(self) -> str:
+        return self._user
+
+    @property
+    def audit(self) -> Auditor:
+        return self._audit
+
+    @property
+    def working_dir(self) -> str:
+        return self._config.working_dir
+
+    @property
+    def pod_name(self) -> str:
+        """The Pod's name (also the NetworkPolicy's)."""
+        return self._name
+
+    @property
+    def exec_protocol(self) -> str:
+        """The exec subprotocol the API server chose ("" before the first exec)."""
+        return self._protocol
+
+    def environment(self) -> dict[str, str]:
+        return dict(self._env)
+
+    def require_running(self) -> None:
+        if self._status is SandboxStatus.RUNNING and self._cluster is not None:
+            return
+        if not self._initialized:
+            raise SandboxNotRunning("the sandbox was never initialized: call initialize() or "
+                                    "use `async with Sandbox(...)`")
+        reason = f" ({self._status_reason})" if self._status_reason else ""
+        raise SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
+
+    def mark_failed(self, reason: str) -> None:
+        """Record that the Pod stopped by itself (or was removed from outside)."""
+        if self._status not in (SandboxStatus.DESTROYED, SandboxStatus.STOPPING):
+            self._status, self._status_reason = SandboxStatus.FAILED, reason
+
+    def _cluster_or_raise(self) -> Cluster:
+        self.require_running()
+        assert self._cluster is not None
+        return self._cluster
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def initialize(self, config: SandboxConfig | None = None, *,
+                         environment: Mapping[str, str] | None = None) -> None:
+        """Create the NetworkPolicy and the Pod, wait for it to run; on failure remove both."""
+        config = None if config is None else as_config(config)
+        async with self._lock:
+            if self._initialized:
+                raise SandboxAlreadyInitialized("this sandbox was already initialized; "
+                                                "create a new Sandbox for another Pod")
+            self._initialized = True
+            if config is not None:
+                self._config = config
+                self._name = config.name or self._name
+                self._env = dict(config.environment)
+                self._audit = Auditor(self.id, config.security)
+            elif environment is not None:
+                self._env = dict(environment)
+            try:
+                await self._initialize()
+            except BaseException as exc:
+                self._status = SandboxStatus.FAILED
+                try:
+                    await _finish_despite_cancel(self._remove())
+                except SandboxError as cleanup_exc:
+                    exc.add_note(f"cleanup after the failure: {cleanup_exc}")
+                if isinstance(exc, SandboxInitFailed | EngineUnavailable | SecurityViolation
+                              | ConfigError):
+                    self._status_reason = exc.message
+                    raise
+                if isinstance(exc, SandboxError):
+                    self._status_reason = str(exc)
+                    raise SandboxInitFailed(f"sandbox {self._name} could not be started",
+                                            details=str(exc), cause=exc) from exc
+                raise
+
+    async def _initialize(self) -> None:
+        cfg = self._config
+        if cfg.type != "kubernetes":
+            raise SandboxInitFailed(f"the Kubernetes backend got a config of type {cfg.type!r}",
+                                    details="set SandboxConfig.type='kubernetes'")
+        labels = {LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID: self.id}
+        try:
+            plan = plan_pod(cfg, name=self._name, namespace=self.namespace, labels=labels,
+                            annotations=owner_annotations(),
+                            runtime_classes=self.runtime_classes)
+        except (SandboxInitFailed, SecurityViolation) as exc:
+            self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
+            raise
+        self._plan = plan
+        self._user = plan.user
+        for opt_in in plan.opt_ins:
+            setting, _, granted = opt_in.partition(": ")
+            self._audit.opt_in(setting, granted)
+        self._cluster = cluster = await Cluster.connect(
+            kubeconfig=self.kubeconfig, context=self.context, in_cluster=self.in_cluster)
+        ns = self.namespace
+        self._created = True
+
+        async def create() -> None:
+            # The policy first: the Pod is never up without it.
+            await cluster.call("create the sandbox's NetworkPolicy", "POST",
+                               f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+                               body=plan.policy)
+            try:
+                self._pod = await cluster.call("create the sandbox Pod", "POST",
+                                               f"/api/v1/namespaces/{ns}/pods", body=plan.pod)
+            except KubeConflict as exc:
+                raise SandboxAlreadyExists(
+                    f"a Pod named {self._name!r} already exists in namespace {ns!r}",
+                    details="choose another SandboxConfig.name, or leave it empty", cause=exc,
+                ) from exc
+
+        await _finish_despite_cancel(create())
+        self._created_at = datetime.now(UTC)
+        self._status = SandboxStatus.STARTING
+        await self._wait_running()
+        self._started = time.monotonic()
+        self._status = SandboxStatus.RUNNING
+        probe = await self._run_internal(["/bin/sh", "-c", _PROBE_SH], what="probe the sandbox")
+        if not probe.success:
+            raise SandboxInitFailed("the sandbox Pod runs, but a command in it failed",
+                                    details=probe.error or probe.stderr[:2000])
+        if probe.stdout.strip() != "home" and "HOME" not in self._env:
+            self._env["HOME"] = cfg.working_dir
+
+    async def _wait_running(self) -> None:
+        """Poll the Pod until it runs; fail fast on an image or config error."""
+        assert self._cluster is not None
+        deadline = time.monotonic() + self.start_timeout
+        delay = 0.05
+        while True:
+            pod = self._pod = await self._get_pod()
+            status = pod.get("status") or {}
+            phase = status.get("phase", "")
+            for cs in status.get("containerStatuses") or []:
+                state = cs.get("state") or {}
+                waiting = state.get("waiting") or {}
+                if waiting.get("reason") in _FATAL_WAITING:
+                    raise SandboxInitFailed(
+                        f"the sandbox Pod cannot start: {waiting['reason']}",
+                        details=str(waiting.get("message") or "")[:2000])
+                if phase == "Running" and state.get("running") is not None:
+                    return
+            if phase in ("Failed", "Succeeded"):
+                raise SandboxInitFailed(f"the sandbox Pod ended while starting ({phase})",
+                                        details=str(status.get("message") or
+                                                    status.get("reason") or ""))
+            if time.monotonic() >= deadline:
+                reason = status.get("reason") or phase or "no status"
+                raise SandboxInitFailed(
+                    f"the sandbox Pod did not run within {self.start_timeout:g} s ({reason})",
+                    details="see `kubectl describe pod` for its events (scheduling, pulls)")
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _get_pod(self) -> dict[str, Any]:
+        assert self._cluster is not None
+        return await self._cluster.call("look at the sandbox Pod", "GET",
+                                        f"/api/v1/namespaces/{self.namespace}/pods/{self._name}")
+
+    async def cleanup(self) -> None:
+        """Delete the Pod and its NetworkPolicy; shielded from cancellation, idempotent."""
+        if not self._initialized or self._status is SandboxStatus.DESTROYED:
+            return
+        self._status = SandboxStatus.STOPPING
+        try:
+            await _finish_despite_cancel(self._remove())
+        finally:
+            self._status = SandboxStatus.DESTROYED
+
+    async def _remove(self) -> None:
+        cluster, self._cluster = self._cluster, None
+        if cluster is None:
+            return
+        errors: list[str] = []
+        try:
+            if self._created:
+                ns = self.namespace
+                for what, path in (
+                        ("delete the sandbox Pod", f"/api/v1/namespaces/{ns}/pods/{self._name}"),
+                        ("delete the sandbox's NetworkPolicy",
+                         f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/"
+                         f"{self._name}")):
+                    try:
+                        await cluster.call(what, "DELETE", path, body={
+                            "kind": "DeleteOptions", "apiVersion": "v1",
+                            "gracePeriodSeconds": 0, "propagationPolicy": "Background"})
+                    except KubeNotFound:
+                        pass
+                    except SandboxError as exc:
+                        errors.append(str(exc))
+        finally:
+            await cluster.close()
+        if errors:
+            raise SandboxError("cleanup could not remove everything", details="; ".join(errors))
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def _check_user(self, spec: ProcessSpec) -> None:
+        if spec.user and spec.user != self._user:
+            raise CommandStartFailed(
+                f"cannot run {spec.argv[0]!r} as user {spec.user!r}: Kubernetes exec runs every "
+                f"command as the Pod's user {self._user!r}",
+                details="leave Command.user empty and allow_write=True on this backend; set "
+                        "security.run_as_user/run_as_group for the whole sandbox instead")
+
+    async def _open_socket(self, argv: Sequence[str], stdin: bool) -> ExecSocket:
+        cluster = self._cluster_or_raise()
+        try:
+            sock = await cluster.exec(self.namespace, self._name, CONTAINER, argv, stdin=stdin)
+        except KubeNotFound as exc:
+            self.mark_failed("the Pod is gone")
+            raise SandboxNotFound("the sandbox's Pod is gone", details=exc.details,
+                                  cause=exc) from exc
+        self._protocol = sock.protocol
+        return sock
+
+    async def _kill_exec(self, argv: Sequence[str]) -> int | None:
+        """Run the kill sweep; its exit code, or None when it did not report one."""
+        sock = await self._open_socket(argv, False)
+        status = b""
+        try:
+            with anyio.move_on_after(30):
+                async for msg in sock.ws:
+                    data = msg.data if isinstance(msg.data, bytes) else b""
+                    if len(data) > 1 and data[0] == _exec.ERROR:
+                        status += data[1:]
+        finally:
+            await sock.ws.close()
+        return _exec.parse_status(status)[0] if status else None
+
+    def _open(self, spec: ProcessSpec, *, attach_stdin: bool, iterate: bool = False,
+              on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
+              ) -> contextlib.AbstractAsyncContextManager[_exec.KubeProcess]:
+        self._check_user(spec)
+        return _exec.open_exec(self._open_socket, spec, killer=self._kill_exec,
+                               framed_v4=self._protocol == _exec.V4, attach_stdin=attach_stdin,
+                               on_stdout=on_stdout, on_stderr=on_stderr, iterate=iterate)
+
+    async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
+                          on_stderr: OutputCallback | None = None) -> CommandResult:
+        self.require_running()
+        async with self._open(spec, attach_stdin=spec.stdin is not None, on_stdout=on_stdout,
+                              on_stderr=on_stderr) as proc:
+            return await proc.wait()
+
+    @contextlib.asynccontextmanager
+    async def open_process(self, spec: ProcessSpec) -> AsyncIterator[_exec.KubeProcess]:
+        self.require_running()
+        async with self._open(spec, attach_stdin=True, iterate=True) as proc:
+            yield proc
+
+    async def _run_internal(
+        self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
+        on_stdout: Callable[[bytes], object] | None = None, what: str = "a helper command",
+    ) -> CommandResult:
+        """Run a helper (file operation, probe) with the Docker backend's deadline rule:
+        HELPER_TIMEOUT plus 1 s per HELPER_MIN_RATE bytes moved, at most HELPER_MAX_TIME."""
+        self.require_running()
+        fixed, per_byte = _constants.HELPER_TIMEOUT, 1.0 / _constants.HELPER_MIN_RATE
+        ceiling = _constants.HELPER_MAX_TIME
+        start = time.monotonic()
+        moved = 0
+        scope = anyio.CancelScope(deadline=start + fixed)
+
+        def credit(n: int) -> None:
+            nonlocal moved
+            moved += n
+            scope.deadline = start + min(fixed + moved * per_byte, ceiling)
+
+        def counted_out(data: bytes) -> object:
+            credit(len(data))
+            return on_stdout(data) if on_stdout is not None else None
+
+        async def counted_in(src: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+            if isinstance(src, bytes):
+                for off in range(0, len(src), 1 << 20):
+                    credit(len(src[off:off + (1 << 20)]))
+                    yield src[off:off + (1 << 20)]
+            else:
+                async for piece in src:
+                    credit(len(piece))
+                    yield piece
+
+        with scope:
+            spec = ProcessSpec(argv=argv, env={}, workdir="/", user=self._user,
+                               stdin=None if stdin is None else counted_in(stdin),
+                               max_output_bytes=(64 << 10) if on_stdout else 1 << 20)
+            async with self._open(spec, attach_stdin=stdin is not None,
+                                  on_stdout=counted_out) as proc:
+                return await proc.wait()
+        raise TimeoutExceeded(f"{what} did not finish within {scope.deadline - start:.0f} s "
+                              "(has a tool in the sandbox been replaced?)",
+                              details=f"the helper {argv[0]!r} was killed after moving "
+                                      f"{moved} bytes")
+
+    def _helper(self, what: str) -> Callable[..., Awaitable[CommandResult]]:
+        async def run(argv: Sequence[str], *,
+                      stdin: bytes | AsyncIterator[bytes] | None = None,
+                      on_stdout: Callable[[bytes], object] | None = None,
+                      user: str | None = None) -> CommandResult:
+            return await self._run_internal(argv, stdin=stdin, on_stdout=on_stdout, what=what)
+        return run
+
+    # -- files: tar and POSIX tools over exec, the Docker backend's hostile-input checks ------
+
+    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
+        await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
+
+    async def read_file(self, target: str) -> bytes:
+        return await _files.read_file(self._helper(f"read {target!r}"), target)
+
+    async def list_files(self, target: str) -> list[FileInfo]:
+        return await _files.list_files(self._helper(f"list {target!r}"), target)
+
+    async def copy_in(self, source: Path, target: str) -> None:
+        await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
+
+    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
+                       max_entries: int) -> None:
+        await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
+                                       max_bytes=max_bytes, max_entries=max_entries)
+
+    async def path_kind(self, target: str) -> str:
+        return await _files.path_kind(self._helper(f"inspect {target!r}"), target)
+
+    # -- info --------------------------------------------------------------------------------
+
+    async def get_resource_usage(self) -> ResourceUsage:
+        """A sample from the metrics API (metrics-server) when the cluster has one; without it
+        only the timestamp and uptime are known."""
+        cluster = self._cluster_or_raise()
+        now = datetime.now(UTC)
+        uptime = timedelta(seconds=time.monotonic() - self._started)
+        try:
+            doc = await cluster.call(
+                "read the sandbox's metrics", "GET",
+                f"/apis/metrics.k8s.io/v1beta1/namespaces/{self.namespace}/pods/{self._name}")
+        except KubeNotFound:
+            sample = ResourceUsage(timestamp=now, uptime=uptime)
+        else:
+            usage: dict[str, Any] = {}
+            for c in doc.get("containers") or []:
+                if isinstance(c, dict) and c.get("name") == CONTAINER:
+                    usage = c.get("usage") or {}
+            memory = int(quantity(usage.get("memory", "0")))
+            limit = self._config.resources.memory_limit or _constants.DEFAULT_MEMORY_LIMIT
+            sample = ResourceUsage(
+                timestamp=engine_time(doc.get("timestamp")) or now,
+                cpu_usage=quantity(usage.get("cpu", "0")) * 100, memory_usage=memory,
+                memory_percent=100.0 * memory / limit, uptime=uptime)
+        self._samples.append(sample)
+        return sample
+
+    def usage_history(self) -> list[ResourceUsage]:
+        return list(self._samples)
+
+    async def get_info(self) -> SandboxInfo:
+        pod = self._pod
+        if self._cluster is not None and self._status is SandboxStatus.RUNNING:
+            with contextlib.suppress(SandboxError):
+                pod = self._pod = await self._get_pod()
+        meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+        limits = ((spec.get("containers") or [{}])[0].get("resources") or {}).get("limits") or {}
+        allocated = ResourceLimits(cpu_limit=quantity(limits.get("cpu", "0")),
+                                   memory_limit=int(quantity(limits.get("memory", "0")))) \
+            if limits else self._config.resources
+        arch = self._config.architecture
+        return SandboxInfo(
+            id=self.id, name=self._name, type="kubernetes", status=self._status,
+            created_at=engine_time(meta.get("creationTimestamp")) or self._created_at,
+            started_at=engine_time(status.get("startTime")),
+            runtime=spec.get("runtimeClassName", "") or self._config.runtime,
+            image=self._config.image, platform=f"linux/{arch}" if arch else "linux",
+            ip_address=status.get("podIP", "") or "", hostname=self._name,
+            allocated_resources=allocated, config=self._config,
+            labels=meta.get("labels") or {}, annotations=dict(self._config.annotations),
+            status_reason=self._status_reason)
