@@ -9,11 +9,18 @@ message ``[255, 0]`` half-closes stdin, so the command sees EOF. A message with 
 (the server's "channel open") carries nothing.
 
 Kubernetes exec takes only argv: no user, working directory or environment. So every command
-runs under a small ``/bin/sh`` wrapper that exports the environment (with a marker variable),
+runs under a small ``/bin/sh`` wrapper, started by ``env`` with a marker variable, that exports
+the environment,
 changes directory, checks the program can start (reporting "not found" or "not executable"
 with a nonce the command cannot know, so output cannot forge it) and ``exec``s it. On a v4
 server, where stdin cannot be closed, the wrapper reads stdin as length-prefixed frames (a
-decimal length line, then that many bytes; ``0`` is EOF) and pipes it to the command.
+decimal length line, then that many bytes; ``0`` is EOF) and pipes it to the command. The
+decoder first sends its own pid down the pipe, so when the command exits without reading
+its input the other side kills the decoder and the exec ends at once (the shell waits for
+every process of a pipeline). Signals sent to the wrapper's shells are caught (the command
+gets the default dispositions), so the command's own exit code is reported. The frames are
+read with ``dd bs=1`` (busybox's ``head -c`` reads past its count from a pipe), about 1 MB/s:
+the price of a server without v5, which every supported Kubernetes release has (1.30+).
 
 A timeout or `kill` runs the Docker backend's marker sweep in a second exec: every process
 whose environment holds the marker is stopped and killed, however it was started.
@@ -73,12 +80,13 @@ case $1 in
        { [ -f "$1" ] && [ -x "$1" ]; } || fail notexec 126;;
   *) command -v "$1" >/dev/null 2>&1 || fail notfound 127;;
 esac
-if [ "$f" = framed ]; then
-  { while IFS= read -r len && [ "$len" -gt 0 ] 2>/dev/null; do head -c "$len" || exit 1; done
-  } | "$@"
-  exit
-fi
-exec "$@"
+[ "$f" = framed ] || exec "$@"
+trap : TERM INT HUP QUIT USR1 USR2
+{ read -r me _ < /proc/self/stat && echo "$me" || exit 1
+  while IFS= read -r len && [ "$len" -gt 0 ] 2>/dev/null; do
+    dd bs=1 count="$len" 2>/dev/null || exit 1; done
+} 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; read -r dec; "$@"; c=$?
+  kill -PIPE "$dec" 2>/dev/null; exit "$c"; }
 """
 
 Callback = Callable[[bytes], Any]
@@ -96,10 +104,12 @@ async def _call(callback: Callback | None, data: bytes) -> None:
 
 def wrap_argv(spec: ProcessSpec, *, marker: str, nonce: str, framed: bool) -> list[str]:
     """The argv that runs ``spec`` under the wrapper (environment, directory, start check)."""
-    env = [f"{MARKER_VAR}={marker}"] + [f"{k}={v}" for k, v in spec.env.items()]
-    _check_exec_size(spec.argv, env)
-    argv = ["/bin/sh", "-c", _WRAP_SH, "sandbox-exec", nonce, spec.workdir or "/",
-            "framed" if framed else "plain", *env, "--", *spec.argv]
+    env = [f"{k}={v}" for k, v in spec.env.items()]
+    _check_exec_size(spec.argv, [f"{MARKER_VAR}={marker}", *env])
+    # The marker through env(1), so the wrapper carries it from its first instruction: a
+    # sweep that comes before the wrapper forked or exec'd still finds it.
+    argv = ["env", f"{MARKER_VAR}={marker}", "/bin/sh", "-c", _WRAP_SH, "sandbox-exec", nonce,
+            spec.workdir or "/", "framed" if framed else "plain", *env, "--", *spec.argv]
     size = sum(len(a.encode("utf-8", "surrogatepass")) * 3 for a in argv)
     if size > MAX_URL_ARGV:
         raise CommandStartFailed(

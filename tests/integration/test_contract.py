@@ -1,7 +1,9 @@
-"""The ExecutionSandbox contract, run against the real Docker sandbox and the in-memory fake."""
+"""The ExecutionSandbox contract, run against the real Docker sandbox, the in-memory fake, and
+the Kubernetes backend on the fake API server (tests/kubernetes)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,20 +24,35 @@ from sandbox import (
     SandboxStatus,
 )
 from sandbox.testing import FakeSandbox
+from tests.kubernetes._cluster import Target, cluster
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
 
-def make(kind: str) -> Sandbox | FakeSandbox:
+def make(kind: str, kube: Target | None = None) -> Sandbox | FakeSandbox:
+    if kind == "kubernetes":
+        assert kube is not None
+        return Sandbox(backend=kube.backend(kube.config(environment={"BASE": "1"})))
     cfg = SandboxConfig(image=IMAGE_BUSYBOX, environment={"BASE": "1"})
     return Sandbox(cfg) if kind == "docker" else FakeSandbox(cfg)
 
 
-@pytest_asyncio.fixture(params=["docker", "fake"])
+@contextlib.asynccontextmanager
+async def target(kind: str, request: pytest.FixtureRequest) -> AsyncIterator[Target | None]:
+    """The Kubernetes case runs on the fake API server (or ``--kubeconfig``'s cluster)."""
+    if kind != "kubernetes":
+        yield None
+        return
+    async with cluster(request.getfixturevalue("tmp_path"), request.config) as kube:
+        yield kube
+
+
+@pytest_asyncio.fixture(params=["docker", "fake", "kubernetes"])
 async def sb(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox | FakeSandbox]:
-    box = make(request.param)
-    async with box:
-        yield box
+    async with target(request.param, request) as kube:
+        box = make(request.param, kube)
+        async with box:
+            yield box
 
 
 async def test_is_an_execution_sandbox(sb: Sandbox | FakeSandbox) -> None:
@@ -97,9 +114,13 @@ async def test_commands_and_empty_input(sb: Sandbox | FakeSandbox) -> None:
         await sb.execute_command("")
 
 
-@pytest.mark.parametrize("kind", ["docker", "fake"])
-async def test_lifecycle_rules(kind: str) -> None:
-    box = make(kind)
+@pytest.mark.parametrize("kind", ["docker", "fake", "kubernetes"])
+async def test_lifecycle_rules(kind: str, request: pytest.FixtureRequest) -> None:
+    async with target(kind, request) as kube:
+        await _lifecycle_rules(make(kind, kube))
+
+
+async def _lifecycle_rules(box: Sandbox | FakeSandbox) -> None:
     await box.cleanup()  # before initialize: nothing to remove, a no-op
     assert box.status is SandboxStatus.CREATING
     await box.initialize()
@@ -114,8 +135,10 @@ async def test_lifecycle_rules(kind: str) -> None:
         await box.read_file("x")
 
 
-async def test_process_handle_is_public_and_aclose_kills() -> None:
-    async with make("docker") as box:
+@pytest.mark.parametrize("kind", ["docker", "kubernetes"])
+async def test_process_handle_is_public_and_aclose_kills(
+        kind: str, request: pytest.FixtureRequest) -> None:
+    async with target(kind, request) as kube, make(kind, kube) as box:
         async with box.stream_command("echo up; sleep 60") as proc:
             assert isinstance(proc, Process)
             async for chunk in proc:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import uuid
@@ -76,7 +77,7 @@ class FakePod:
         self.keepalive: asyncio.subprocess.Process | None = None
         self.start_time = ""
         self.ip = f"10.244.0.{len(server.pods) + 2}"
-        self.env = {"PATH": PATH, "HOSTNAME": self.name,
+        self.env = {"PATH": PATH, "HOSTNAME": self.name, "HOME": _home(self.uid),
                     **{e["name"]: e.get("value", "") for e in self.container.get("env") or []}}
         self.tasks: set[asyncio.Task[Any]] = set()
 
@@ -156,6 +157,11 @@ class FakePod:
                 (self.root / entry).mkdir()
         for d in ("usr", "etc", "proc", "dev", "root"):
             (self.root / d).mkdir()
+        home = self.env.get("HOME", "/")
+        if home.startswith("/home/"):
+            # As the test image has: a home for its user (the runtime sets HOME from passwd).
+            (self.root / home.lstrip("/")).mkdir(parents=True)
+            os.chown(self.root / home.lstrip("/"), self.uid, self.gid)
         (self.root / "tmp").mkdir(mode=0o1777)
         (self.root / "tmp").chmod(0o1777)
         for mount in self.container.get("volumeMounts") or []:
@@ -257,6 +263,14 @@ class FakePod:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * 4096
         return total
+
+
+def _home(uid: int) -> str:
+    """HOME as a container runtime sets it: the passwd entry's, else "/"."""
+    try:
+        return pwd.getpwuid(uid).pw_dir or "/"
+    except KeyError:
+        return "/"
 
 
 def _sh_quote(text: str) -> str:

@@ -1,0 +1,171 @@
+"""Exec over the channel protocol (v5 and v4): stdin and EOF, streams apart, exit codes,
+timeouts that kill the whole tree, start failures that output cannot forge."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+import pytest_asyncio
+
+from sandbox import Command, Sandbox
+from sandbox._errors import (
+    CommandNotExecutable,
+    CommandNotFound,
+    CommandStartFailed,
+    SandboxNotFound,
+)
+from sandbox.kubernetes._exec import parse_status
+from tests.kubernetes._cluster import Target, cluster
+from tests.kubernetes._fake_apiserver import V4, V5
+
+
+@pytest_asyncio.fixture(params=[V5, V4])
+async def box(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Sandbox]:
+    """A sandbox on a server that offers v5 and v4, or v4 only."""
+    protocols = (V5, V4) if request.param == V5 else (V4,)
+    async with cluster(tmp_path, request.config, protocols=protocols) as kube:
+        if kube.fake is None and request.param == V4:
+            pytest.skip("a real cluster chooses its own protocol")
+        async with Sandbox(backend=kube.backend()) as sb:
+            sb.kube = kube  # type: ignore[attr-defined]
+            yield sb
+
+
+def processes(sb: Sandbox) -> list[int]:
+    """Processes in the fake Pod other than its keep-alive and the keep-alive's sleep."""
+    kube: Target = sb.kube  # type: ignore[attr-defined]
+    assert kube.fake is not None
+    pod = kube.fake.pods[(kube.namespace, sb.backend.pod_name)]
+    assert pod.keepalive is not None
+    keep = pod.keepalive.pid
+    return [p for p in pod.processes() if p != keep and _ppid(p) != keep]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def test_parse_status() -> None:
+    assert parse_status(b'{"metadata":{},"status":"Success"}') == (0, "")
+    failure = (b'{"status":"Failure","reason":"NonZeroExitCode","message":"exit 3",'
+               b'"details":{"causes":[{"reason":"ExitCode","message":"3"}]}}')
+    assert parse_status(failure) == (3, "")
+    assert parse_status(failure.replace(b'"3"}', b'"300"}'))[0] is None
+    assert parse_status(b'{"status":"Failure","message":"no such container"}') == \
+        (None, "no such container")
+    assert parse_status(b"\xff garbage")[0] is None
+
+
+@pytest.mark.asyncio
+async def test_protocol_is_negotiated(box: Sandbox) -> None:
+    kube: Target = box.kube  # type: ignore[attr-defined]
+    result = await box.execute_command("true")
+    if kube.fake is not None:
+        assert kube.fake.exec_protocols[-1] == kube.fake.protocols[0]
+        assert result.metadata["exec_protocol"] == kube.fake.protocols[0]
+
+
+@pytest.mark.asyncio
+async def test_streams_apart_and_exit_code(box: Sandbox) -> None:
+    result = await box.execute_command("printf out; printf err >&2; exit 42")
+    assert (result.stdout, result.stderr, result.exit_code) == ("out", "err", 42)
+    assert not result.success
+    chunks = []
+    async with box.stream_command("echo a; echo b >&2") as proc:
+        chunks = [(c.stream, c.data) async for c in proc]
+        assert (await proc.wait()).exit_code == 0
+    assert ("stdout", b"a\n") in chunks and ("stderr", b"b\n") in chunks
+
+
+@pytest.mark.asyncio
+async def test_stdin_and_eof(box: Sandbox) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB, every byte value, several frames
+    result = await box.execute_command(Command(executable="sh", args=(
+        "-c", "wc -c; echo done"), stdin=data))
+    assert result.stdout.split() == [str(len(data)), "done"]
+    # Interactive: the command sees EOF when we close stdin, and only then.
+    async with box.stream_command("cat; echo eof") as proc:
+        await proc.write_stdin(b"line\n")
+        await proc.close_stdin()
+        with anyio.fail_after(20):
+            result = await proc.wait()
+    assert result.stdout == "line\neof\n"
+
+
+@pytest.mark.asyncio
+async def test_timeout_kills_the_whole_tree(box: Sandbox) -> None:
+    start = time.monotonic()
+    result = await box.execute_command(Command(
+        executable="sh", args=("-c", "sleep 300 & sleep 300 & echo started; wait"),
+        timeout=timedelta(seconds=1)))
+    assert time.monotonic() - start < 30
+    assert result.timed_out and result.signal == "SIGKILL" and result.stdout == "started\n"
+    if box.kube.fake is not None:  # type: ignore[attr-defined]
+        assert processes(box) == []
+
+
+@pytest.mark.asyncio
+async def test_leaving_a_stream_kills_and_kill_signals(box: Sandbox) -> None:
+    async with box.stream_command("trap 'echo term; exit 7' TERM; echo up; "
+                                  "while :; do sleep 0.05; done") as proc:
+        async for chunk in proc:
+            assert chunk.data == b"up\n"
+            break
+        await proc.kill("TERM")
+        with anyio.fail_after(20):
+            result = await proc.wait()
+    assert result.exit_code == 7 and "term" in result.stdout
+    async with box.stream_command("sleep 300 & sleep 300") as proc:
+        pass
+    assert proc.result is None or not proc.result.success
+    if box.kube.fake is not None:  # type: ignore[attr-defined]
+        assert processes(box) == []
+
+
+@pytest.mark.asyncio
+async def test_start_failures(box: Sandbox) -> None:
+    with pytest.raises(CommandNotFound):
+        await box.execute_command(["no-such-program"])
+    with pytest.raises(CommandNotExecutable):
+        await box.execute_command(["/etc/passwd"])
+    with pytest.raises(CommandStartFailed, match="working directory"):
+        await box.execute_command(Command(executable="true", working_dir="/nope"))
+    # Output that looks like the wrapper's report is output: the nonce is not known to it.
+    result = await box.execute_command("printf 'sandbox-start-0:notfound\\n' >&2; exit 127")
+    assert result.exit_code == 127 and "notfound" in result.stderr
+
+
+@pytest.mark.asyncio
+async def test_environment_and_workdir_per_command(box: Sandbox) -> None:
+    box.set_environment({"A": "one two", "B": "$(x)"})
+    result = await box.execute_command(Command(
+        executable="sh", args=("-c", 'printf "%s|%s|%s" "$A" "$B" "$PWD"'),
+        environment={"C": "c"}, working_dir="/tmp"))
+    assert result.stdout == "one two|$(x)|/tmp"
+
+
+@pytest.mark.asyncio
+async def test_a_different_user_per_command_is_refused(box: Sandbox) -> None:
+    # Kubernetes exec cannot switch users: a read-only (nobody) command is refused, not run
+    # as the sandbox user with write access.
+    with pytest.raises(CommandStartFailed, match="Pod's user"):
+        await box.execute_command(Command(executable="true", allow_write=False))
+
+
+@pytest.mark.asyncio
+async def test_pod_removed_from_outside(box: Sandbox) -> None:
+    kube: Target = box.kube  # type: ignore[attr-defined]
+    if kube.fake is None:
+        pytest.skip("needs the fake to remove the Pod behind the SDK's back")
+    pod = kube.fake.pods.pop((kube.namespace, box.backend.pod_name))
+    await pod.delete()
+    with pytest.raises(SandboxNotFound):
+        await box.execute_command("true")
