@@ -55,7 +55,8 @@ from .._errors import (
 from .._models import CommandResult, OutputChunk
 from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
-from ..docker._exec import _SWEEP_SH, MARKER_VAR, _check_exec_size
+from ..docker._exec_kill import _SWEEP_SH, MARKER_VAR
+from ..docker._exec_start import check_exec_size
 from ._gateway import ExecSocket
 
 __all__ = ["KubeProcess", "open_exec", "parse_status", "wrap_argv"]
@@ -105,7 +106,7 @@ async def _call(callback: Callback | None, data: bytes) -> None:
 def wrap_argv(spec: ProcessSpec, *, marker: str, nonce: str, framed: bool) -> list[str]:
     """The argv that runs ``spec`` under the wrapper (environment, directory, start check)."""
     env = [f"{k}={v}" for k, v in spec.env.items()]
-    _check_exec_size(spec.argv, [f"{MARKER_VAR}={marker}", *env])
+    check_exec_size(spec.argv, [f"{MARKER_VAR}={marker}", *env])
     # The marker through env(1), so the wrapper carries it from its first instruction: a
     # sweep that comes before the wrapper forked or exec'd still finds it.
     argv = ["env", f"{MARKER_VAR}={marker}", "/bin/sh", "-c", _WRAP_SH, "sandbox-exec", nonce,

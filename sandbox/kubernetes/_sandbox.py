@@ -8,16 +8,14 @@ same checks.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import re
-import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,29 +25,17 @@ import anyio
 from .. import _constants
 from .._audit import Auditor
 from .._backend import ProcessSpec
-from .._constants import (
-    LABEL_CREATED,
-    LABEL_MANAGED_BY,
-    LABEL_MANAGED_BY_VALUE,
-    LABEL_OWNER_BOOT_ID,
-    LABEL_OWNER_HOST,
-    LABEL_OWNER_PID,
-    LABEL_OWNER_START,
-    LABEL_SANDBOX_ID,
-)
+from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
 from .._errors import (
     CommandStartFailed,
-    ConfigError,
-    EngineUnavailable,
     SandboxAlreadyExists,
-    SandboxAlreadyInitialized,
     SandboxError,
     SandboxInitFailed,
     SandboxNotFound,
-    SandboxNotRunning,
-    SecurityViolation,
     TimeoutExceeded,
 )
+from .._gc import owner_labels
+from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
     FileInfo,
@@ -61,6 +47,7 @@ from .._models import (
     as_config,
 )
 from .._protocol import OutputCallback
+from .._shield import finish_despite_cancel
 from ..docker import _files
 from ..docker._wire import engine_time
 from . import _exec
@@ -80,22 +67,6 @@ _SUFFIX = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9,
            "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
 
-def owner_annotations() -> dict[str, str]:
-    """Who owns the Pod (host, boot id, pid, pid start): for gc, as annotations (label values
-    cannot hold a timestamp)."""
-    notes = {
-        LABEL_OWNER_HOST: socket.gethostname(),
-        LABEL_OWNER_PID: str(os.getpid()),
-        LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    with contextlib.suppress(OSError):
-        notes[LABEL_OWNER_BOOT_ID] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    with contextlib.suppress(OSError, IndexError):
-        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
-        notes[LABEL_OWNER_START] = stat.rsplit(")", 1)[1].split()[19]
-    return notes
-
-
 def quantity(text: str) -> float:
     """A Kubernetes quantity ("250m", "12345n", "64Mi") as a number; 0 if unreadable."""
     m = _QUANTITY.fullmatch(str(text).strip())
@@ -105,22 +76,6 @@ def quantity(text: str) -> float:
         return float(m.group(1)) * _SUFFIX[m.group(2)]
     except ValueError:
         return 0.0
-
-
-async def _finish_despite_cancel(coro: Coroutine[Any, Any, None]) -> None:
-    """Run ``coro`` to its end even if the caller is cancelled, then pass the cancellation on
-    (asyncio's ``Task.cancel`` gets through an anyio shield; a task of its own does not)."""
-    task = asyncio.ensure_future(coro)
-    cancelled: asyncio.CancelledError | None = None
-    with anyio.CancelScope(shield=True):
-        while not task.done():
-            try:
-                await asyncio.wait([task])
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-    if cancelled is not None:
-        raise cancelled
-    task.result()
 
 
 class KubernetesSandbox:
@@ -141,11 +96,8 @@ class KubernetesSandbox:
         self.id = uuid.uuid4().hex[:12]
         self._name = self._config.name or f"sandbox-{self.id}"
         self._cluster: Cluster | None = None
-        self._status = SandboxStatus.CREATING
-        self._status_reason = ""
-        self._initialized = False
+        self._life = Lifecycle()
         self._created = False
-        self._lock = anyio.Lock()
         self._user = ""
         self._env: dict[str, str] = dict(self._config.environment)
         self._audit = Auditor(self.id, self._config.security)
@@ -161,10 +113,6 @@ class KubernetesSandbox:
     @property
     def config(self) -> SandboxConfig:
         return self._config
-
-    @property
-    def status(self) -> SandboxStatus:
-        return self._status
 
     @property
     def user(self) -> str:
@@ -191,60 +139,26 @@ class KubernetesSandbox:
     def environment(self) -> dict[str, str]:
         return dict(self._env)
 
-    def require_running(self) -> None:
-        if self._status is SandboxStatus.RUNNING and self._cluster is not None:
-            return
-        if not self._initialized:
-            raise SandboxNotRunning("the sandbox was never initialized: call initialize() or "
-                                    "use `async with Sandbox(...)`")
-        reason = f" ({self._status_reason})" if self._status_reason else ""
-        raise SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
-
-    def mark_failed(self, reason: str) -> None:
-        """Record that the Pod stopped by itself (or was removed from outside)."""
-        if self._status not in (SandboxStatus.DESTROYED, SandboxStatus.STOPPING):
-            self._status, self._status_reason = SandboxStatus.FAILED, reason
-
     def _cluster_or_raise(self) -> Cluster:
-        self.require_running()
+        self._life.require_running()
         assert self._cluster is not None
         return self._cluster
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def initialize(self, config: SandboxConfig | None = None, *,
-                         environment: Mapping[str, str] | None = None) -> None:
-        """Create the NetworkPolicy and the Pod, wait for it to run; on failure remove both."""
-        config = None if config is None else as_config(config)
-        async with self._lock:
-            if self._initialized:
-                raise SandboxAlreadyInitialized("this sandbox was already initialized; "
-                                                "create a new Sandbox for another Pod")
-            self._initialized = True
-            if config is not None:
-                self._config = config
-                self._name = config.name or self._name
-                self._env = dict(config.environment)
-                self._audit = Auditor(self.id, config.security)
-            elif environment is not None:
-                self._env = dict(environment)
-            try:
-                await self._initialize()
-            except BaseException as exc:
-                self._status = SandboxStatus.FAILED
-                try:
-                    await _finish_despite_cancel(self._remove())
-                except SandboxError as cleanup_exc:
-                    exc.add_note(f"cleanup after the failure: {cleanup_exc}")
-                if isinstance(exc, SandboxInitFailed | EngineUnavailable | SecurityViolation
-                              | ConfigError):
-                    self._status_reason = exc.message
-                    raise
-                if isinstance(exc, SandboxError):
-                    self._status_reason = str(exc)
-                    raise SandboxInitFailed(f"sandbox {self._name} could not be started",
-                                            details=str(exc), cause=exc) from exc
-                raise
+    async def create(self, lifecycle: Lifecycle, config: SandboxConfig | None = None, *,
+                     environment: Mapping[str, str] | None = None) -> None:
+        """Create the NetworkPolicy and the Pod, wait for it to run, moving ``lifecycle`` to
+        RUNNING; on failure `Sandbox` calls `remove`."""
+        self._life = lifecycle
+        if config is not None:
+            self._config = config = as_config(config)
+            self._name = config.name or self._name
+            self._env = dict(config.environment)
+            self._audit = Auditor(self.id, config.security)
+        elif environment is not None:
+            self._env = dict(environment)
+        await self._initialize()
 
     async def _initialize(self) -> None:
         cfg = self._config
@@ -253,10 +167,11 @@ class KubernetesSandbox:
                                     details="set SandboxConfig.type='kubernetes'")
         labels = {LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID: self.id}
         try:
+            # The owner (host, pid, start) as annotations: label values cannot hold a time.
             plan = plan_pod(cfg, name=self._name, namespace=self.namespace, labels=labels,
-                            annotations=owner_annotations(),
-                            runtime_classes=self.runtime_classes)
-        except (SandboxInitFailed, SecurityViolation) as exc:
+                            annotations=owner_labels(), runtime_classes=self.runtime_classes)
+        except SandboxInitFailed as exc:
+            # SecurityViolation is audited by Sandbox; a refusal here too: "field: why".
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
         self._plan = plan
@@ -283,12 +198,12 @@ class KubernetesSandbox:
                     details="choose another SandboxConfig.name, or leave it empty", cause=exc,
                 ) from exc
 
-        await _finish_despite_cancel(create())
+        await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
-        self._status = SandboxStatus.STARTING
+        self._life.advance(SandboxStatus.STARTING)
         await self._wait_running()
         self._started = time.monotonic()
-        self._status = SandboxStatus.RUNNING
+        self._life.advance(SandboxStatus.RUNNING)
         probe = await self._run_internal(["/bin/sh", "-c", _PROBE_SH], what="probe the sandbox")
         if not probe.success:
             raise SandboxInitFailed("the sandbox Pod runs, but a command in it failed",
@@ -331,17 +246,12 @@ class KubernetesSandbox:
         return await self._cluster.call("look at the sandbox Pod", "GET",
                                         f"/api/v1/namespaces/{self.namespace}/pods/{self._name}")
 
-    async def cleanup(self) -> None:
-        """Delete the Pod and its NetworkPolicy; shielded from cancellation, idempotent."""
-        if not self._initialized or self._status is SandboxStatus.DESTROYED:
-            return
-        self._status = SandboxStatus.STOPPING
-        try:
-            await _finish_despite_cancel(self._remove())
-        finally:
-            self._status = SandboxStatus.DESTROYED
+    async def remove(self) -> None:
+        """Delete the Pod and its NetworkPolicy (gone already is fine); idempotent.
 
-    async def _remove(self) -> None:
+        The API server answers once the deletion is accepted; the kubelet then kills the
+        Pod's processes (grace period 0).
+        """
         cluster, self._cluster = self._cluster, None
         if cluster is None:
             return
@@ -382,7 +292,7 @@ class KubernetesSandbox:
         try:
             sock = await cluster.exec(self.namespace, self._name, CONTAINER, argv, stdin=stdin)
         except KubeNotFound as exc:
-            self.mark_failed("the Pod is gone")
+            self._life.fail("the Pod is gone", gone=True)
             raise SandboxNotFound("the sandbox's Pod is gone", details=exc.details,
                                   cause=exc) from exc
         self._protocol = sock.protocol
@@ -412,14 +322,14 @@ class KubernetesSandbox:
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
                           on_stderr: OutputCallback | None = None) -> CommandResult:
-        self.require_running()
+        self._life.require_running()
         async with self._open(spec, attach_stdin=spec.stdin is not None, on_stdout=on_stdout,
                               on_stderr=on_stderr) as proc:
             return await proc.wait()
 
     @contextlib.asynccontextmanager
     async def open_process(self, spec: ProcessSpec) -> AsyncIterator[_exec.KubeProcess]:
-        self.require_running()
+        self._life.require_running()
         async with self._open(spec, attach_stdin=True, iterate=True) as proc:
             yield proc
 
@@ -429,8 +339,8 @@ class KubernetesSandbox:
     ) -> CommandResult:
         """Run a helper (file operation, probe) with the Docker backend's deadline rule:
         HELPER_TIMEOUT plus 1 s per HELPER_MIN_RATE bytes moved, at most HELPER_MAX_TIME."""
-        self.require_running()
         fixed, per_byte = _constants.HELPER_TIMEOUT, 1.0 / _constants.HELPER_MIN_RATE
+        self._life.require_running()
         ceiling = _constants.HELPER_MAX_TIME
         start = time.monotonic()
         moved = 0
@@ -530,7 +440,7 @@ class KubernetesSandbox:
 
     async def get_info(self) -> SandboxInfo:
         pod = self._pod
-        if self._cluster is not None and self._status is SandboxStatus.RUNNING:
+        if self._cluster is not None and self._life.status is SandboxStatus.RUNNING:
             with contextlib.suppress(SandboxError):
                 pod = self._pod = await self._get_pod()
         meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
@@ -540,7 +450,7 @@ class KubernetesSandbox:
             if limits else self._config.resources
         arch = self._config.architecture
         return SandboxInfo(
-            id=self.id, name=self._name, type="kubernetes", status=self._status,
+            id=self.id, name=self._name, type="kubernetes", status=self._life.status,
             created_at=engine_time(meta.get("creationTimestamp")) or self._created_at,
             started_at=engine_time(status.get("startTime")),
             runtime=spec.get("runtimeClassName", "") or self._config.runtime,
@@ -548,4 +458,4 @@ class KubernetesSandbox:
             ip_address=status.get("podIP", "") or "", hostname=self._name,
             allocated_resources=allocated, config=self._config,
             labels=meta.get("labels") or {}, annotations=dict(self._config.annotations),
-            status_reason=self._status_reason)
+            status_reason=self._life.reason, exit_code=self._life.exit_code)
