@@ -68,6 +68,8 @@ STDIN_CHUNK = 256 << 10
 #: How long a killed command may take to end its output before we stop waiting.
 DRAIN_AFTER_KILL = 5.0
 SWEEP_ATTEMPTS = 5
+#: How long KILL keeps sweeping while the command's output has not ended.
+KILL_PATIENCE = 30.0
 #: The API server takes the argv in the URL; keep well below its 1 MiB request-line limit.
 MAX_URL_ARGV = 512 << 10
 
@@ -367,18 +369,28 @@ class KubeProcess:
         await self._sweep("KILL")
 
     async def _sweep(self, signal: str) -> None:
-        """Run the marker sweep in a second exec; for KILL, until nothing carries the marker."""
+        """Run the marker sweep in a second exec; for KILL, until the command's output ends.
+
+        A sweep that finds nothing is not proof: the runtime may not have started the
+        command yet when the kill comes right after the exec (seen on a loaded host), so KILL
+        sweeps again until the exec's stream ends, for at most ``KILL_PATIENCE`` seconds.
+        """
         argv = ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill", f"{MARKER_VAR}={self._marker}",
                 signal]
-        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-            for _attempt in range(SWEEP_ATTEMPTS):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_PATIENCE):
+            failures = 0
+            while not self._eof.is_set():
                 try:
                     code = await self._killer(argv)
                 except SandboxError:
+                    failures += 1
+                    if failures >= SWEEP_ATTEMPTS:
+                        break
+                    code = None
+                if signal != "KILL":
                     break
-                if code == 0 or signal != "KILL":
-                    break
-                await anyio.sleep(0.2)
+                with anyio.move_on_after(0.5 if code == 0 else 0.2):
+                    await self._eof.wait()
         if signal == "KILL" and not self._eof.is_set():
             with anyio.CancelScope(shield=True), anyio.move_on_after(DRAIN_AFTER_KILL):
                 await self._eof.wait()
