@@ -11,6 +11,7 @@ subprotocols the SDK implements (``v5.channel.k8s.io`` first, then ``v4``).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -101,6 +102,9 @@ class Cluster:
                       in_cluster: bool) -> Cluster:
         """Load the configuration and open a client; the caller closes it with `close`."""
         conf = k8s_client.Configuration()
+        if kubeconfig is None and not in_cluster and os.environ.get("KUBECONFIG"):
+            # Read now, not when kubernetes_asyncio was imported; the first file of a list.
+            kubeconfig = os.environ["KUBECONFIG"].split(os.pathsep)[0]
         try:
             if in_cluster:
                 k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]

@@ -220,7 +220,8 @@ def plan_pod(config: SandboxConfig, *, name: str, namespace: str, labels: Mappin
                         "annotations": {**config.annotations, **annotations}},
            "spec": spec}
     policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-              "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+              "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
+                           "annotations": dict(annotations)},
               "spec": {"podSelector": {"matchLabels": dict(labels)},
                        "policyTypes": ["Ingress", "Egress"], "ingress": [],
                        "egress": _egress(config)}}

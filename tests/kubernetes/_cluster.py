@@ -27,7 +27,8 @@ class Target:
     fake: FakeApiServer | None
 
     def config(self, **fields: Any) -> SandboxConfig:
-        return SandboxConfig(type="kubernetes", image=self.image, **fields)
+        fields.setdefault("image", self.image)
+        return SandboxConfig(type="kubernetes", **fields)
 
     def backend(self, config: SandboxConfig | None = None, **options: Any) -> KubernetesBackend:
         return KubernetesBackend(config or self.config(), kubeconfig=self.kubeconfig,

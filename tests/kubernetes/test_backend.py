@@ -1,0 +1,174 @@
+"""The Kubernetes backend's life on the fake API server: what it creates, files both ways,
+usage, refusals before any request, cleanup and gc."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from sandbox import Sandbox, SandboxStatus
+from sandbox._errors import (
+    SandboxInitFailed,
+    SandboxPermissionDenied,
+    SecurityViolation,
+)
+from sandbox._models import ResourceLimits, SecurityPolicy
+from sandbox.kubernetes import KubernetesBackend, gc
+from sandbox.kubernetes._gateway import Cluster
+from tests.kubernetes._cluster import Target
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_create_records_the_pod_and_policy_then_cleanup_removes_both(
+        kube: Target) -> None:
+    backend = kube.backend(kube.config(resources=ResourceLimits(memory_limit=256 << 20)))
+    async with Sandbox(backend=backend) as sb:
+        name = backend.pod_name
+        pod = await kube.pod(name)
+        assert pod is not None and pod["status"]["phase"] == "Running"
+        c = pod["spec"]["containers"][0]
+        assert c["securityContext"]["runAsUser"] == 1000
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert c["resources"]["limits"]["memory"] == str(256 << 20)
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        labels = pod["metadata"]["labels"]
+        assert labels["io.sandbox.id"] == sb.id
+        assert pod["metadata"]["annotations"]["io.sandbox.owner.pid"] == str(os.getpid())
+        policy = await kube.policy(name)
+        assert policy is not None
+        assert policy["spec"]["podSelector"]["matchLabels"]["io.sandbox.id"] == sb.id
+        assert policy["spec"]["egress"] == [] and policy["spec"]["ingress"] == []
+        info = await sb.get_info()
+        assert info.type == "kubernetes" and info.status is SandboxStatus.RUNNING
+        assert info.ip_address and info.allocated_resources.memory_limit == 256 << 20
+        # The commands really run as the Pod's user, in the working dir's emptyDir.
+        result = await sb.execute_command("id -u; touch made && echo ok")
+        assert result.stdout == "1000\nok\n"
+        if kube.fake is not None:
+            fake_pod = kube.fake.pods[(kube.namespace, name)]
+    assert await kube.pod(name) is None and await kube.policy(name) is None
+    assert sb.status is SandboxStatus.DESTROYED
+    if kube.fake is not None:
+        assert fake_pod.processes() == []  # deleting the Pod killed everything in it
+
+
+async def test_files_both_ways(kube: Target, tmp_path: Path) -> None:
+    tree = tmp_path / "src"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "a.txt").write_text("alpha")
+    (tree / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (tree / "run.sh").chmod(0o755)
+    async with Sandbox(backend=kube.backend()) as sb:
+        await sb.copy_files(str(tree), "sandbox:/workspace/in")
+        assert await sb.read_file("in/sub/a.txt") == b"alpha"
+        assert (await sb.execute_command("./in/run.sh")).stdout == "ran\n"
+        await sb.write_file("out/deep/b.bin", bytes(range(256)) * 1000, mode=0o600)
+        listing = {i.name: i for i in await sb.list_files("out/deep")}
+        assert listing["b.bin"].size == 256_000 and listing["b.bin"].mode == 0o600
+        await sb.copy_files("sandbox:/workspace/out", str(tmp_path / "back"))
+        assert (tmp_path / "back" / "deep" / "b.bin").read_bytes() == bytes(range(256)) * 1000
+
+
+async def test_read_only_root_keeps_workdir_and_tmp_writable(kube: Target) -> None:
+    config = kube.config(security=SecurityPolicy(read_only_root=True,
+                                                 tmpfs_paths=("/cache:size=1m",)))
+    async with Sandbox(backend=kube.backend(config)) as sb:
+        with pytest.raises(SandboxPermissionDenied):
+            await sb.write_file("/etc-new", "x")
+        for path in ("/workspace/a", "/tmp/b", "/cache/c"):
+            await sb.write_file(path, "ok")
+        result = await sb.execute_command("head -c 2000000 /dev/zero > /cache/big")
+        assert result.exit_code != 0  # the emptyDir's sizeLimit, as a tmpfs size
+
+
+async def test_usage_from_the_metrics_api(kube: Target) -> None:
+    async with Sandbox(backend=kube.backend()) as sb:
+        usage = await sb.get_resource_usage()
+        assert usage.timestamp is not None and usage.memory_usage > 0
+        assert sb.usage_history()[-1] == usage
+        if kube.fake is not None:
+            kube.fake.metrics = False  # a cluster without metrics-server
+            bare = await sb.get_resource_usage()
+            assert bare.memory_usage == 0 and bare.uptime > timedelta(0)
+
+
+async def test_refusals_come_before_any_request(kube: Target) -> None:
+    for config, error in (
+            (kube.config(resources=ResourceLimits(process_limit=64)), SandboxInitFailed),
+            (kube.config(security=SecurityPolicy(add_capabilities=("SYS_ADMIN",))),
+             SecurityViolation)):
+        before = len(kube.fake.requests) if kube.fake else 0
+        with pytest.raises(error):
+            await Sandbox(backend=kube.backend(config)).initialize()
+        if kube.fake is not None:
+            assert kube.fake.requests[before:] == []
+
+
+async def test_a_pod_that_cannot_pull_fails_fast_and_is_removed(kube: Target) -> None:
+    if kube.fake is None:
+        pytest.skip("uses the fake's missing image")
+    kube.fake.missing_images.add("no/such:image")
+    backend = kube.backend(kube.config(image="no/such:image"))
+    with anyio.fail_after(30), pytest.raises(SandboxInitFailed, match="ErrImagePull"):
+        await Sandbox(backend=backend).initialize()
+    assert kube.fake.pods == {} and kube.fake.policies == {}
+
+
+async def test_cancelled_create_leaves_nothing(kube: Target) -> None:
+    if kube.fake is None:
+        pytest.skip("needs the fake's slow start")
+    kube.fake.start_delay = 2.0
+    task = asyncio.ensure_future(Sandbox(backend=kube.backend()).initialize())
+    with anyio.fail_after(20):
+        while not kube.fake.pods:  # noqa: ASYNC110 (the fake has no event to wait on)
+            await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert kube.fake.pods == {} and kube.fake.policies == {}
+
+
+async def test_type_kubernetes_selects_the_backend(kube: Target,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", kube.kubeconfig)
+    async with Sandbox(kube.config()) as sb:
+        assert isinstance(sb.backend, KubernetesBackend)
+        assert sb.backend.namespace == "default"
+        assert (await sb.execute_command("echo hi")).stdout == "hi\n"
+
+
+async def test_gc_removes_what_a_dead_owner_left(kube: Target) -> None:
+    ns = kube.namespace
+    labels = {"io.sandbox.managed-by": "sandbox-sdk", "io.sandbox.id": "orphan"}
+    dead = {"io.sandbox.owner.host": os.uname().nodename, "io.sandbox.owner.pid": "999999999"}
+    cluster = await Cluster.connect(kubeconfig=kube.kubeconfig, context=None, in_cluster=False)
+    try:
+        await cluster.call("make an orphan", "POST", f"/api/v1/namespaces/{ns}/pods", body={
+            "metadata": {"name": "orphan", "labels": labels, "annotations": dead},
+            "spec": {"containers": [{"name": "sandbox", "image": kube.image,
+                                     "command": ["sleep", "600"]}]}})
+        await cluster.call("make an orphan policy", "POST",
+                           f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+                           body={"metadata": {"name": "orphan", "labels": labels,
+                                              "annotations": dead},
+                                 "spec": {"podSelector": {"matchLabels": labels}}})
+    finally:
+        await cluster.close()
+    async with Sandbox(backend=kube.backend()) as live:
+        dry = await gc(namespace=ns, kubeconfig=kube.kubeconfig, dry_run=True)
+        assert [i.name for i in dry.removed] == ["orphan", "orphan"]
+        assert await kube.pod("orphan") is not None
+        report = await gc(namespace=ns, kubeconfig=kube.kubeconfig)
+        assert {(i.kind, i.name) for i in report.removed} == {("container", "orphan"),
+                                                              ("network", "orphan")}
+        kept = {i.name: i.reason for i in report.kept}
+        assert "is alive" in kept[live.backend.pod_name]
+        assert await kube.pod("orphan") is None and await kube.policy("orphan") is None
+        assert (await live.execute_command("true")).success
