@@ -39,7 +39,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, S
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiohttp
 import anyio
 from anyio.abc import TaskGroup
 
@@ -57,7 +56,7 @@ from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
 from ..docker._exec_kill import _SWEEP_SH, MARKER_VAR
 from ..docker._exec_start import check_exec_size
-from ._gateway import ExecSocket
+from ._gateway import ExecSocket, ExecStreamLost
 
 __all__ = ["KubeProcess", "open_exec", "parse_status", "wrap_argv"]
 
@@ -225,11 +224,10 @@ class KubeProcess:
                 if self._framed:
                     piece = b"%d\n" % len(piece) + piece
                 try:
-                    await self._sock.ws.send_bytes(bytes([STDIN]) + piece)
-                except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
+                    await self._sock.send(bytes([STDIN]) + piece)
+                except ExecStreamLost:
                     self._raise_if_ended()
-                    raise EngineUnavailable(f"lost the exec stream of {self.argv[0]!r}",
-                                            details=str(exc), cause=exc) from exc
+                    raise
 
     def _raise_if_ended(self) -> None:
         if self._eof.is_set() or self._abandoned:
@@ -247,8 +245,8 @@ class KubeProcess:
             message = bytes([STDIN]) + b"0\n" if self._framed else bytes([CLOSE, STDIN])
             if self.protocol != V5 and not self._framed:
                 return  # v4 without the framing wrapper: EOF cannot be sent
-            with contextlib.suppress(aiohttp.ClientError, ConnectionError, RuntimeError):
-                await self._sock.ws.send_bytes(message)
+            with contextlib.suppress(ExecStreamLost):
+                await self._sock.send(message)
 
     async def kill(self, signal: int | str = "KILL") -> None:
         """Send ``signal`` to the command and everything it started (KILL: until none is left).
@@ -310,10 +308,7 @@ class KubeProcess:
 
     async def _pump(self) -> None:
         try:
-            async for msg in self._sock.ws:
-                if msg.type != aiohttp.WSMsgType.BINARY:
-                    continue  # text frames belong to the base64 protocols, not offered
-                data: bytes = msg.data
+            async for data in self._sock.messages():
                 if len(data) < 2:
                     continue  # "channel open", or nothing
                 channel, payload = data[0], data[1:]
@@ -338,10 +333,10 @@ class KubeProcess:
                     with contextlib.suppress(anyio.BrokenResourceError,
                                              anyio.ClosedResourceError):
                         await self._send.send(chunk)
-        except (aiohttp.ClientError, ConnectionError) as exc:
+        except ExecStreamLost as exc:
             if not self._killed:
                 self._error = EngineUnavailable(f"lost the exec stream of {self.argv[0]!r}",
-                                                details=str(exc), cause=exc, retryable=True)
+                                                details=exc.details, cause=exc, retryable=True)
         finally:
             self._eof.set()
             self._send.close()
@@ -396,8 +391,8 @@ class KubeProcess:
                 await self._eof.wait()
             if not self._eof.is_set():
                 self._abandoned = True
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self._sock.ws.close()
+                with anyio.CancelScope(shield=True):
+                    await self._sock.close()
 
     async def _finish(self) -> None:
         try:
@@ -495,8 +490,8 @@ async def open_exec(opener: Opener, spec: ProcessSpec, *, killer: Killer, framed
         if proc is not None:
             proc._send.close()
             proc._receive.close()
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await sock.ws.close()
+        with anyio.CancelScope(shield=True):
+            await sock.close()
 
 
 @contextlib.asynccontextmanager

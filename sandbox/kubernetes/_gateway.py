@@ -10,9 +10,10 @@ subprotocols the SDK implements (``v5.channel.k8s.io`` first, then ``v4``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -28,6 +29,7 @@ __all__ = [
     "CHANNEL_PROTOCOLS",
     "Cluster",
     "ExecSocket",
+    "ExecStreamLost",
     "KubeApiError",
     "KubeConflict",
     "KubeInvalid",
@@ -82,12 +84,42 @@ def _error(what: str, status: int, body: bytes | str | None,
                status=status, reason=reason, details=message, cause=cause)
 
 
+class ExecStreamLost(EngineUnavailable):
+    """The exec websocket broke (not a normal close)."""
+
+
 @attrs.frozen
 class ExecSocket:
-    """One exec websocket and the subprotocol the API server chose for it."""
+    """One exec websocket and the subprotocol the API server chose for it.
+
+    `messages` yields each binary message whole (channel byte first) until the server closes;
+    text messages (the base64 subprotocols, never offered) are skipped.
+    """
 
     ws: aiohttp.ClientWebSocketResponse
     protocol: str
+
+    async def messages(self) -> AsyncIterator[bytes]:
+        try:
+            async for msg in self.ws:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    yield bytes(msg.data)
+                elif msg.type == aiohttp.WSMsgType.ERROR:
+                    raise ExecStreamLost("the exec stream broke", details=str(msg.data))
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            raise ExecStreamLost("the exec stream broke", details=str(exc), cause=exc) from exc
+
+    async def send(self, data: bytes) -> None:
+        """Send one binary message; raises `ExecStreamLost` if the stream is gone."""
+        try:
+            await self.ws.send_bytes(data)
+        except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
+            raise ExecStreamLost("the exec stream is closed", details=str(exc),
+                                 cause=exc) from exc
+
+    async def close(self) -> None:
+        with contextlib.suppress(aiohttp.ClientError, ConnectionError, RuntimeError):
+            await self.ws.close()
 
 
 class Cluster:

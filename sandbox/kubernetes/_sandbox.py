@@ -304,12 +304,11 @@ class KubernetesSandbox:
         status = b""
         try:
             with anyio.move_on_after(30):
-                async for msg in sock.ws:
-                    data = msg.data if isinstance(msg.data, bytes) else b""
+                async for data in sock.messages():
                     if len(data) > 1 and data[0] == _exec.ERROR:
                         status += data[1:]
         finally:
-            await sock.ws.close()
+            await sock.close()
         return _exec.parse_status(status)[0] if status else None
 
     def _open(self, spec: ProcessSpec, *, attach_stdin: bool, iterate: bool = False,

@@ -21,6 +21,7 @@ from sandbox.docker._gateway import (
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sandbox"
 GATEWAY = PACKAGE / "docker" / "_gateway.py"
+KUBE_GATEWAY = PACKAGE / "kubernetes" / "_gateway.py"
 #: aiodocker's and aiohttp's private names the SDK needs; only the gateway may touch them.
 PRIVATE = re.compile(r"\._query_json\b|\._query\b|\._resp\b|\._init\(|_connection_info|"
                      r"\._queue\b|\._do_query\b")
@@ -36,16 +37,20 @@ def _imported(tree: ast.Module) -> set[str]:
     return names
 
 
-def test_only_the_gateway_imports_aiodocker_or_aiohttp() -> None:
+def test_only_the_gateways_import_aiodocker_aiohttp_or_kubernetes_asyncio() -> None:
     modules = sorted(PACKAGE.rglob("*.py"))
     assert GATEWAY in modules and len(modules) > 20
     offenders = [
         f"{path.relative_to(PACKAGE.parent)} imports {sorted(found)}"
-        for path in modules if path != GATEWAY
-        if (found := _imported(ast.parse(path.read_text())) & {"aiodocker", "aiohttp"})
+        for path in modules if path not in (GATEWAY, KUBE_GATEWAY)
+        if (found := _imported(ast.parse(path.read_text()))
+            & {"aiodocker", "aiohttp", "kubernetes_asyncio"})
     ]
     assert offenders == []
     assert {"aiodocker", "aiohttp"} <= _imported(ast.parse(GATEWAY.read_text()))
+    # The Kubernetes backend's own gateway is the one module that knows kubernetes_asyncio.
+    assert {"kubernetes_asyncio", "aiohttp"} <= _imported(ast.parse(KUBE_GATEWAY.read_text()))
+    assert "aiodocker" not in _imported(ast.parse(KUBE_GATEWAY.read_text()))
 
 
 def test_only_the_gateway_touches_private_client_names() -> None:
