@@ -19,9 +19,14 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 import attrs
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
+
+try:
+    from kubernetes_asyncio import client as k8s_client
+    from kubernetes_asyncio import config as k8s_config
+    from kubernetes_asyncio.client.exceptions import ApiException
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("the Kubernetes backend needs kubernetes_asyncio: "
+                      "pip install 'sandbox[kubernetes]'") from exc
 
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
 

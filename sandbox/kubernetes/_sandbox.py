@@ -79,12 +79,17 @@ def quantity(text: str) -> float:
 
 
 class KubernetesSandbox:
-    """A sandbox backed by one Pod; use it through `sandbox.Sandbox`."""
+    """A sandbox backed by one Pod; use it through `sandbox.Sandbox`.
+
+    ``on_sample`` is called with each usage sample; samples are taken when asked for
+    (`get_resource_usage`), from the metrics API, which itself refreshes about every 15 s.
+    """
 
     def __init__(self, config: SandboxConfig | None = None, *, kubeconfig: str | None = None,
                  context: str | None = None, in_cluster: bool | None = None,
                  namespace: str = "default", runtime_classes: Mapping[str, str] | None = None,
-                 start_timeout: float = 300.0) -> None:
+                 start_timeout: float = 300.0,
+                 on_sample: Callable[[ResourceUsage], object] | None = None) -> None:
         self._config = as_config(config)
         if in_cluster is None:
             in_cluster = kubeconfig is None and not os.environ.get("KUBECONFIG") and \
@@ -93,6 +98,7 @@ class KubernetesSandbox:
         self.namespace = namespace
         self.runtime_classes = dict(runtime_classes or {})
         self.start_timeout = start_timeout
+        self._on_sample = on_sample
         self.id = uuid.uuid4().hex[:12]
         self._name = self._config.name or f"sandbox-{self.id}"
         self._cluster: Cluster | None = None
@@ -432,6 +438,11 @@ class KubernetesSandbox:
                 cpu_usage=quantity(usage.get("cpu", "0")) * 100, memory_usage=memory,
                 memory_percent=100.0 * memory / limit, uptime=uptime)
         self._samples.append(sample)
+        if self._on_sample is not None:
+            try:
+                self._on_sample(sample)
+            except Exception:  # a callback's bug must not break the caller's sample
+                log.exception("on_sample raised")
         return sample
 
     def usage_history(self) -> list[ResourceUsage]:

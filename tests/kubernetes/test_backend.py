@@ -17,7 +17,7 @@ from sandbox._errors import (
     SandboxPermissionDenied,
     SecurityViolation,
 )
-from sandbox._models import ResourceLimits, SecurityPolicy
+from sandbox._models import ResourceLimits, ResourceUsage, SecurityPolicy
 from sandbox.kubernetes import KubernetesBackend, gc
 from sandbox.kubernetes._gateway import Cluster
 from tests.kubernetes._cluster import Target
@@ -89,10 +89,11 @@ async def test_read_only_root_keeps_workdir_and_tmp_writable(kube: Target) -> No
 
 
 async def test_usage_from_the_metrics_api(kube: Target) -> None:
-    async with Sandbox(backend=kube.backend()) as sb:
+    samples: list[ResourceUsage] = []
+    async with Sandbox(backend=kube.backend(on_sample=samples.append)) as sb:
         usage = await sb.get_resource_usage()
         assert usage.timestamp is not None and usage.memory_usage > 0
-        assert sb.usage_history()[-1] == usage
+        assert sb.usage_history()[-1] == usage and samples == [usage]
         if kube.fake is not None:
             kube.fake.metrics = False  # a cluster without metrics-server
             bare = await sb.get_resource_usage()
