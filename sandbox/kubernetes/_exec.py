@@ -397,6 +397,17 @@ class KubeProcess:
     async def _finish(self) -> None:
         try:
             await self._eof.wait()
+            if self._status is None and not self._killed and self._start_failed is None:
+                # The stream ended without the process's status: the connection broke, and
+                # the command may run on unseen (closing an exec does not end it). Kill it.
+                self._killed = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(30), \
+                        contextlib.suppress(SandboxError):
+                    await self._killer(["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
+                                        f"{MARKER_VAR}={self._marker}", "KILL"])
+                self._error = self._error or EngineUnavailable(
+                    f"lost the exec stream of {self.argv[0]!r} before it reported its end; "
+                    "it was killed, run it again", retryable=True)
             if self._error is None:
                 result = self._build()
                 if self._finalize is not None:
@@ -411,10 +422,6 @@ class KubeProcess:
         if self._start_failed is not None:
             raise self._start_failed
         code, message = (None, "") if self._status is None else parse_status(self._status)
-        if self._status is None and not self._killed and not self._abandoned:
-            raise EngineUnavailable(
-                f"lost the result of {self.argv[0]!r}: the exec stream ended without a status",
-                retryable=True)
         if code is None and self._status is not None and not self._killed:
             raise CommandStartFailed(f"could not start {self.argv[0]!r} in the sandbox",
                                      details=message)

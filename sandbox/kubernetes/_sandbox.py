@@ -51,7 +51,7 @@ from .._shield import finish_despite_cancel
 from ..docker import _files
 from ..docker._wire import engine_time
 from . import _exec
-from ._gateway import Cluster, ExecSocket, KubeConflict, KubeNotFound
+from ._gateway import Cluster, ExecSocket, KubeApiError, KubeConflict, KubeNotFound
 from ._plan import CONTAINER, PodPlan, plan_pod
 
 log = logging.getLogger("sandbox.lifecycle")
@@ -301,8 +301,45 @@ class KubernetesSandbox:
             self._life.fail("the Pod is gone", gone=True)
             raise SandboxNotFound("the sandbox's Pod is gone", details=exc.details,
                                   cause=exc) from exc
+        except KubeApiError as exc:
+            # Refused: is the Pod still running? If it ended, that is the news.
+            if await self._pod_ended():
+                raise self._life.not_running() from exc
+            raise
         self._protocol = sock.protocol
         return sock
+
+    async def _pod_ended(self) -> bool:
+        """Look at the Pod; if it ended (deadline, OOM, its main process exited), fail the
+        lifecycle with the reason and return True."""
+        try:
+            pod = self._pod = await self._get_pod()
+        except KubeNotFound:
+            self._life.fail("the Pod is gone", gone=True)
+            return True
+        except SandboxError:
+            return False
+        status = pod.get("status") or {}
+        if status.get("phase") not in ("Failed", "Succeeded"):
+            return False
+        term: dict[str, Any] = {}
+        for cs in status.get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or term
+        why = str(status.get("reason") or term.get("reason") or status.get("phase"))
+        code = term.get("exitCode")
+        oom = why == "OOMKilled"
+        wall = self._config.resources.wall_time_limit.total_seconds()
+        if why == "DeadlineExceeded" and wall > 0:
+            reason = f"TimeoutExceeded: wall_time_limit of {wall:g} s reached"
+        else:
+            reason = f"the Pod ended ({why})" + (f", exit code {code}" if code is not None else "")
+        if self._life.fail(reason, exit_code=code if isinstance(code, int) else None,
+                           oom_killed=oom):
+            if why == "DeadlineExceeded":
+                self._audit.limit("wall_time", reason)
+            elif oom:
+                self._audit.limit("memory", f"the sandbox stopped: {reason}")
+        return True
 
     async def _kill_exec(self, argv: Sequence[str]) -> int | None:
         """Run the kill sweep; its exit code, or None when it did not report one."""

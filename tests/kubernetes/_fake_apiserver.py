@@ -74,6 +74,7 @@ class FakePod:
         self.phase = "Pending"
         self.waiting = "ContainerCreating"
         self.terminated: dict[str, Any] | None = None
+        self.reason = ""
         self.keepalive: asyncio.subprocess.Process | None = None
         self.start_time = ""
         self.ip = f"10.244.0.{len(server.pods) + 2}"
@@ -97,6 +98,8 @@ class FakePod:
                                                          "ready": self.phase == "Running"}]}
         if self.start_time:
             status["startTime"] = self.start_time
+        if self.reason:
+            status["reason"] = self.reason
         return {**self.manifest, "status": status}
 
     # -- the container -----------------------------------------------------------------------
@@ -173,6 +176,7 @@ class FakePod:
         if image in self.server.missing_images:
             self.waiting = "ErrImagePull"
             return
+        assert os.geteuid() == 0, "the fake API server runs Pods with namespaces: run as root"
         self._make_root()
         self.keepalive = await asyncio.create_subprocess_exec(
             "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
@@ -209,9 +213,8 @@ class FakePod:
 
     async def _deadline(self, seconds: int) -> None:
         await asyncio.sleep(seconds)
-        self.phase = "Failed"
-        self.manifest.setdefault("status", {})
-        self.terminated = {"exitCode": 137, "reason": "DeadlineExceeded"}
+        self.phase, self.reason = "Failed", "DeadlineExceeded"
+        self.terminated = {"exitCode": 137, "reason": "Error"}
         self.kill_all()
 
     def processes(self) -> list[int]:
@@ -299,6 +302,7 @@ class FakeApiServer:
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.exec_protocols: list[str] = []
+        self.exec_sockets: set[web.WebSocketResponse] = set()
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -443,13 +447,15 @@ class FakeApiServer:
         if pod is None:
             return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
         if pod.phase != "Running" or pod.keepalive is None:
-            return _status(400, "BadRequest", "container not running")
+            return _status(400, "BadRequest", "cannot exec into a container in a completed "
+                                              f"pod; current phase is {pod.phase}")
         argv = request.query.getall("command", [])
         want_stdin = request.query.get("stdin") == "true"
         ws = web.WebSocketResponse(protocols=self.protocols, max_msg_size=0)
         if not ws.can_prepare(request).ok:
             return _status(400, "BadRequest", "no supported exec subprotocol")
         await ws.prepare(request)
+        self.exec_sockets.add(ws)
         assert ws.ws_protocol is not None
         self.exec_protocols.append(ws.ws_protocol)
         for channel in (1, 2, 3):  # wsstream's "channel open" messages
@@ -512,4 +518,12 @@ class FakeApiServer:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.send_bytes(b"\x03" + json.dumps(status).encode())
             await ws.close()
+        self.exec_sockets.discard(ws)
         return ws
+
+    async def drop_exec_streams(self) -> None:
+        """Break every exec stream as a restarting API server would: no status, processes
+        left running (closing an exec does not end its process)."""
+        for ws in list(self.exec_sockets):
+            self.exec_sockets.discard(ws)
+            await ws.close(code=1011, message=b"going away")

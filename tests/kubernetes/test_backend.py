@@ -14,6 +14,7 @@ import pytest
 from sandbox import Sandbox, SandboxStatus
 from sandbox._errors import (
     SandboxInitFailed,
+    SandboxNotRunning,
     SandboxPermissionDenied,
     SecurityViolation,
 )
@@ -173,3 +174,21 @@ async def test_gc_removes_what_a_dead_owner_left(kube: Target) -> None:
         assert "is alive" in kept[live.backend.pod_name]
         assert await kube.pod("orphan") is None and await kube.policy("orphan") is None
         assert (await live.execute_command("true")).success
+
+
+async def test_wall_time_limit_ends_the_pod_and_says_so(kube: Target) -> None:
+    config = kube.config(resources=ResourceLimits(wall_time_limit=timedelta(seconds=1)))
+    async with Sandbox(backend=kube.backend(config)) as sb:
+        pod = await kube.pod(sb.backend.pod_name)
+        assert pod is not None and pod["spec"]["activeDeadlineSeconds"] == 1
+        with anyio.fail_after(60):
+            while True:  # the kubelet ends the Pod; the next command says why
+                try:
+                    await sb.execute_command("true")
+                except SandboxNotRunning as exc:
+                    error = exc
+                    break
+                await anyio.sleep(0.2)
+        assert "wall_time_limit of 1 s" in str(error)
+        assert sb.status is SandboxStatus.FAILED
+        assert "wall_time_limit" in (await sb.get_info()).status_reason

@@ -17,6 +17,7 @@ from sandbox._errors import (
     CommandNotExecutable,
     CommandNotFound,
     CommandStartFailed,
+    EngineUnavailable,
     SandboxNotFound,
 )
 from sandbox.kubernetes._exec import parse_status
@@ -169,3 +170,18 @@ async def test_pod_removed_from_outside(box: Sandbox) -> None:
     await pod.delete()
     with pytest.raises(SandboxNotFound):
         await box.execute_command("true")
+
+
+@pytest.mark.asyncio
+async def test_a_broken_stream_kills_the_command_and_says_so(box: Sandbox) -> None:
+    kube: Target = box.kube  # type: ignore[attr-defined]
+    if kube.fake is None:
+        pytest.skip("needs the fake to break the stream")
+    with pytest.raises(EngineUnavailable, match="exec stream"):
+        async with box.stream_command("echo up; sleep 300") as proc:
+            async for _chunk in proc:
+                await kube.fake.drop_exec_streams()
+            with anyio.fail_after(30):
+                await proc.wait()
+    assert processes(box) == []
+    assert (await box.execute_command("echo still")).stdout == "still\n"
