@@ -303,6 +303,8 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self.exec_protocols: list[str] = []
         self.exec_sockets: set[web.WebSocketResponse] = set()
+        #: Per exec, every binary message the client sent, in order.
+        self.client_frames: list[list[bytes]] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -480,10 +482,14 @@ class FakeApiServer:
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     await ws.send_bytes(bytes([channel]) + chunk)
 
+        frames: list[bytes] = []
+        self.client_frames.append(frames)
+
         async def take_stdin() -> None:
             async for msg in ws:
                 if msg.type != WSMsgType.BINARY or not msg.data:
                     continue
+                frames.append(bytes(msg.data))
                 channel, data = msg.data[0], msg.data[1:]
                 if proc.stdin is None:
                     continue

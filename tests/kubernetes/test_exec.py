@@ -88,10 +88,14 @@ async def test_streams_apart_and_exit_code(box: Sandbox) -> None:
 
 @pytest.mark.asyncio
 async def test_stdin_and_eof(box: Sandbox) -> None:
-    data = bytes(range(256)) * 4096  # 1 MiB, every byte value, several frames
+    # Every byte value, in several stdin messages (v4's framed stdin is read at ~1 MB/s).
+    data = bytes(range(256)) * (4096 if box.backend.exec_protocol == V5 else 1200)
     result = await box.execute_command(Command(executable="sh", args=(
-        "-c", "wc -c; echo done"), stdin=data))
+        "-c", "wc -c; echo done"),
+        stdin=data))
     assert result.stdout.split() == [str(len(data)), "done"]
+    assert (await box.execute_command(Command(executable="cat", stdin=data))).stdout_bytes \
+        == data
     # Interactive: the command sees EOF when we close stdin, and only then.
     async with box.stream_command("cat; echo eof") as proc:
         await proc.write_stdin(b"line\n")
@@ -185,3 +189,22 @@ async def test_a_broken_stream_kills_the_command_and_says_so(box: Sandbox) -> No
                 await proc.wait()
     assert processes(box) == []
     assert (await box.execute_command("echo still")).stdout == "still\n"
+
+
+@pytest.mark.asyncio
+async def test_the_stdin_messages_on_the_wire(box: Sandbox) -> None:
+    """v5: data on channel 0, then the close message [255, 0]. v4: the wrapper's frames, a
+    length line before each piece and "0" for EOF, all on channel 0."""
+    kube: Target = box.kube  # type: ignore[attr-defined]
+    if kube.fake is None:
+        pytest.skip("reads the frames the fake received")
+    async with box.stream_command("cat") as proc:
+        await proc.write_stdin(b"hi")
+        await proc.close_stdin()
+        with anyio.fail_after(20):
+            assert (await proc.wait()).stdout == "hi"
+    frames = kube.fake.client_frames[-1]
+    if kube.fake.protocols[0] == V5:
+        assert frames == [b"\x00hi", b"\xff\x00"]
+    else:
+        assert frames == [b"\x002\nhi", b"\x000\n"]
