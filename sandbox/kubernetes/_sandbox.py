@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 
@@ -103,7 +104,12 @@ class KubernetesSandbox:
         self._name = self._config.name or f"sandbox-{self.id}"
         self._cluster: Cluster | None = None
         self._life = Lifecycle()
-        self._created = False
+        ns = quote(namespace)
+        self._paths = {"Pod": f"/api/v1/namespaces/{ns}/pods",
+                       "NetworkPolicy": f"/apis/networking.k8s.io/v1/namespaces/{ns}/"
+                                        "networkpolicies"}
+        self._attempted: set[str] = set()  # kinds whose create was sent
+        self._made: dict[str, str] = {}  # kind -> uid of what the create made
         self._user = ""
         self._env: dict[str, str] = dict(self._config.environment)
         self._audit = Auditor(self.id, self._config.security)
@@ -188,21 +194,24 @@ class KubernetesSandbox:
         self._cluster = cluster = await Cluster.connect(
             kubeconfig=self.kubeconfig, context=self.context, in_cluster=self.in_cluster)
         ns = self.namespace
-        self._created = True
+
+        async def make(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+            self._attempted.add(kind)
+            try:
+                doc = await cluster.call(f"create the sandbox's {kind}", "POST",
+                                         self._paths[kind], body=body)
+            except KubeConflict as exc:
+                raise SandboxAlreadyExists(
+                    f"a {kind} named {self._name!r} already exists in namespace {ns!r}",
+                    details="choose another SandboxConfig.name, or leave it empty; the "
+                            "existing one was not touched", cause=exc) from exc
+            self._made[kind] = str((doc.get("metadata") or {}).get("uid") or "")
+            return doc
 
         async def create() -> None:
             # The policy first: the Pod is never up without it.
-            await cluster.call("create the sandbox's NetworkPolicy", "POST",
-                               f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
-                               body=plan.policy)
-            try:
-                self._pod = await cluster.call("create the sandbox Pod", "POST",
-                                               f"/api/v1/namespaces/{ns}/pods", body=plan.pod)
-            except KubeConflict as exc:
-                raise SandboxAlreadyExists(
-                    f"a Pod named {self._name!r} already exists in namespace {ns!r}",
-                    details="choose another SandboxConfig.name, or leave it empty", cause=exc,
-                ) from exc
+            await make("NetworkPolicy", plan.policy)
+            self._pod = await make("Pod", plan.pod)
 
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
@@ -253,35 +262,51 @@ class KubernetesSandbox:
                                         f"/api/v1/namespaces/{self.namespace}/pods/{self._name}")
 
     async def remove(self) -> None:
-        """Delete the Pod and its NetworkPolicy (gone already is fine); idempotent.
+        """Delete the Pod and the NetworkPolicy this sandbox made (gone already is fine).
 
-        The API server answers once the deletion is accepted; the kubelet then kills the
-        Pod's processes (grace period 0).
+        Only what it made: by the uid the create answered with, or, when a create's answer
+        never came, found by this sandbox's id label; never by name alone, which may be
+        someone else's object (a name conflict is how that happens). Each delete carries the
+        uid as precondition. Idempotent. The API server answers once the deletion is
+        accepted; the kubelet then kills the Pod's processes (grace period 0).
         """
         cluster, self._cluster = self._cluster, None
         if cluster is None:
             return
         errors: list[str] = []
         try:
-            if self._created:
-                ns = self.namespace
-                for what, path in (
-                        ("delete the sandbox Pod", f"/api/v1/namespaces/{ns}/pods/{self._name}"),
-                        ("delete the sandbox's NetworkPolicy",
-                         f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/"
-                         f"{self._name}")):
-                    try:
-                        await cluster.call(what, "DELETE", path, body={
-                            "kind": "DeleteOptions", "apiVersion": "v1",
-                            "gracePeriodSeconds": 0, "propagationPolicy": "Background"})
-                    except KubeNotFound:
-                        pass
-                    except SandboxError as exc:
-                        errors.append(str(exc))
+            for kind in ("Pod", "NetworkPolicy"):
+                try:
+                    await self._delete_own(cluster, kind)
+                except SandboxError as exc:
+                    errors.append(str(exc))
         finally:
             await cluster.close()
         if errors:
             raise SandboxError("cleanup could not remove everything", details="; ".join(errors))
+
+    async def _delete_own(self, cluster: Cluster, kind: str) -> None:
+        path = self._paths[kind]
+        if kind in self._made:
+            own = [(self._name, self._made[kind])]
+        elif kind in self._attempted:
+            found = await cluster.call(f"look for the sandbox's {kind}", "GET", path, query=[
+                ("labelSelector", f"{LABEL_SANDBOX_ID}={self.id}")])
+            own = [(str((o.get("metadata") or {}).get("name")),
+                    str((o.get("metadata") or {}).get("uid"))) for o in found.get("items") or []]
+        else:
+            return
+        for name, uid in own:
+            try:
+                await cluster.call(f"delete the sandbox's {kind}", "DELETE", f"{path}/{name}",
+                                   body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                         "gracePeriodSeconds": 0,
+                                         "propagationPolicy": "Background",
+                                         "preconditions": {"uid": uid}})
+            except KubeNotFound:
+                pass  # gone already
+            except KubeConflict:
+                pass  # the name now belongs to another object: not ours to delete
 
     # -- commands ----------------------------------------------------------------------------
 

@@ -49,6 +49,17 @@ def _status(code: int, reason: str, message: str) -> web.Response:
                               "code": code}, status=code)
 
 
+async def _precondition(request: web.Request, obj: Mapping[str, Any]) -> web.Response | None:
+    """A DeleteOptions uid precondition that does not match: 409, as the API server answers."""
+    body = await request.json() if request.can_read_body else {}
+    want = ((body or {}).get("preconditions") or {}).get("uid")
+    have = obj["metadata"].get("uid")
+    if want and want != have:
+        return _status(409, "Conflict", f"Precondition failed: UID in precondition: {want}, "
+                                        f"UID in object meta: {have}")
+    return None
+
+
 def _selected(labels: Mapping[str, str], selector: str) -> bool:
     for term in filter(None, selector.split(",")):
         key, _, value = term.partition("=")
@@ -395,6 +406,8 @@ class FakeApiServer:
         pod = self._pod(request)
         if pod is None:
             return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
+        if (conflict := await _precondition(request, pod.manifest)) is not None:
+            return conflict
         del self.pods[(pod.namespace, pod.name)]
         body = pod.to_json()
         await pod.delete()
@@ -427,9 +440,13 @@ class FakeApiServer:
         return web.json_response({"kind": "NetworkPolicyList", "items": items})
 
     async def delete_policy(self, request: web.Request) -> web.Response:
-        doc = self.policies.pop((request.match_info["ns"], request.match_info["name"]), None)
+        key = (request.match_info["ns"], request.match_info["name"])
+        doc = self.policies.get(key)
         if doc is None:
             return _status(404, "NotFound", "networkpolicy not found")
+        if (conflict := await _precondition(request, doc)) is not None:
+            return conflict
+        del self.policies[key]
         return web.json_response(doc)
 
     async def metrics_of(self, request: web.Request) -> web.Response:

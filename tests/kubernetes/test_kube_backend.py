@@ -4,6 +4,7 @@ usage, refusals before any request, cleanup and gc."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from sandbox import Sandbox, SandboxStatus
 from sandbox._errors import (
+    SandboxAlreadyExists,
     SandboxInitFailed,
     SandboxNotRunning,
     SandboxPermissionDenied,
@@ -20,7 +22,7 @@ from sandbox._errors import (
 )
 from sandbox._models import ResourceLimits, ResourceUsage, SecurityPolicy
 from sandbox.kubernetes import KubernetesBackend, gc
-from sandbox.kubernetes._gateway import Cluster
+from sandbox.kubernetes._gateway import Cluster, KubeNotFound
 from tests.kubernetes._cluster import Target
 
 pytestmark = pytest.mark.asyncio
@@ -192,3 +194,23 @@ async def test_wall_time_limit_ends_the_pod_and_says_so(kube: Target) -> None:
         assert "wall_time_limit of 1 s" in str(error)
         assert sb.status is SandboxStatus.FAILED
         assert "wall_time_limit" in (await sb.get_info()).status_reason
+
+
+async def test_a_name_taken_by_someone_else_is_refused_and_left_alone(kube: Target) -> None:
+    ns, name = kube.namespace, "sandbox-taken-name"
+    cluster = await Cluster.connect(kubeconfig=kube.kubeconfig, context=None, in_cluster=False)
+    try:
+        await cluster.call("make someone else's Pod", "POST", f"/api/v1/namespaces/{ns}/pods",
+                           body={"metadata": {"name": name, "labels": {"app": "theirs"}},
+                                 "spec": {"containers": [{"name": "c", "image": kube.image,
+                                                          "command": ["sleep", "600"]}]}})
+        backend = kube.backend(kube.config(name=name))
+        with pytest.raises(SandboxAlreadyExists, match="already exists"):
+            await Sandbox(backend=backend).initialize()
+        theirs = await kube.pod(name)
+        assert theirs is not None and theirs["metadata"]["labels"] == {"app": "theirs"}
+        assert await kube.policy(name) is None  # ours was made first, and removed
+    finally:
+        with contextlib.suppress(KubeNotFound):
+            await cluster.call("remove their Pod", "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+        await cluster.close()
