@@ -19,6 +19,7 @@ from sandbox._errors import (
     CommandStartFailed,
     EngineUnavailable,
     SandboxNotFound,
+    StdinClosed,
 )
 from sandbox.kubernetes._exec import parse_status
 from tests.kubernetes._cluster import Target, cluster
@@ -208,3 +209,13 @@ async def test_the_stdin_messages_on_the_wire(box: Sandbox) -> None:
         assert frames == [b"\x00hi", b"\xff\x00"]
     else:
         assert frames == [b"\x002\nhi", b"\x000\n"]
+
+
+@pytest.mark.asyncio
+async def test_stdin_after_the_end_is_closed(box: Sandbox) -> None:
+    async with box.stream_command("head -c 3 >/dev/null; echo read") as proc:
+        await proc.write_stdin(b"abc")
+        with anyio.fail_after(30), pytest.raises(StdinClosed):
+            while True:  # the command stopped reading; writes fail once it has ended
+                await proc.write_stdin(b"x" * 65536)
+        assert (await proc.wait()).stdout == "read\n"
