@@ -219,3 +219,13 @@ async def test_stdin_after_the_end_is_closed(box: Sandbox) -> None:
             while True:  # the command stopped reading; writes fail once it has ended
                 await proc.write_stdin(b"x" * 65536)
         assert (await proc.wait()).stdout == "read\n"
+
+
+@pytest.mark.asyncio
+async def test_idle_timeout_and_output_cap(box: Sandbox) -> None:
+    idle = await box.execute_command(Command(
+        executable="sh", args=("-c", "echo once; sleep 300"), idle_timeout=timedelta(seconds=1)))
+    assert idle.timed_out and "idle timeout" in idle.error and idle.stdout == "once\n"
+    capped = await box.execute_command(Command(
+        executable="sh", args=("-c", "head -c 100000 /dev/zero"), max_output_bytes=1000))
+    assert capped.truncated and len(capped.stdout_bytes) == 1000 and capped.exit_code == 0
