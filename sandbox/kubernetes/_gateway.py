@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -193,6 +193,34 @@ class Cluster:
             raise KubeApiError(f"the Kubernetes API server answered {what} with non-object "
                                "JSON", status=resp.status)
         return doc
+
+    async def watch(self, what: str, path: str, *,
+                    query: Sequence[tuple[str, str]] = ()) -> AsyncGenerator[dict[str, Any]]:
+        """Watch a collection: yield each event (``{"type": ..., "object": ...}``) until the
+        server ends the stream. Close the generator (``contextlib.aclosing``) when done."""
+        queries = [*query, ("watch", "true")]
+        headers = await self._auth(queries)
+        url = f"{self.host}{path}?{urlencode(queries)}"
+        session = self._api.rest_client.pool_manager
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=REST_TIMEOUT)
+        try:
+            async with session.get(url, headers=headers, timeout=timeout) as resp:
+                if resp.status >= 400:
+                    raise _error(what, resp.status, await resp.read())
+                async for line in resp.content:
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError as exc:
+                        raise KubeApiError(f"the Kubernetes API server sent a watch event that "
+                                           f"is not JSON when asked to {what}", status=200,
+                                           details=repr(line[:200])) from exc
+                    if isinstance(event, dict):
+                        yield event
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EngineUnavailable(f"lost the Kubernetes API server's watch to {what}",
+                                    details=f"{self.host}: {exc}", cause=exc) from exc
 
     async def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
                    stdin: bool) -> ExecSocket:

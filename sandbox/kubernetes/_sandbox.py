@@ -227,34 +227,59 @@ class KubernetesSandbox:
             self._env["HOME"] = cfg.working_dir
 
     async def _wait_running(self) -> None:
-        """Poll the Pod until it runs; fail fast on an image or config error."""
+        """Watch the Pod until it runs; fail fast on an image or config error.
+
+        One watch (a long GET) instead of polling: at thousands of simultaneous starts,
+        polling every Pod would be thousands of reads a second. A watch the server ends
+        (timeout, a too old resourceVersion) is resumed after one GET.
+        """
         assert self._cluster is not None
-        deadline = time.monotonic() + self.start_timeout
-        delay = 0.05
-        while True:
-            pod = self._pod = await self._get_pod()
+        cluster, pod = self._cluster, self._pod
+        path = f"/api/v1/namespaces/{quote(self.namespace)}/pods"
+        with anyio.move_on_after(self.start_timeout) as scope:
+            while not self._started_ok(pod):
+                version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+                query = [("fieldSelector", f"metadata.name={self._name}")]
+                if version:
+                    query.append(("resourceVersion", version))
+                async with contextlib.aclosing(cluster.watch(
+                        "watch the sandbox Pod start", path, query=query)) as events:
+                    async for event in events:
+                        kind, obj = event.get("type"), event.get("object") or {}
+                        if kind == "DELETED":
+                            raise SandboxInitFailed("the sandbox Pod was deleted while starting")
+                        if kind in ("ADDED", "MODIFIED") and isinstance(obj, dict):
+                            pod = self._pod = obj
+                            if self._started_ok(pod):
+                                return
+                        elif kind == "ERROR":
+                            break  # e.g. 410 Gone: start again from the current state
+                pod = self._pod = await self._get_pod()
+        if scope.cancelled_caught:
             status = pod.get("status") or {}
-            phase = status.get("phase", "")
-            for cs in status.get("containerStatuses") or []:
-                state = cs.get("state") or {}
-                waiting = state.get("waiting") or {}
-                if waiting.get("reason") in _FATAL_WAITING:
-                    raise SandboxInitFailed(
-                        f"the sandbox Pod cannot start: {waiting['reason']}",
-                        details=str(waiting.get("message") or "")[:2000])
-                if phase == "Running" and state.get("running") is not None:
-                    return
-            if phase in ("Failed", "Succeeded"):
-                raise SandboxInitFailed(f"the sandbox Pod ended while starting ({phase})",
-                                        details=str(status.get("message") or
-                                                    status.get("reason") or ""))
-            if time.monotonic() >= deadline:
-                reason = status.get("reason") or phase or "no status"
-                raise SandboxInitFailed(
-                    f"the sandbox Pod did not run within {self.start_timeout:g} s ({reason})",
-                    details="see `kubectl describe pod` for its events (scheduling, pulls)")
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            reason = status.get("reason") or status.get("phase") or "no status"
+            raise SandboxInitFailed(
+                f"the sandbox Pod did not run within {self.start_timeout:g} s ({reason})",
+                details="see `kubectl describe pod` for its events (scheduling, pulls)")
+
+    @staticmethod
+    def _started_ok(pod: Mapping[str, Any]) -> bool:
+        """Whether the Pod's container runs; raise if it never will."""
+        status = pod.get("status") or {}
+        phase = status.get("phase", "")
+        for cs in status.get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            waiting = state.get("waiting") or {}
+            if waiting.get("reason") in _FATAL_WAITING:
+                raise SandboxInitFailed(f"the sandbox Pod cannot start: {waiting['reason']}",
+                                        details=str(waiting.get("message") or "")[:2000])
+            if phase == "Running" and state.get("running") is not None:
+                return True
+        if phase in ("Failed", "Succeeded"):
+            raise SandboxInitFailed(f"the sandbox Pod ended while starting ({phase})",
+                                    details=str(status.get("message") or status.get("reason")
+                                                or ""))
+        return False
 
     async def _get_pod(self) -> dict[str, Any]:
         assert self._cluster is not None

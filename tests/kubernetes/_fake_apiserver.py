@@ -111,7 +111,9 @@ class FakePod:
             status["startTime"] = self.start_time
         if self.reason:
             status["reason"] = self.reason
-        return {**self.manifest, "status": status}
+        meta = {**self.manifest["metadata"], "resourceVersion": str(hash(json.dumps(
+            status, sort_keys=True)) & 0xFFFFFFF)}
+        return {**self.manifest, "metadata": meta, "status": status}
 
     # -- the container -----------------------------------------------------------------------
 
@@ -314,6 +316,8 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self.exec_protocols: list[str] = []
         self.exec_sockets: set[web.WebSocketResponse] = set()
+        self.watches = 0  # watch requests served
+        self._stopping = False
         #: Per exec, every binary message the client sent, in order.
         self.client_frames: list[list[bytes]] = []
         self._runner: web.AppRunner | None = None
@@ -345,6 +349,7 @@ class FakeApiServer:
         return self.url
 
     async def stop(self) -> None:
+        self._stopping = True
         for pod in list(self.pods.values()):
             await pod.delete()
         self.pods.clear()
@@ -395,12 +400,38 @@ class FakeApiServer:
             return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
         return web.json_response(pod.to_json())
 
-    async def list_pods(self, request: web.Request) -> web.Response:
+    def _listed(self, request: web.Request) -> dict[str, dict[str, Any]]:
         selector = request.query.get("labelSelector", "")
-        items = [p.to_json() for (ns, _), p in self.pods.items()
-                 if ns == request.match_info["ns"]
-                 and _selected(p.manifest["metadata"].get("labels") or {}, selector)]
+        field = request.query.get("fieldSelector", "")
+        name = field.removeprefix("metadata.name=") if field.startswith("metadata.name=") \
+            else None
+        return {p.name: p.to_json() for (ns, _), p in self.pods.items()
+                if ns == request.match_info["ns"] and name in (None, p.name)
+                and _selected(p.manifest["metadata"].get("labels") or {}, selector)}
+
+    async def list_pods(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") in ("true", "1"):
+            return await self._watch_pods(request)
+        items = list(self._listed(request).values())
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "items": items})
+
+    async def _watch_pods(self, request: web.Request) -> web.StreamResponse:
+        """A watch: one JSON event per line (ADDED, MODIFIED, DELETED) as the Pods change."""
+        self.watches += 1
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        seen: dict[str, dict[str, Any]] = {}
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            while not self._stopping:
+                now = self._listed(request)
+                events = [("DELETED", seen[n]) for n in seen if n not in now]
+                events += [("ADDED" if n not in seen else "MODIFIED", o)
+                           for n, o in now.items() if seen.get(n) != o]
+                for kind, obj in events:
+                    await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                seen = now
+                await asyncio.sleep(0.02)
+        return resp
 
     async def delete_pod(self, request: web.Request) -> web.Response:
         pod = self._pod(request)

@@ -214,3 +214,13 @@ async def test_a_name_taken_by_someone_else_is_refused_and_left_alone(kube: Targ
         with contextlib.suppress(KubeNotFound):
             await cluster.call("remove their Pod", "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
         await cluster.close()
+
+
+async def test_the_start_is_watched_not_polled(kube: Target) -> None:
+    if kube.fake is None:
+        pytest.skip("counts the fake's requests")
+    kube.fake.start_delay = 0.6  # polling would GET the Pod several times meanwhile
+    async with Sandbox(backend=kube.backend()) as sb:
+        path = f"/api/v1/namespaces/{kube.namespace}/pods/{sb.backend.pod_name}"
+        assert kube.fake.requests.count(("GET", path)) == 0
+        assert kube.fake.watches == 1
