@@ -224,3 +224,13 @@ async def test_the_start_is_watched_not_polled(kube: Target) -> None:
         path = f"/api/v1/namespaces/{kube.namespace}/pods/{sb.backend.pod_name}"
         assert kube.fake.requests.count(("GET", path)) == 0
         assert kube.fake.watches == 1
+
+
+async def test_a_pod_that_does_not_start_in_time_is_removed(kube: Target) -> None:
+    if kube.fake is None:
+        pytest.skip("needs the fake's slow start")
+    kube.fake.start_delay = 30.0
+    backend = kube.backend(start_timeout=0.5)
+    with anyio.fail_after(20), pytest.raises(SandboxInitFailed, match="did not run within"):
+        await Sandbox(backend=backend).initialize()
+    assert kube.fake.pods == {} and kube.fake.policies == {}
