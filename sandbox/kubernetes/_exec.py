@@ -9,11 +9,12 @@ message ``[255, 0]`` half-closes stdin, so the command sees EOF. A message with 
 (the server's "channel open") carries nothing.
 
 Kubernetes exec takes only argv: no user, working directory or environment. So every command
-runs under a small ``/bin/sh`` wrapper, started by ``env`` with a marker variable, that exports
-the environment,
-changes directory, checks the program can start (reporting "not found" or "not executable"
-with a nonce the command cannot know, so output cannot forge it) and ``exec``s it. On a v4
-server, where stdin cannot be closed, the wrapper reads stdin as length-prefixed frames (a
+runs under a small ``/bin/sh`` wrapper, started by ``env`` with a marker variable, that changes
+directory, exports the environment, checks the program can start (reporting "not found" or
+"not executable" with a nonce the command's output cannot know, so it cannot forge a start
+failure) and ``exec``s it. The wrapper's own state (the nonce, the stdin mode) is fixed in
+functions before the exports, so no variable of the command (``d``, ``n``, ``IFS``) bends it.
+On a v4 server, where stdin cannot be closed, the wrapper reads stdin as length-prefixed frames (a
 decimal length line, then that many bytes; ``0`` is EOF) and pipes it to the command. The
 decoder first sends its own pid down the pipe, so when the command exits without reading
 its input the other side kills the decoder and the exec ends at once (the shell waits for
@@ -73,21 +74,21 @@ KILL_PATIENCE = 30.0
 MAX_URL_ARGV = 512 << 10
 
 _WRAP_SH = r"""n="$1"; d="$2"; f="$3"; shift 3
-fail() { printf '%s:%s\n' "$n" "$1" >&2; exit "$2"; }
+cd "$d" 2>/dev/null || { printf '%s:workdir\n' "$n" >&2; exit 126; }
+eval "fail() { printf '%s:%s\\n' $n \"\$1\" >&2; exit \"\$2\"; }; framed() { [ $f = framed ]; }"
 while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do export "$1" || fail env 125; shift; done
 shift
-cd "$d" 2>/dev/null || fail workdir 126
 case $1 in
   */*) [ -e "$1" ] || fail notfound 127
        { [ -f "$1" ] && [ -x "$1" ]; } || fail notexec 126;;
   *) command -v "$1" >/dev/null 2>&1 || fail notfound 127;;
 esac
-[ "$f" = framed ] || exec "$@"
+framed || exec "$@"
 trap : TERM INT HUP QUIT USR1 USR2
-{ read -r me _ < /proc/self/stat && echo "$me" || exit 1
+{ IFS=' ' read -r me _ < /proc/self/stat && echo "$me" || exit 1
   while IFS= read -r len && [ "$len" -gt 0 ] 2>/dev/null; do
     dd bs=1 count="$len" 2>/dev/null || exit 1; done
-} 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; read -r dec; "$@"; c=$?
+} 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@"; c=$?
   kill -PIPE "$dec" 2>/dev/null; exit "$c"; }
 """
 

@@ -229,3 +229,16 @@ async def test_idle_timeout_and_output_cap(box: Sandbox) -> None:
     capped = await box.execute_command(Command(
         executable="sh", args=("-c", "head -c 100000 /dev/zero"), max_output_bytes=1000))
     assert capped.truncated and len(capped.stdout_bytes) == 1000 and capped.exit_code == 0
+
+
+@pytest.mark.asyncio
+async def test_the_commands_variables_do_not_bend_the_wrapper(box: Sandbox) -> None:
+    # The wrapper's own names, and IFS, which its reads use.
+    box.set_environment({"n": "x", "d": "/tmp", "f": "framed", "IFS": "x", "me": "1"})
+    result = await box.execute_command(["sh", "-c", 'printf "%s|%s" "$PWD" "$d"'])
+    assert result.stdout == "/workspace|/tmp"
+    with pytest.raises(CommandNotFound):
+        await box.execute_command(["no-such-program"])
+    async with box.stream_command("exit 4") as proc:  # v4: the decoder still ends with it
+        with anyio.fail_after(20):
+            assert (await proc.wait()).exit_code == 4
