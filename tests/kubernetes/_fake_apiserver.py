@@ -6,10 +6,10 @@ and ``v4.channel.k8s.io`` (one channel byte per binary message: 0 stdin, 1 stdou
 3 error/status JSON, v5's 255 close; an empty "channel open" message per output channel first,
 as the API server's wsstream does).
 
-Each Pod is a small real container made of Linux primitives (the suite runs as root): a
-private mount namespace (``unshare --mount``) over a root directory in a temp dir, with the
-host's /usr and /etc bound read-only (the image is not pulled: host binaries stand in), /proc
-and /dev bound, each ``emptyDir`` a directory (``medium: Memory``: a tmpfs with its
+Each Pod is a small real container made of Linux primitives (the suite runs as root):
+private mount and PID namespaces (``unshare``) over a root directory in a temp dir, with the
+host's /usr and /etc bound read-only (the image is not pulled: host binaries stand in), its own
+/proc, /dev bound, each ``emptyDir`` a directory (``medium: Memory``: a tmpfs with its
 ``sizeLimit``), the root remounted read-only for ``readOnlyRootFilesystem``, and the process
 run by ``setpriv`` as ``runAsUser``/``runAsGroup`` with no supplementary groups, no new
 privileges when ``allowPrivilegeEscalation`` is false, and the listed capabilities as its
@@ -87,6 +87,8 @@ class FakePod:
         self.terminated: dict[str, Any] | None = None
         self.reason = ""
         self.keepalive: asyncio.subprocess.Process | None = None
+        #: The keep-alive's pid, for nsenter (it is in the Pod's root and namespaces).
+        self.target = 0
         self.start_time = ""
         self.ip = f"10.244.0.{len(server.pods) + 2}"
         self.env = {"PATH": PATH, "HOSTNAME": self.name, "HOME": _home(self.uid),
@@ -135,7 +137,8 @@ class FakePod:
         lines = ["set -e", f"mount --bind {r} {r}"]
         for d in ("usr", "etc"):
             lines += [f"mount --rbind /{d} {r}/{d}", f"mount -o remount,bind,ro {r}/{d}"]
-        lines += [f"mount --rbind /proc {r}/proc", f"mount --rbind /dev {r}/dev"]
+        # This script is PID 1 of the Pod's own PID namespace: a /proc of that namespace.
+        lines += [f"mount -t proc proc {r}/proc", f"mount --rbind /dev {r}/dev"]
         volumes = {v["name"]: v for v in spec.get("volumes") or []}
         for mount in self.container.get("volumeMounts") or []:
             vol = volumes[mount["name"]]
@@ -160,7 +163,10 @@ class FakePod:
         workdir = self.container.get("workingDir") or "/"
         keep = " ".join(_sh_quote(a) for a in self.container["command"])
         inner = f"cd {_sh_quote(workdir)} && exec {keep}"
-        lines.append(f"exec chroot {r} {' '.join(self.setpriv())} /bin/sh -c {_sh_quote(inner)}")
+        # Not exec'd: PID 1 stays root so its parent-death signal holds (setpriv's change of
+        # user would clear it), and when it dies the kernel kills the whole namespace.
+        lines.append(f"chroot {r} {' '.join(self.setpriv())} /bin/sh -c {_sh_quote(inner)} &")
+        lines.append('wait "$!"')
         return "\n".join(lines)
 
     def _make_root(self) -> None:
@@ -191,15 +197,20 @@ class FakePod:
             return
         assert os.geteuid() == 0, "the fake API server runs Pods with namespaces: run as root"
         self._make_root()
+        # Its own mount and PID namespaces. Nothing outlives the test process, even killed:
+        # unshare dies with it (--pdeathsig), PID 1 with unshare (--kill-child), and every
+        # process of the Pod with PID 1.
         self.keepalive = await asyncio.create_subprocess_exec(
-            "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+            "setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--pid", "--fork",
+            "--kill-child", "--propagation", "private", "/bin/sh", "-c",
             self._mount_script(), env=self.env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-        # Running once the keep-alive's root is the Pod's (the mounts are done).
+        # Running once the keep-alive runs in the Pod's root (the mounts are done).
         for _ in range(500):
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{self.keepalive.pid}/root") == str(self.root):
-                    break
+            found = self.processes()
+            if found:
+                self.target = min(found)
+                break
             if self.keepalive.returncode is not None:
                 break
             await asyncio.sleep(0.01)
@@ -279,6 +290,21 @@ class FakePod:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * 4096
         return total
+
+
+def _state(pid: int) -> str:
+    """A process's state letter ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _home(uid: int) -> str:
@@ -519,7 +545,7 @@ class FakeApiServer:
             await ws.close()
             return ws
         proc = await asyncio.create_subprocess_exec(
-            "nsenter", "-t", str(pod.keepalive.pid), "--mount", "--root", "--wd",
+            "nsenter", "-t", str(pod.target), "--mount", "--pid", "--root", "--wd",
             *pod.setpriv(), *argv, env=pod.env,
             stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -551,15 +577,28 @@ class FakeApiServer:
             if proc.stdin is not None:
                 proc.stdin.close()
 
+        async def unstick() -> None:
+            # nsenter forks into the PID namespace and stops itself when its child is stopped
+            # (the kill sweep's SIGSTOP); a runtime's exec has no such parent. Once the child
+            # is dead, continue nsenter so it reports the exit as the runtime would.
+            while proc.returncode is None:
+                await asyncio.sleep(0.05)
+                if _state(proc.pid) == "T" and all(_state(c) in ("Z", "") for c in
+                                                   _children(proc.pid)):
+                    with contextlib.suppress(OSError):
+                        os.kill(proc.pid, signal.SIGCONT)
+
         assert proc.stdout is not None and proc.stderr is not None
         reader = asyncio.ensure_future(take_stdin())
+        helper = asyncio.ensure_future(unstick())
         try:
             await asyncio.gather(forward(proc.stdout, 1), forward(proc.stderr, 2))
             code = await proc.wait()
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+            for task in (reader, helper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         code = code if code >= 0 else 128 - code
         if code == 0:
             status: dict[str, Any] = {"metadata": {}, "status": "Success"}

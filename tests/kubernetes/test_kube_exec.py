@@ -43,8 +43,7 @@ def processes(sb: Sandbox) -> list[int]:
     kube: Target = sb.kube  # type: ignore[attr-defined]
     assert kube.fake is not None
     pod = kube.fake.pods[(kube.namespace, sb.backend.pod_name)]
-    assert pod.keepalive is not None
-    keep = pod.keepalive.pid
+    keep = pod.target
     return [p for p in pod.processes() if p != keep and _ppid(p) != keep]
 
 
