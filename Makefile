@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	@python3 -m venv $(VENV) >/dev/null 2>&1 || \
 	    { bash scripts/apt-install.sh venv python3-venv && python3 -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev,kubernetes]'
+	$(PY) -m pip install --quiet -e '.[test,dev,kubernetes,mcp]'
 	touch $@
 
 venv: $(VENV)/.installed

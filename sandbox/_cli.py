@@ -35,6 +35,7 @@ from ._json import from_json, to_json
 from ._models import Command, CommandResult, RepositoryConfig, SandboxConfig
 from ._sandbox import Sandbox
 from ._signals import cleanup_on_signals, signal_name
+from .cli import mcp as cli_mcp
 
 if TYPE_CHECKING:
     from ._backend import Process as ExecProcess
@@ -385,7 +386,7 @@ def _run_gc(args: argparse.Namespace) -> int:
 
 #: Every subcommand's ``_add_<name>`` function, in the order ``--help`` lists them.
 SUBCOMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = [
-    register, _add_gc,
+    register, _add_gc, cli_mcp.add,
 ]
 
 

@@ -61,3 +61,6 @@ LABEL_OWNER_PID: Final = "io.sandbox.owner.pid"
 LABEL_OWNER_START: Final = "io.sandbox.owner.start"
 LABEL_OWNER_BOOT_ID: Final = "io.sandbox.owner.boot-id"
 LABEL_CREATED: Final = "io.sandbox.created"
+#: Annotation key prefix under which `SandboxInfo` carries each of ``SandboxConfig.tools``
+#: with its path (annotations keep the Go wire format unchanged).
+ANNOTATION_TOOL: Final = "io.sandbox.tool/"

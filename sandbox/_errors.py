@@ -26,6 +26,7 @@ Each class also derives from the builtin exception with the same meaning, so exi
     ├── TimeoutExceeded (TimeoutError)
     │   └── EngineTimeout (also EngineUnavailable)
     ├── EngineUnavailable (ConnectionError), retryable by default
+    ├── McpServerFailed
     └── ConfigError (ValueError)
 """
 
@@ -47,6 +48,7 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "FileOperationFailed",
+    "McpServerFailed",
     "NetworkAccessDenied",
     "ResourceLimitExceeded",
     "SandboxAlreadyExists",
@@ -330,3 +332,20 @@ class ConfigError(SandboxError, ValueError):
     """Raised when a configuration value or a JSON document is invalid."""
 
     code = "CONFIG_ERROR"
+
+
+class McpServerFailed(SandboxError):
+    """Raised when an MCP server named in ``SandboxConfig.mcp_servers`` cannot serve: it is
+    not running (it exited or crashed; ``exit_code`` and the end of its ``stderr`` say how),
+    or it broke the protocol.
+    """
+
+    code = "MCP_SERVER_FAILED"
+
+    def __init__(self, message: str, *, server: str = "", exit_code: int | None = None,
+                 stderr: str = "", details: str = "",
+                 cause: BaseException | None = None) -> None:
+        super().__init__(message, details=details, cause=cause)
+        self.server = server
+        self.exit_code = exit_code
+        self.stderr = stderr

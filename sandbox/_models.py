@@ -22,6 +22,7 @@ from typing import Any, Literal
 import attrs
 
 from ._constants import (
+    ANNOTATION_TOOL,
     DEFAULT_IMAGE,
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_PULL_POLICY,
@@ -359,10 +360,11 @@ class SandboxConfig:
         network: Network settings.
         environment: Environment variables for every command.
         working_dir: Initial working directory of commands.
-        tools: Tool names to make available in the sandbox; nothing provides them yet, so
-            a non-empty value is refused at initialize rather than ignored.
-        mcp_servers: MCP server names to make available in the sandbox; likewise refused
-            for now.
+        tools: Executables (names in PATH, or absolute paths) that must be in the sandbox:
+            initialize fails naming any that is missing; `SandboxInfo.tools` gives their paths.
+        mcp_servers: MCP servers started in the sandbox at initialize, each
+            ``"name=command args..."`` (or ``"command args..."``, named after the command);
+            `Sandbox.mcp_client` connects to one. They are killed at cleanup.
         timeout: Default command timeout; 0 means none.
         cleanup_delay: Delay before removing the sandbox on cleanup.
         stats_interval: Interval between resource-usage samples.
@@ -690,6 +692,12 @@ class SandboxInfo:
     status_reason: str = ""
     exit_code: int | None = None
     oom_killed: bool = False
+
+    @property
+    def tools(self) -> dict[str, str]:
+        """``SandboxConfig.tools`` as found at start: name to path in the sandbox."""
+        prefix = ANNOTATION_TOOL
+        return {k[len(prefix):]: v for k, v in self.annotations.items() if k.startswith(prefix)}
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 
 from ._archive import check_limits
 from ._backend import Backend, Process, ProcessSpec
@@ -22,13 +24,25 @@ from ._errors import (
     SecurityViolation,
 )
 from ._lifecycle import Lifecycle
-from ._models import CommandResult, FileInfo, ResourceUsage, SandboxConfig, SandboxInfo, as_config
+from ._models import (
+    Command,
+    CommandResult,
+    FileInfo,
+    ResourceUsage,
+    SandboxConfig,
+    SandboxInfo,
+    as_config,
+)
 from ._models import SandboxStatus as SandboxStatus
 from ._paths import parse_copy, resolve
 from ._policy import merge_environment, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
+from ._provisions import Provisions, check_provisions, provision
 from ._registry import backend_for, check_type
 from ._shield import finish_despite_cancel
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 
 class Sandbox:
@@ -71,6 +85,7 @@ class Sandbox:
         self._lock = anyio.Lock()
         self._cwd = config.working_dir
         self._env: dict[str, str] = dict(config.environment)
+        self._provisions: Provisions | None = None
 
     async def __aenter__(self) -> Sandbox:
         await self.initialize()
@@ -113,17 +128,21 @@ class Sandbox:
         config = None if config is None else as_config(config)
         if config is not None:
             check_type(config.type)
+        # Malformed tools or mcp_servers entries are refused before anything is made.
+        servers = check_provisions(config or self._impl.config)
         async with self._lock:
             self._life.begin()
             try:
                 await self._impl.create(self._life, config,
                                         environment=self._env if config is None else None)
+                self._cwd, self._env = self._impl.working_dir, self._impl.environment()
+                if self.config.tools or servers:
+                    self._provisions = await provision(self, servers, self._open_service)
             except BaseException as exc:
                 error = await self._failed_start(exc)
                 if error is exc:
                     raise
                 raise error from exc
-        self._cwd, self._env = self._impl.working_dir, self._impl.environment()
 
     async def _failed_start(self, exc: BaseException) -> BaseException:
         """Remove what a failed start made; return the error that says what went wrong."""
@@ -200,6 +219,36 @@ class Sandbox:
             self._audit_command(spec, result=proc.result if proc else None, error=exc)
             raise
         self._audit_command(spec, result=proc.result)
+
+    @contextlib.asynccontextmanager
+    async def _open_service(self, cmd: Command) -> AsyncIterator[Process]:
+        """`stream_command` for a process that serves for the sandbox's life (an MCP
+        server): the config's default command timeout does not apply to it."""
+        self._life.require_running()
+        spec = attrs.evolve(self._plan(cmd), time_limit=None)
+        async with self._impl.open_process(spec) as proc:
+            self._audit_command(spec)
+            yield proc
+
+    def mcp_client(self, name: str, **session_options: Any) -> AbstractAsyncContextManager[
+            ClientSession]:
+        """Connect to the MCP server ``name`` of ``SandboxConfig.mcp_servers``, running in
+        this sandbox; yield an initialized ``mcp.ClientSession`` over its stdin and stdout.
+
+        One client at a time per server. Needs the ``mcp`` package (``sandbox[mcp]``);
+        ``session_options`` go to ``ClientSession`` (e.g. ``read_timeout_seconds``).
+
+        Raises:
+            ConfigError: No server has that name.
+            McpServerFailed: The server is not running (how it ended is in the message).
+        """
+        from ._mcp_client import open_client
+
+        if self._provisions is None:
+            raise ConfigError(f"no MCP server named {name!r} in this sandbox",
+                              details="SandboxConfig.mcp_servers names none, or the sandbox "
+                              "was not initialized")
+        return open_client(self._provisions.server(name), **session_options)
 
     # -- files: paths are resolved here, the backend moves bytes ---------------------------------
 
@@ -288,8 +337,10 @@ class Sandbox:
         return self._impl.usage_history()
 
     async def get_info(self) -> SandboxInfo:
-        """The sandbox's identity, state and allocated resources as the backend sees them."""
-        return await self._impl.get_info()
+        """The sandbox's identity, state and allocated resources as the backend sees them,
+        and the config's tools with their paths (`SandboxInfo.tools`)."""
+        info = await self._impl.get_info()
+        return info if self._provisions is None else self._provisions.annotate(info)
 
     async def cleanup(self) -> None:
         """Remove the sandbox and all it created; shielded from cancellation, idempotent.
@@ -309,5 +360,7 @@ class Sandbox:
                 if delay > 0:
                     await anyio.sleep(delay)
                 self._life.advance(SandboxStatus.STOPPING)
+                if self._provisions is not None:
+                    await self._provisions.stop()  # MCP servers end before their sandbox
                 await self._impl.remove()
                 self._life.advance(SandboxStatus.DESTROYED)

@@ -74,9 +74,9 @@ network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; 
 Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
 ``network_out_limit``, and ``network.allowed_hosts``, ``blocked_hosts``, ``allowed_ports``,
 ``ingress_limit``, ``egress_limit``, ``security.allowed_hosts``, ``blocked_hosts``,
-``allowed_ports`` (no egress policy yet), ``tools`` and ``mcp_servers`` (nothing provides
-them yet). Not create options, left to the
+``allowed_ports`` (no egress policy yet). Not create options, left to the
 backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
+``tools`` and ``mcp_servers`` (`Sandbox` provides them after start, ``sandbox._provisions``),
 ``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
 ``stats_interval``, ``security.enable_audit_log``, ``security.log_security_events``.
 
@@ -175,7 +175,6 @@ def plan_container(
             forbid.
         SandboxInitFailed: A limit this engine cannot enforce, or a value out of its range.
     """
-    _refuse_unprovided(config)
     runtime = _runtime(config.runtime, engine)
     host: dict[str, Any] = {"Init": True}
     if runtime:
@@ -221,18 +220,6 @@ def plan_container(
         needs_network=networked and not config.network.bridge,
         opt_ins=opt_ins,
     )
-
-
-def _refuse_unprovided(config: SandboxConfig) -> None:
-    """Refuse ``tools`` and ``mcp_servers``: nothing makes them available yet, and a sandbox
-    silently without them would mislead the agent that asked for them."""
-    asked = [f for f in ("tools", "mcp_servers") if getattr(config, f)]
-    if asked:
-        raise SandboxInitFailed(
-            f"{', '.join(asked)}: not supported yet: nothing would make them available in the "
-            "sandbox",
-            details="leave them empty; install what the agent needs in the image instead",
-        )
 
 
 def _runtime(runtime: str, engine: EngineFacts) -> str:

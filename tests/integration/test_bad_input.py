@@ -77,9 +77,10 @@ async def test_a_taken_name_fails_and_leaves_the_other_container_alone() -> None
         await docker.close()
 
 
-@pytest.mark.parametrize("field", ["tools", "mcp_servers"])
-async def test_tools_and_mcp_servers_are_refused_not_ignored(field: str) -> None:
-    await init_fails(busybox(**{field: ("x",)}), f"{field}: not supported yet")
+async def test_a_missing_tool_or_mcp_server_fails_initialize_naming_it() -> None:
+    err = await init_fails(busybox(tools=("x",), mcp_servers=("fs=y --z",)), "tools: 'x'",
+                           "mcp_servers['fs']: 'y'")
+    assert "not in the sandbox" in str(err)
 
 
 async def test_working_directory_that_is_a_file() -> None:

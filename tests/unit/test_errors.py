@@ -16,6 +16,7 @@ from sandbox._errors import (
     EngineTimeout,
     EngineUnavailable,
     FileOperationFailed,
+    McpServerFailed,
     NetworkAccessDenied,
     ResourceLimitExceeded,
     SandboxAlreadyExists,
@@ -58,6 +59,7 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (EngineUnavailable, "ENGINE_UNAVAILABLE"),
     (EngineTimeout, "ENGINE_TIMEOUT"),
     (ConfigError, "CONFIG_ERROR"),
+    (McpServerFailed, "MCP_SERVER_FAILED"),
 ]
 
 BUILTIN_BASES: list[tuple[type[SandboxError], type[BaseException]]] = [

@@ -478,15 +478,10 @@ def test_unenforced_security_host_lists_refused(field: str, value: Any) -> None:
         plan(security=SecurityPolicy(**{field: value}))
 
 
-@pytest.mark.parametrize(
-    ("changes", "named"),
-    [({"tools": ("git",)}, "tools"), ({"mcp_servers": ("fs",)}, "mcp_servers"),
-     ({"tools": ("git",), "mcp_servers": ("fs",)}, "tools, mcp_servers")],
-)
-def test_tools_and_mcp_servers_refused(changes: dict[str, Any], named: str) -> None:
-    """Nothing provides them yet: refused, not silently ignored."""
-    with pytest.raises(SandboxInitFailed, match=f"^{named}: not supported yet"):
-        plan(**changes)
+def test_tools_and_mcp_servers_are_not_create_options() -> None:
+    """Sandbox checks and starts them after the container is up (sandbox/_provisions.py)."""
+    p = plan(tools=("git",), mcp_servers=("fs",))
+    assert "git" not in str(p.body) and "fs" not in str(p.body["Cmd"])
 
 
 def test_empty_protocol_means_tcp() -> None:

@@ -1,0 +1,150 @@
+"""``python -m sandbox mcp``: one sandbox offered to an MCP client as tools.
+
+Built on the official ``mcp`` package (``pip install 'sandbox[mcp]'``). The server creates the
+sandbox from a `SandboxConfig` when it starts and removes it when the client goes away (end of
+stdin on stdio, or a signal); a server killed outright leaves a container whose owner process is
+gone, which ``sandbox gc`` removes.
+
+Tools: ``run_command`` (a shell command with a timeout), ``read_file``, ``write_file``,
+``list_files`` and ``resource_usage``. A failed operation comes back as a tool error naming
+what went wrong; a command's own failure is a normal result with its exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._errors import ConfigError, SandboxError
+from ._json import to_json
+from ._models import Command, SandboxConfig
+from ._sandbox import Sandbox
+from ._signals import cleanup_on_signals
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+__all__ = ["DEFAULT_READ_BYTES", "build_server", "check_loopback", "serve"]
+
+#: read_file returns at most this much unless asked for more.
+DEFAULT_READ_BYTES = 1 << 20
+#: run_command's timeout when the client gives none, in seconds.
+DEFAULT_COMMAND_TIMEOUT = 60.0
+INSTRUCTIONS = (
+    "An isolated Linux sandbox (a container). run_command runs a shell command in it and "
+    "returns its exit code and output; read_file, write_file and list_files work on its "
+    "files; resource_usage shows its CPU, memory and processes. Relative paths start at the "
+    "sandbox's working directory."
+)
+
+
+def _import_server() -> type[MCPServer[Any]]:
+    try:
+        from mcp.server.mcpserver import MCPServer
+    except ImportError as exc:
+        raise ConfigError("the MCP server needs the mcp package",
+                          details="install it with: pip install 'sandbox[mcp]'") from exc
+    return MCPServer
+
+
+def check_loopback(host: str) -> str:
+    """Refuse an HTTP address other than loopback: the tools run code, so the server must
+    not be reachable from other machines."""
+    if host == "localhost":
+        return host
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return host
+    except ValueError:
+        pass
+    raise ConfigError(f"--host {host!r}: the MCP server listens on loopback only",
+                      details="use 127.0.0.1, ::1 or localhost")
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """Let the client see what went wrong: the SDK's errors become tool errors with their
+    message (the mcp package hides other exceptions' text)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        yield
+    except SandboxError as exc:
+        raise ToolError(" ".join(str(exc).split())) from exc
+
+
+def _wire(value: Any) -> Any:
+    return json.loads(to_json(value))
+
+
+def build_server(sb: Sandbox, *, name: str = "sandbox") -> MCPServer[Any]:
+    """An MCP server whose tools act on ``sb`` (already initialized)."""
+    server = _import_server()(name, instructions=INSTRUCTIONS)
+
+    @server.tool()
+    async def run_command(command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT,  # noqa: ASYNC109
+                          working_dir: str = "") -> dict[str, Any]:
+        """Run a shell command (/bin/sh -c) in the sandbox and wait for it, at most
+        `timeout` seconds (then it and all it started are killed and timed_out is true).
+        Returns exit_code, stdout, stderr, timed_out and truncated."""
+        with _reported():
+            if not timeout > 0:
+                raise ConfigError(f"timeout must be a positive number of seconds, "
+                                  f"not {timeout!r}")
+            result = await sb.execute_command(
+                Command.shell(command, timeout=timeout, working_dir=working_dir))
+            return {"exit_code": result.exit_code, "stdout": result.stdout,
+                    "stderr": result.stderr, "timed_out": result.timed_out,
+                    "truncated": result.truncated, "error": result.error}
+
+    @server.tool()
+    async def read_file(path: str, max_bytes: int = DEFAULT_READ_BYTES) -> str:
+        """Read a text file in the sandbox (invalid UTF-8 is replaced); at most `max_bytes`
+        are returned, with a note when there was more."""
+        with _reported():
+            if max_bytes <= 0:
+                raise ConfigError(f"max_bytes must be positive, not {max_bytes}")
+            data = await sb.read_file(path)
+            text = data[:max_bytes].decode("utf-8", "replace")
+            if len(data) > max_bytes:
+                text += f"\n[... {len(data) - max_bytes} more bytes not shown]"
+            return text
+
+    @server.tool()
+    async def write_file(path: str, content: str) -> str:
+        """Write a text file in the sandbox, creating parent directories."""
+        with _reported():
+            await sb.write_file(path, content)
+            return f"wrote {len(content.encode())} bytes to {path}"
+
+    @server.tool()
+    async def list_files(path: str = ".") -> list[dict[str, Any]]:
+        """List a directory in the sandbox: name, path, size, is_dir and more per entry."""
+        with _reported():
+            return [_wire(entry) for entry in await sb.list_files(path)]
+
+    @server.tool()
+    async def resource_usage() -> dict[str, Any]:
+        """The sandbox's current CPU, memory, process and I/O figures."""
+        with _reported():
+            return dict(_wire(await sb.get_resource_usage()))
+
+    return server
+
+
+async def serve(config: SandboxConfig, *, http: bool = False, host: str = "127.0.0.1",
+                port: int = 8000) -> None:
+    """Create the sandbox, serve MCP on stdio (or streamable HTTP on loopback) until the
+    client goes away, then remove the sandbox."""
+    if http:
+        check_loopback(host)
+    _import_server()
+    async with cleanup_on_signals(), Sandbox(config) as sb:
+        server = build_server(sb)
+        if http:
+            await server.run_streamable_http_async(host=host, port=port)
+        else:
+            await server.run_stdio_async()

@@ -1,0 +1,129 @@
+"""`python -m sandbox mcp` driven by the mcp package's own stdio client, on the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from sandbox import IMAGE_BUSYBOX, SandboxConfig, gc, to_json
+from sandbox._constants import LABEL_OWNER_PID
+from tests.conftest import docker_cli
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+
+def labelled(mark: str) -> list[dict[str, Any]]:
+    """The containers carrying this test's label, as `docker inspect` shows them."""
+    ids = docker_cli("ps", "-aq", "--filter", f"label=test.mcp={mark}").split()
+    return json.loads(docker_cli("inspect", *ids)) if ids else []
+
+
+@asynccontextmanager
+async def server(tmp_path: Path, *extra: str) -> AsyncIterator[tuple[ClientSession, str]]:
+    """The server on stdio, its sandbox labelled with a fresh mark; yields (session, mark)."""
+    mark = uuid.uuid4().hex
+    config = tmp_path / "config.json"
+    config.write_text(to_json(SandboxConfig(image=IMAGE_BUSYBOX, labels={"test.mcp": mark})))
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "sandbox", "mcp", "--config", str(config), *extra],
+                                   env={"PYTHONPATH": os.getcwd()})
+    with open(tmp_path / "server.err", "w") as errlog:  # noqa: ASYNC230
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            with anyio.fail_after(60):
+                await session.initialize()
+            yield session, mark
+
+
+def wait_dead(pid: int) -> None:
+    """Until ``pid`` is gone or a zombie (its parent, the client, reaps it later)."""
+    while True:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+
+
+def text(result: Any) -> str:
+    assert not result.is_error, result
+    return "".join(c.text for c in result.content)
+
+
+def structured(result: Any) -> Any:
+    assert not result.is_error, result
+    return result.structured_content
+
+
+async def test_tools_run_commands_and_move_files(tmp_path: Path) -> None:
+    async with server(tmp_path, "--memory", "256m") as (session, mark):
+        tools = {t.name for t in (await session.list_tools()).tools}
+        assert tools == {"run_command", "read_file", "write_file", "list_files",
+                         "resource_usage"}
+        [container] = labelled(mark)
+        assert container["State"]["Running"]
+        assert container["HostConfig"]["Memory"] == 256 * 1024 * 1024
+
+        ran = structured(await session.call_tool(
+            "run_command", {"command": "echo out; echo err >&2; exit 3"}))
+        assert (ran["exit_code"], ran["stdout"], ran["stderr"]) == (3, "out\n", "err\n")
+        assert ran["timed_out"] is False
+
+        with anyio.fail_after(30):
+            slow = structured(await session.call_tool(
+                "run_command", {"command": "sleep 60", "timeout": 1}))
+        assert slow["timed_out"] is True
+
+        assert "wrote 6 bytes" in text(await session.call_tool(
+            "write_file", {"path": "notes/a.txt", "content": "hello\n"}))
+        assert text(await session.call_tool("read_file", {"path": "notes/a.txt"})) == "hello\n"
+        listing = structured(await session.call_tool("list_files", {"path": "notes"}))
+        assert [(e["name"], e["size"]) for e in listing["result"]] == [("a.txt", 6)]
+        # What the tool wrote is really in the container.
+        assert docker_cli("exec", container["Id"], "cat", "/workspace/notes/a.txt") == "hello\n"
+
+        usage = structured(await session.call_tool("resource_usage", {}))
+        assert usage["memory_usage"] > 0 and usage["process_count"] >= 1
+
+        missing = await session.call_tool("read_file", {"path": "/nope"})
+        assert missing.is_error and "/nope" in "".join(c.text for c in missing.content)
+    # The client went away (stdin closed): the server removed the sandbox before exiting.
+    assert labelled(mark) == []
+
+
+async def test_a_killed_server_leaves_a_sandbox_gc_finds(tmp_path: Path) -> None:
+    async with server(tmp_path) as (_session, mark):
+        [container] = labelled(mark)
+        owner = int(container["Config"]["Labels"][LABEL_OWNER_PID])
+        os.kill(owner, signal.SIGKILL)
+        with anyio.fail_after(30):
+            await anyio.to_thread.run_sync(wait_dead, owner)
+    try:
+        assert [c["Id"] for c in labelled(mark)] == [container["Id"]]
+        report = await gc(dry_run=True)
+        assert container["Id"] in [item.id for item in report.removed]
+    finally:
+        docker_cli("rm", "-f", container["Id"])
+
+
+async def test_http_refuses_an_address_other_than_loopback() -> None:
+    with anyio.fail_after(60):
+        proc = await anyio.run_process(
+            [sys.executable, "-m", "sandbox", "mcp", "--http", "--host", "0.0.0.0"],
+            check=False)
+    assert proc.returncode == 2
+    assert b"loopback only" in proc.stderr
