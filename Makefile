@@ -20,8 +20,8 @@ venv: $(VENV)/.installed
 engine:
 	bash scripts/engine.sh
 
-images: engine
-	python3 scripts/images.py
+images: venv engine
+	$(PY) scripts/images.py
 
 # The pull tests serve images from Debian's docker-registry on loopback (no outside registry);
 # the package's own service (on :5000, all interfaces) is stopped where systemd started it.

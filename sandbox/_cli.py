@@ -19,10 +19,9 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -33,9 +32,12 @@ from ._constants import DEFAULT_WORKING_DIR
 from ._errors import ConfigError, SandboxError
 from ._json import from_json, to_json
 from ._models import Command, CommandResult, RepositoryConfig, SandboxConfig
+from ._progress import PullProgress
 from ._sandbox import Sandbox
 from ._signals import cleanup_on_signals, signal_name
+from .cli import images as cli_images
 from .cli import mcp as cli_mcp
+from .cli import ps as cli_ps
 
 if TYPE_CHECKING:
     from ._backend import Process as ExecProcess
@@ -177,30 +179,6 @@ def _config(args: argparse.Namespace) -> SandboxConfig:
 # -- printing -------------------------------------------------------------------------------------
 
 
-class _PullProgress:
-    """Show image-pull progress as one updating line, only when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, record: Mapping[str, Any]) -> None:
-        if not self.tty:
-            return
-        parts = (record.get("id"), record.get("status"), record.get("progress"))
-        line = " ".join(str(p) for p in parts if p)
-        width = shutil.get_terminal_size().columns - 1
-        sys.stderr.write("\r\x1b[K" + line[:width])
-        sys.stderr.flush()
-        self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self.shown = False
-
-
 def _write(stream: str, data: bytes) -> None:
     out = sys.stderr if stream == "stderr" else sys.stdout
     out.buffer.write(data)
@@ -262,7 +240,7 @@ async def _forward_stdin(proc: ExecProcess) -> None:
 # -- handlers -------------------------------------------------------------------------------------
 
 
-def _sandbox_for(config: SandboxConfig, progress: _PullProgress) -> Sandbox:
+def _sandbox_for(config: SandboxConfig, progress: PullProgress) -> Sandbox:
     """A sandbox for ``config``; a Docker one shows image pull progress."""
     if config.type != "docker":
         return Sandbox(config)
@@ -271,9 +249,10 @@ def _sandbox_for(config: SandboxConfig, progress: _PullProgress) -> Sandbox:
     return Sandbox(backend=DockerBackend(config, on_pull_progress=progress))
 
 
-async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool) -> CommandResult:
+async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool,
+                    quiet: bool = False) -> CommandResult:
     """Run argv in a fresh sandbox with output printed live; stdin forwarded if asked."""
-    progress = _PullProgress()
+    progress = PullProgress(quiet=quiet)
     async with cleanup_on_signals(), _sandbox_for(config, progress) as sb:
         progress.done()
         async with sb.stream_command(Command.argv(list(argv))) as proc:
@@ -297,7 +276,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``sandbox run [flags] -- CMD...``: run one command and exit with its status."""
     config = _config(args)
     try:
-        result = asyncio.run(_attached(config, args.argv, stdin=args.interactive))
+        result = asyncio.run(_attached(config, args.argv, stdin=args.interactive,
+                                       quiet=args.quiet))
     except SystemExit as exc:
         return _terminated(args, exc)
     return _exit_status(args, result)
@@ -308,7 +288,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     config = _config(args)
     argv = [args.shell, "-i"] if sys.stdin is not None and sys.stdin.isatty() else [args.shell]
     try:
-        result = asyncio.run(_attached(config, argv, stdin=True))
+        result = asyncio.run(_attached(config, argv, stdin=True, quiet=args.quiet))
     except SystemExit as exc:
         return _terminated(args, exc)
     return _exit_status(args, result)
@@ -386,7 +366,7 @@ def _run_gc(args: argparse.Namespace) -> int:
 
 #: Every subcommand's ``_add_<name>`` function, in the order ``--help`` lists them.
 SUBCOMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = [
-    register, _add_gc, cli_mcp.add,
+    register, _add_gc, cli_ps.add_ps, cli_ps.add_top, cli_mcp.add, cli_images.add,
 ]
 
 
@@ -396,8 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the full traceback on errors")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="show no progress (it is shown only on a terminal anyway)")
     parser = _Parser(prog="sandbox", description="Run AI-agent work in Docker sandboxes.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="show no progress (it is shown only on a terminal anyway)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for add in SUBCOMMANDS:

@@ -38,7 +38,12 @@ DockerClient = aiodocker.Docker
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 START_HINT = (
-    "start one with `make engine` (scripts/engine.sh), or point DOCKER_HOST at a running engine"
+    "is Docker installed and running? Start it (e.g. `sudo systemctl start docker`), or point "
+    "DOCKER_HOST at a running engine"
+)
+PERMISSION_HINT = (
+    "add the user to the docker group (`sudo usermod -aG docker $USER`, then log in again), "
+    "or point DOCKER_HOST at an engine this user may use"
 )
 
 
@@ -117,8 +122,30 @@ class EngineConflict(EngineError):
     """Raised when the engine answered 409: e.g. a name taken, or a container not running."""
 
 
+def _permission_denied(exc: BaseException) -> bool:
+    """Whether a failed connect was refused for lack of permission (EACCES on the socket).
+
+    aiodocker flattens the connect error into its message; the original is the context."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        os_error = getattr(seen, "os_error", seen)
+        if isinstance(os_error, PermissionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    text = str(getattr(exc, "message", exc))
+    return "[Errno 13]" in text or "Permission denied" in text
+
+
 def _engine_error(exc: aiodocker.DockerError, action: str) -> SandboxError:
     """The SDK error for an engine error answer."""
+    if exc.status == 900 and _permission_denied(exc):
+        return EngineUnavailable(
+            f"{action}: permission denied on the Docker engine's socket at {engine_address()}: "
+            f"this user may not use the engine; {PERMISSION_HINT}",
+            details=str(exc.message), retryable=False, cause=exc,
+        )
     if exc.status == 900:  # aiodocker: could not connect
         return EngineUnavailable(
             f"{action}: no Docker engine answers at {engine_address()}; {START_HINT}",

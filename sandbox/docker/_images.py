@@ -6,10 +6,14 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._constants import IMAGE_BUSYBOX, IMAGE_PYTHON
 from .._errors import SandboxError, SandboxInitFailed
 from .._image_ref import ImageRef
 from ._gateway import Engine, EngineNotFound
 
+#: The SDK's own images: no registry has them, `BUILD_COMMAND` builds them.
+BUILT_HERE = (IMAGE_BUSYBOX, IMAGE_PYTHON)
+BUILD_COMMAND = "python -m sandbox images"
 #: A pull that makes no progress for this long is given up.
 PULL_IDLE_TIMEOUT = 120.0
 
@@ -34,11 +38,18 @@ async def ensure_image(
     name = ref.engine_name
     if policy != "always" and (found := await inspect_image(engine, name)) is not None:
         return found
+    if name in BUILT_HERE:
+        # No registry has them: they are built on this machine, by the package itself.
+        raise SandboxInitFailed(
+            f"image {name!r} is not on the engine: it is one of the SDK's own images, built "
+            f"locally; build it with `{BUILD_COMMAND}`",
+            details="or choose another image in SandboxConfig.image",
+        )
     if policy == "never":
         raise SandboxInitFailed(
             f"image {name!r} is not on the engine and pull_policy is 'never'",
-            details="build or load the image first (make images builds the test images), "
-            "or set pull_policy='missing'",
+            details=f"build or load the image first (`{BUILD_COMMAND}` builds the SDK's "
+            "default images), or set pull_policy='missing'",
         )
     await pull(engine, ref, on_progress, platform=platform)
     pulled = await inspect_image(engine, name)

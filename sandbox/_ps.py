@@ -1,0 +1,182 @@
+"""What runs: the sandboxes the SDK started on the engine (``sandbox ps``) and their live
+resource use (``sandbox top``), from the same stats sampler a `Sandbox` uses.
+
+Only containers carrying the SDK's ``managed-by`` label are listed, whoever started them on
+this engine. The owner column says whether the process that created each one is still alive
+(``alive``), has exited (``gone``: ``sandbox gc`` would remove it), or cannot be checked from
+here (``unknown``: another host, or no owner labels), by the rules ``gc`` uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncGenerator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from ._constants import (
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_SANDBOX_ID,
+)
+from ._gc import _created, _Here, owner_verdict
+from ._models import ResourceUsage
+
+__all__ = ["SandboxRow", "TopRow", "list_sandboxes", "watch"]
+
+#: Seconds `watch` waits for a new sandbox's first sample before showing it without one.
+FIRST_SAMPLE_WAIT = 5.0
+_FILTERS = json.dumps({"label": [f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"]})
+
+
+@attrs.frozen(kw_only=True)
+class SandboxRow:
+    """One sandbox container as ``sandbox ps`` shows it.
+
+    Attributes:
+        id: The SDK's sandbox id (its label).
+        container_id: The engine's container id.
+        name: The container's name.
+        image: The image it runs.
+        state: The engine's state: running, exited, created, paused, ...
+        created: When the SDK created it.
+        age_seconds: Seconds since then (None when unknown).
+        owner_pid: The pid of the process that created it (None when not labelled).
+        owner_host: The host that process ran on.
+        owner: "alive", "gone" or "unknown" (cannot be checked from here).
+    """
+
+    id: str
+    container_id: str
+    name: str
+    image: str
+    state: str
+    created: datetime | None
+    age_seconds: float | None
+    owner_pid: int | None
+    owner_host: str
+    owner: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (``created`` in ISO 8601)."""
+        data = attrs.asdict(self)
+        data["created"] = self.created.isoformat() if self.created else None
+        return data
+
+
+@attrs.frozen(kw_only=True)
+class TopRow:
+    """A sandbox and its latest resource sample (None before the first)."""
+
+    sandbox: SandboxRow
+    usage: ResourceUsage | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.sandbox.to_dict()
+        u = self.usage
+        data.update(cpu_percent=round(u.cpu_usage, 1) if u else None,
+                    memory_bytes=u.memory_usage if u else None,
+                    memory_percent=round(u.memory_percent, 1) if u else None,
+                    pids=u.process_count if u else None)
+        return data
+
+
+def _owner(labels: Mapping[str, str], here: _Here) -> str:
+    host, pid = labels.get(LABEL_OWNER_HOST, ""), labels.get(LABEL_OWNER_PID, "")
+    if not host or not pid.isdigit() or host != here.host:
+        return "unknown"
+    gone, _reason = owner_verdict(labels, here=here)
+    return "gone" if gone else "alive"
+
+
+def _text(value: Any, limit: int = 256) -> str:
+    """An engine string for display: untrusted (a container's name, an image's)."""
+    text = value if isinstance(value, str) else ""
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+
+
+def row_of(container: Mapping[str, Any], *, here: _Here, now: datetime) -> SandboxRow:
+    """A `SandboxRow` from one entry of the engine's container list."""
+    labels = container.get("Labels") or {}
+    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+    engine_created = None
+    if isinstance(container.get("Created"), int | float):
+        engine_created = datetime.fromtimestamp(container["Created"], UTC)
+    created = _created(labels, engine_created)
+    names = container.get("Names") or []
+    name = names[0].lstrip("/") if isinstance(names, list) and names and \
+        isinstance(names[0], str) else ""
+    pid = labels.get(LABEL_OWNER_PID, "")
+    return SandboxRow(
+        id=_text(labels.get(LABEL_SANDBOX_ID, "")), container_id=_text(container.get("Id")),
+        name=_text(name), image=_text(container.get("Image")),
+        state=_text(container.get("State")), created=created,
+        age_seconds=max((now - created).total_seconds(), 0.0) if created else None,
+        owner_pid=int(pid) if pid.isdigit() else None,
+        owner_host=_text(labels.get(LABEL_OWNER_HOST, "")), owner=_owner(labels, here),
+    )
+
+
+async def _list(engine: Any) -> list[SandboxRow]:
+    found = await engine.query_json("list the SDK's containers", "containers/json",
+                                    params={"all": "1", "filters": _FILTERS})
+    here, now = _Here.current(), datetime.now(UTC)
+    rows = [row_of(c, here=here, now=now) for c in found if isinstance(c, Mapping)]
+    return sorted(rows, key=lambda r: (r.created or now, r.name))
+
+
+async def list_sandboxes() -> list[SandboxRow]:
+    """Every container the SDK labelled on the engine at DOCKER_HOST, oldest first."""
+    from .docker._gateway import Engine, new_client
+
+    client = new_client()
+    try:
+        return await _list(Engine(client))
+    finally:
+        await client.close()
+
+
+async def watch(interval: float = 1.0) -> AsyncGenerator[list[TopRow], None]:
+    """Every ``interval`` seconds, the running sandboxes and their latest samples.
+
+    One `StatsSampler` (the SDK's own) follows each running sandbox; sandboxes that appear
+    or go between refreshes gain or lose theirs. Everything stops when the iteration ends.
+    """
+    from .docker._gateway import Engine, new_client
+    from .docker._stats import StatsSampler
+
+    client = new_client()
+    engine = Engine(client)
+    samplers: dict[str, tuple[StatsSampler, asyncio.Task[None]]] = {}
+    try:
+        while True:
+            rows = [r for r in await _list(engine) if r.state == "running"]
+            live = {r.container_id for r in rows}
+            for cid in set(samplers) - live:
+                samplers.pop(cid)[1].cancel()
+            new: list[StatsSampler] = []
+            for row in rows:
+                if row.container_id not in samplers:
+                    sampler = StatsSampler(engine, row.container_id, interval=interval)
+                    samplers[row.container_id] = (sampler,
+                                                  asyncio.ensure_future(sampler.run()))
+                    new.append(sampler)
+            # A new sandbox is shown with its first sample (the engine's come every second).
+            await asyncio.gather(*(s.wait_first(FIRST_SAMPLE_WAIT) for s in new),
+                                 return_exceptions=True)
+            yield [TopRow(sandbox=r, usage=samplers[r.container_id][0].latest) for r in rows]
+            await asyncio.sleep(interval)
+    finally:
+        tasks = [task for _, task in samplers.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await client.close()

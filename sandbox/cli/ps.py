@@ -1,0 +1,127 @@
+"""``sandbox ps`` and ``sandbox top``: which sandboxes run, and what they use (``sandbox._ps``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._progress import human_bytes
+
+if TYPE_CHECKING:
+    from .._ps import SandboxRow, TopRow
+
+__all__ = ["add_ps", "add_top", "format_age", "ps_table", "top_table"]
+
+#: Move home and clear the screen: each refresh of ``top`` on a terminal replaces the last.
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def add_ps(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "ps", parents=[common], help="list the sandboxes the SDK started on the engine",
+        description="List every container the SDK labelled on the engine (DOCKER_HOST): name, "
+        "image, state, age, and whether the process that created it is still alive "
+        "(alive / gone: `sandbox gc` removes it / unknown: cannot be checked from here).",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON array instead")
+    p.set_defaults(run=run_ps, parser=p)
+
+
+def add_top(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "top", parents=[common], help="show running sandboxes' CPU, memory and pids live",
+        description="Show the running sandboxes with their CPU, memory and process count, "
+        "refreshed every --interval seconds until Ctrl-C (or -n refreshes), from the stats "
+        "sampler the SDK uses.",
+    )
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object per refresh (JSON lines) instead")
+    p.add_argument("-n", "--iterations", type=int, default=0, metavar="N",
+                   help="stop after N refreshes (default: run until interrupted)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between refreshes (default: 1; the engine samples each second)")
+    p.set_defaults(run=run_top, parser=p)
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    secs = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def _owner(row: SandboxRow) -> str:
+    return f"{row.owner} (pid {row.owner_pid})" if row.owner_pid is not None else row.owner
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+             for line in [header, *rows]]
+    return "\n".join(lines)
+
+
+def ps_table(rows: Sequence[SandboxRow]) -> str:
+    return _table(["NAME", "IMAGE", "STATE", "AGE", "OWNER"],
+                  [[r.name, r.image, r.state, format_age(r.age_seconds), _owner(r)]
+                   for r in rows])
+
+
+def top_table(rows: Sequence[TopRow]) -> str:
+    def cells(t: TopRow) -> list[str]:
+        u = t.usage
+        return [t.sandbox.name, t.sandbox.image,
+                f"{u.cpu_usage:.1f}" if u else "-",
+                human_bytes(u.memory_usage) if u else "-",
+                f"{u.memory_percent:.1f}" if u else "-",
+                str(u.process_count) if u else "-", _owner(t.sandbox)]
+    return _table(["NAME", "IMAGE", "CPU%", "MEM", "MEM%", "PIDS", "OWNER"],
+                  [cells(t) for t in rows])
+
+
+def run_ps(args: argparse.Namespace) -> int:
+    from .._ps import list_sandboxes
+
+    rows = asyncio.run(list_sandboxes())
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+    elif rows:
+        print(ps_table(rows))
+    else:
+        print("no sandboxes")
+    return 0
+
+
+async def _top(args: argparse.Namespace) -> None:
+    from .._ps import watch
+
+    tty = sys.stdout.isatty()
+    shown = 0
+    async with contextlib.aclosing(watch(args.interval)) as frames:
+        async for rows in frames:
+            if args.json:
+                print(json.dumps({"sandboxes": [t.to_dict() for t in rows]}), flush=True)
+            else:
+                text = top_table(rows) if rows else "no running sandboxes"
+                print((CLEAR if tty else "\n" if shown else "") + text, flush=True)
+            shown += 1
+            if args.iterations and shown >= args.iterations:
+                return
+
+
+def run_top(args: argparse.Namespace) -> int:
+    from .._cli import _usage_error
+
+    if not args.interval > 0 or args.iterations < 0:
+        _usage_error(args, "--interval must be positive and -n not negative")
+    asyncio.run(_top(args))
+    return 0
