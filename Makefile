@@ -26,12 +26,14 @@ images: venv engine
 # The pull tests serve images from Debian's docker-registry on loopback (no outside registry);
 # the package's own service (on :5000, all interfaces) is stopped where systemd started it.
 # Go (standard library only) checks the JSON wire format in tests/unit/test_go_wire.py.
+# tmux is the real terminal of tests/integration/test_terminal.py (ps, top, progress).
 test-tools:
 	@command -v docker-registry >/dev/null 2>&1 || { \
 	    bash scripts/apt-install.sh test-tools docker-registry && \
 	    if command -v systemctl >/dev/null 2>&1; then \
 	        systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi; }
 	@command -v go >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools golang-go
+	@command -v tmux >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools tmux
 
 test: venv engine images test-tools
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -123,26 +123,30 @@ def row_of(container: Mapping[str, Any], *, here: _Here, now: datetime) -> Sandb
     )
 
 
-async def _list(engine: Any) -> list[SandboxRow]:
+async def _list(engine: Any, owner: int | None = None) -> list[SandboxRow]:
     found = await engine.query_json("list the SDK's containers", "containers/json",
                                     params={"all": "1", "filters": _FILTERS})
     here, now = _Here.current(), datetime.now(UTC)
     rows = [row_of(c, here=here, now=now) for c in found if isinstance(c, Mapping)]
+    if owner is not None:
+        rows = [r for r in rows if r.owner_pid == owner and r.owner_host == here.host]
     return sorted(rows, key=lambda r: (r.created or now, r.name))
 
 
-async def list_sandboxes() -> list[SandboxRow]:
-    """Every container the SDK labelled on the engine at DOCKER_HOST, oldest first."""
+async def list_sandboxes(*, owner: int | None = None) -> list[SandboxRow]:
+    """Every container the SDK labelled on the engine at DOCKER_HOST, oldest first; with
+    ``owner``, only those the process with that pid (on this host) created."""
     from .docker._gateway import Engine, new_client
 
     client = new_client()
     try:
-        return await _list(Engine(client))
+        return await _list(Engine(client), owner)
     finally:
         await client.close()
 
 
-async def watch(interval: float = 1.0) -> AsyncGenerator[list[TopRow], None]:
+async def watch(interval: float = 1.0, *, owner: int | None = None,
+                ) -> AsyncGenerator[list[TopRow], None]:
     """Every ``interval`` seconds, the running sandboxes and their latest samples.
 
     One `StatsSampler` (the SDK's own) follows each running sandbox; sandboxes that appear
@@ -156,7 +160,7 @@ async def watch(interval: float = 1.0) -> AsyncGenerator[list[TopRow], None]:
     samplers: dict[str, tuple[StatsSampler, asyncio.Task[None]]] = {}
     try:
         while True:
-            rows = [r for r in await _list(engine) if r.state == "running"]
+            rows = [r for r in await _list(engine, owner) if r.state == "running"]
             live = {r.container_id for r in rows}
             for cid in set(samplers) - live:
                 samplers.pop(cid)[1].cancel()

@@ -29,6 +29,7 @@ def add_ps(sub: Any, common: argparse.ArgumentParser) -> None:
         "(alive / gone: `sandbox gc` removes it / unknown: cannot be checked from here).",
     )
     p.add_argument("--json", action="store_true", help="print a JSON array instead")
+    _add_owner(p)
     p.set_defaults(run=run_ps, parser=p)
 
 
@@ -45,7 +46,13 @@ def add_top(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="stop after N refreshes (default: run until interrupted)")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                    help="seconds between refreshes (default: 1; the engine samples each second)")
+    _add_owner(p)
     p.set_defaults(run=run_top, parser=p)
+
+
+def _add_owner(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--owner", type=int, metavar="PID",
+                   help="only the sandboxes the process PID created")
 
 
 def format_age(seconds: float | None) -> str:
@@ -91,7 +98,7 @@ def top_table(rows: Sequence[TopRow]) -> str:
 def run_ps(args: argparse.Namespace) -> int:
     from .._ps import list_sandboxes
 
-    rows = asyncio.run(list_sandboxes())
+    rows = asyncio.run(list_sandboxes(owner=args.owner))
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     elif rows:
@@ -106,7 +113,7 @@ async def _top(args: argparse.Namespace) -> None:
 
     tty = sys.stdout.isatty()
     shown = 0
-    async with contextlib.aclosing(watch(args.interval)) as frames:
+    async with contextlib.aclosing(watch(args.interval, owner=args.owner)) as frames:
         async for rows in frames:
             if args.json:
                 print(json.dumps({"sandboxes": [t.to_dict() for t in rows]}), flush=True)
