@@ -29,6 +29,17 @@ EXPECTED = {
     "parallel.py": [r"too slow\s+-?\d+ timeout", r"fails\s+3 failed\s",
                     r"count\s+0 ok\s+[\d.]+\s+100000",
                     r"10 tasks in 10 sandboxes, 8 succeeded"],
+    "mcp_client.py": [r"tools: run_command, read_file, write_file, list_files, resource_usage",
+                      r"run_command: exit 0, stdout: hello from Linux as uid 1000",
+                      r"read_file out.txt: written inside the sandbox",
+                      r"list_files: hello.py, out.txt", r"timed_out = True",
+                      r"resource_usage: \d+ KiB of memory, \d+ processes"],
+    "mcp_in_sandbox.py": [r"python3 in the sandbox: /usr/bin/python3",
+                          r"the server offers: add, run_python, whoami, crash",
+                          r"agent called whoami: uid=1000 cwd=/workspace",
+                          r"agent called add: 42", r"sees the host files: False",
+                          r"the server crashed: exited with status 3; its stderr ends: tiny "
+                          r"server: crashing as asked"],
     "monitor.py": [r"\[\s*\d+\.\d s\] cpu\s+\d+\.\d %\s+memory", r"cpu hog done",
                    r"memory hog held 192 MiB", r"peak cpu \d+ %, peak memory \d+ MiB"],
 }
