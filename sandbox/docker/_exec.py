@@ -189,6 +189,9 @@ class ExecProcess:
         """
         if not self._closed:
             self._closed = True
+            # First, so a pump blocked on a full buffer nobody reads drops output and reads on
+            # (else the kill's exec stalls on the unread output for its whole deadline).
+            self._receive.close()
             if not self._drained and not self._abandoned:
                 self._killed = True
                 with anyio.CancelScope(shield=True):
