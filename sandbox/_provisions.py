@@ -195,8 +195,9 @@ class McpServer:
             async with open_service(command) as proc:
                 self._proc = proc
                 started.set()
-                await self._pump(proc)
-                self.result = await proc.wait()
+                if await self._pump(proc):
+                    self.result = await proc.wait()
+                # else: it broke the protocol; leaving the block kills it
         except SandboxError as exc:
             self.error = exc
         finally:
@@ -205,24 +206,29 @@ class McpServer:
             with contextlib.suppress(asyncio.QueueFull):
                 self._lines.put_nowait(None)
 
-    async def _pump(self, proc: Process) -> None:
+    async def _pump(self, proc: Process) -> bool:
+        """Move output until the process ends (True), or until it broke the rules (False)."""
         pending = bytearray()
         async for chunk in proc:
             if chunk.stream != "stdout":
                 self._stderr += chunk.data
                 del self._stderr[:-STDERR_TAIL]
                 continue
+            # Only the new bytes are searched: a long line costs linear time, not quadratic.
+            start = len(pending)
             pending += chunk.data
-            while (end := pending.find(b"\n")) >= 0:
+            while (end := pending.find(b"\n", start)) >= 0:
                 line = bytes(pending[:end])
                 del pending[:end + 1]
+                start = 0
                 if line.strip():
                     await self._lines.put(line)
             if len(pending) > MAX_MESSAGE_BYTES:
                 self.error = McpServerFailed(
                     f"MCP server {self.name!r} sent a message longer than "
                     f"{MAX_MESSAGE_BYTES} bytes; it was stopped", server=self.name)
-                return  # leaving the block kills it
+                return False
+        return True
 
     def failure(self) -> McpServerFailed:
         """The error saying why the server does not serve (it ended)."""

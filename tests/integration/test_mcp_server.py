@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -17,6 +19,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from sandbox import IMAGE_BUSYBOX, SandboxConfig, gc, to_json
 from sandbox._constants import LABEL_OWNER_PID
@@ -118,6 +121,58 @@ async def test_a_killed_server_leaves_a_sandbox_gc_finds(tmp_path: Path) -> None
         assert container["Id"] in [item.id for item in report.removed]
     finally:
         docker_cli("rm", "-f", container["Id"])
+
+
+async def test_sigterm_removes_the_sandbox(tmp_path: Path) -> None:
+    async with server(tmp_path) as (_session, mark):
+        [container] = labelled(mark)
+        owner = int(container["Config"]["Labels"][LABEL_OWNER_PID])
+        os.kill(owner, signal.SIGTERM)
+        with anyio.fail_after(60):
+            await anyio.to_thread.run_sync(wait_dead, owner)
+    assert labelled(mark) == []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_streamable_http_on_loopback(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    config = tmp_path / "config.json"
+    config.write_text(to_json(SandboxConfig(image=IMAGE_BUSYBOX, labels={"test.mcp": mark})))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    proc = await anyio.open_process(
+        [sys.executable, "-m", "sandbox", "mcp", "--http", "--port", str(port),
+         "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(60):
+            while True:  # until it listens
+                try:
+                    await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
+                    break
+                except OSError:
+                    assert proc.returncode is None, "the server exited"
+                    await anyio.sleep(0.1)
+            async with streamable_http_client(url) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                ran = structured(await session.call_tool("run_command",
+                                                         {"command": "echo over http"}))
+                assert ran["stdout"] == "over http\n"
+            assert len(labelled(mark)) == 1
+            proc.send_signal(signal.SIGTERM)
+            assert await proc.wait() == 143
+        assert labelled(mark) == []
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.aclose()
+        for c in labelled(mark):
+            docker_cli("rm", "-f", c["Id"])
 
 
 async def test_http_refuses_an_address_other_than_loopback() -> None:

@@ -120,3 +120,14 @@ async def test_a_server_that_is_no_mcp_server_fails_the_handshake_clearly() -> N
             async with sb.mcp_client("liar"):
                 pass
         assert "exited with status 7" in str(ei.value) and "oops" in str(ei.value)
+
+
+async def test_a_server_flooding_one_endless_line_is_stopped() -> None:
+    """A hostile server cannot make the SDK buffer without bound: 16 MiB per message."""
+    config = SandboxConfig(image=IMAGE_BUSYBOX,
+                           mcp_servers=["flood=sh -c 'head -c 20000000 /dev/zero; sleep 600'"])
+    async with Sandbox(config) as sb:
+        with anyio.fail_after(120), pytest.raises(McpServerFailed,
+                                                  match="longer than 16777216 bytes"):
+            async with sb.mcp_client("flood"):
+                pass
