@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
@@ -112,10 +113,18 @@ def rootfs_busybox(work: Path) -> Path:
     (root / "etc/passwd").write_text(PASSWD)
     (root / "etc/group").write_text(GROUP)
     os.chmod(root / "tmp", 0o1777)
-    if os.geteuid() == 0:
-        os.chown(root / "home/sandbox", 1000, 1000)
+
+    def owner(member: tarfile.TarInfo) -> tarfile.TarInfo:
+        # Owners set here, not taken from the builder: root's, and the sandbox user's home,
+        # whoever builds (root is not needed for this image).
+        uid = 1000 if member.name in ("./home/sandbox", "home/sandbox") else 0
+        member.uid = member.gid = uid
+        member.uname = member.gname = ""
+        return member
+
     tarball = work / "busybox.tar"
-    _run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(tarball), "."], "tar")
+    with tarfile.open(tarball, "w", format=tarfile.GNU_FORMAT) as tar:
+        tar.add(root, arcname=".", filter=owner)
     return tarball
 
 

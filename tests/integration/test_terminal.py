@@ -101,6 +101,10 @@ def test_image_build_progress_on_a_terminal_only(term: Tmux) -> None:
         assert proc.stderr == f"images: built {tags[2]}\n"
         for tag in tags:
             assert docker_cli("images", "-q", tag).strip()
+        # What was built is a working image: the sandbox user owns its home.
+        assert docker_cli("run", "--rm", "--network", "none", tags[0], "sh", "-c",
+                          "stat -c %U /home/sandbox; echo $PATH") == \
+            "sandbox\n/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
     finally:
         docker_cli("rmi", *tags, check=False)
 
