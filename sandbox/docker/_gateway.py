@@ -32,6 +32,7 @@ from aiodocker.stream import Stream
 
 from .._constants import DEFAULT_ENGINE_TIMEOUT
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
+from ._access import PERMISSION_HINT, permission_denied
 
 #: The client type a caller may pass in (``docker=``); only this module knows it is aiodocker's.
 DockerClient = aiodocker.Docker
@@ -40,10 +41,6 @@ DEFAULT_SOCKET = "/var/run/docker.sock"
 START_HINT = (
     "is Docker installed and running? Start it (e.g. `sudo systemctl start docker`), or point "
     "DOCKER_HOST at a running engine"
-)
-PERMISSION_HINT = (
-    "add the user to the docker group (`sudo usermod -aG docker $USER`, then log in again), "
-    "or point DOCKER_HOST at an engine this user may use"
 )
 
 
@@ -122,25 +119,9 @@ class EngineConflict(EngineError):
     """Raised when the engine answered 409: e.g. a name taken, or a container not running."""
 
 
-def _permission_denied(exc: BaseException) -> bool:
-    """Whether a failed connect was refused for lack of permission (EACCES on the socket).
-
-    aiodocker flattens the connect error into its message; the original is the context."""
-    seen: BaseException | None = exc
-    for _ in range(5):
-        if seen is None:
-            break
-        os_error = getattr(seen, "os_error", seen)
-        if isinstance(os_error, PermissionError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    text = str(getattr(exc, "message", exc))
-    return "[Errno 13]" in text or "Permission denied" in text
-
-
 def _engine_error(exc: aiodocker.DockerError, action: str) -> SandboxError:
     """The SDK error for an engine error answer."""
-    if exc.status == 900 and _permission_denied(exc):
+    if exc.status == 900 and permission_denied(exc):
         return EngineUnavailable(
             f"{action}: permission denied on the Docker engine's socket at {engine_address()}: "
             f"this user may not use the engine; {PERMISSION_HINT}",
