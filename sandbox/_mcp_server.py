@@ -12,9 +12,12 @@ what went wrong; a command's own failure is a normal result with its exit code.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import json
+import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +34,8 @@ __all__ = ["DEFAULT_READ_BYTES", "build_server", "check_loopback", "serve"]
 
 #: read_file returns at most this much unless asked for more.
 DEFAULT_READ_BYTES = 1 << 20
+#: The longest stdin line (one MCP message) the stdio server reads.
+MAX_STDIN_LINE = 64 * 1024 * 1024
 #: run_command's timeout when the client gives none, in seconds.
 DEFAULT_COMMAND_TIMEOUT = 60.0
 INSTRUCTIONS = (
@@ -147,4 +152,53 @@ async def serve(config: SandboxConfig, *, http: bool = False, host: str = "127.0
         if http:
             await server.run_streamable_http_async(host=host, port=port)
         else:
-            await server.run_stdio_async()
+            await _run_stdio(server)
+
+
+class _Lines:
+    """stdin's lines as `stdio_server` reads them (``async for line in stdin``), from an
+    asyncio pipe reader rather than a thread: a thread blocked reading stdin cannot be
+    cancelled, so SIGTERM would not remove the sandbox until the client closed stdin."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            line = await self._reader.readline()
+        except ValueError:  # a line past the limit: no MCP message is that long
+            raise StopAsyncIteration from None
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", "replace")
+
+
+async def _run_stdio(server: MCPServer[Any]) -> None:
+    """`MCPServer.run_stdio_async`, with stdin read so that a cancel ends it at once."""
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = getattr(server, "_lowlevel_server", None)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_STDIN_LINE)
+    try:
+        pipe = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
+    except (AttributeError, OSError, ValueError):
+        pipe = None
+    transport = None
+    if pipe is not None:
+        try:
+            transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        except (OSError, ValueError):  # a regular file: no pipe reader for it
+            pipe.close()
+    if transport is None or lowlevel is None:
+        await server.run_stdio_async()  # reads stdin in a thread; still correct
+        return
+    try:
+        async with stdio_server(stdin=_Lines(reader)) as (read, write):  # type: ignore[arg-type]
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+    finally:
+        transport.close()
