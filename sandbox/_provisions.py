@@ -198,7 +198,7 @@ class McpServer:
                 if await self._pump(proc):
                     self.result = await proc.wait()
                 # else: it broke the protocol; leaving the block kills it
-        except SandboxError as exc:
+        except Exception as exc:  # recorded, and reported by failure(); never lost
             self.error = exc
         finally:
             started.set()
