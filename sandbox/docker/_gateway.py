@@ -411,6 +411,22 @@ class Engine:
             "inspect the command", f"exec/{exec_id}/json", deadline=deadline)
         return result
 
+    async def commit(self, container_id: str, *, repository: str, tag: str,
+                     config: Mapping[str, Any], comment: str = "", pause: bool = True,
+                     deadline: float | None = None) -> str:
+        """Commit a container's filesystem to a local image ``repository:tag``; its id.
+
+        With ``pause`` the engine freezes the container for the copy and thaws it after, so
+        the image is one consistent instant. ``config`` is merged over the container's own
+        (labels, user); keys it does not set are taken from the container.
+        """
+        created = await self.query_json(
+            f"commit the sandbox to image {repository}:{tag}", "commit", "POST",
+            params={"container": container_id, "repo": repository, "tag": tag,
+                    "comment": comment, "pause": "1" if pause else "0"},
+            data=dict(config), deadline=deadline)
+        return str(created["Id"])
+
     def client_closed(self) -> bool:
         """Whether someone closed the client under us."""
         return bool(self.docker.session.closed)
