@@ -196,7 +196,9 @@ class SandboxPool:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg, self._open = tg, True
-        tg.start_soon(self._refiller)
+        # Made here, not in the task: a pool closed before the task first runs must stop it.
+        self._refill_scope = anyio.CancelScope()
+        tg.start_soon(self._refiller, self._refill_scope)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -209,7 +211,14 @@ class SandboxPool:
         """
         assert self._tg is not None
         self._close()
-        suppress = await self._tg.__aexit__(exc_type, exc, tb)
+        try:
+            suppress = await self._tg.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The background tasks catch their own errors, so the group holds only what the
+            # block raised: let that propagate as itself, not wrapped.
+            if exc is not None and all(e is exc for e in group.exceptions):
+                return False
+            raise
         if self._removal_errors and exc is None:
             first = self._removal_errors[0]
             raise SandboxError(
@@ -376,10 +385,9 @@ class SandboxPool:
         room = self._max_size - self._total()
         return max(0, min(deficit, room, self._concurrency - self._creating))
 
-    async def _refiller(self) -> None:
+    async def _refiller(self, scope: anyio.CancelScope) -> None:
         """Keep ``min_ready`` (plus one per waiting acquire) ready; expire idle ones."""
-        with anyio.CancelScope() as scope:
-            self._refill_scope = scope
+        with scope:
             async with anyio.create_task_group() as creators:
                 while True:
                     changed = self._changed

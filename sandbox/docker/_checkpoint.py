@@ -50,6 +50,16 @@ async def commit_checkpoint(engine: Engine, container_id: str, image: str,
                                details=exc.details, cause=exc) from exc
 
 
+async def remove_image(engine: Engine, ref: str) -> None:
+    """Remove an image by reference (a tag untags it; the image goes with its last tag).
+
+    Raises:
+        EngineConflict: A container uses it.
+        EngineNotFound: There is no such image.
+    """
+    await engine.request(f"remove the checkpoint {ref}", f"images/{ref}", "DELETE")
+
+
 async def list_checkpoint_images(engine: Engine) -> list[Mapping[str, Any]]:
     """The engine's list entries of the images labelled as SDK checkpoints."""
     filters = json.dumps({"label": [f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}",
@@ -73,7 +83,7 @@ async def remove_checkpoint_image(engine: Engine, ref: str) -> None:
         raise CheckpointFailed(f"there is no checkpoint {ref!r}",
                                details="see `python -m sandbox checkpoints`")
     try:
-        await engine.request(f"remove the checkpoint {ref}", f"images/{ref}", "DELETE")
+        await remove_image(engine, ref)
     except EngineNotFound as exc:
         raise CheckpointFailed(f"there is no checkpoint {ref!r}", details=exc.details,
                                cause=exc) from exc
