@@ -174,3 +174,17 @@ async def test_remove_checkpoint_never_touches_an_image_it_did_not_make(prefix: 
         docker_cli("image", "inspect", f"sandbox-checkpoint:{prefix}-foreign")
     finally:
         docker_cli("rmi", f"sandbox-checkpoint:{prefix}-foreign", check=False)
+
+
+async def test_a_checkpoint_with_a_big_working_dir_starts(prefix: str) -> None:
+    """The pre-start look at the working dir reads a few bytes of its archive; with 32 MiB
+    there, the engine used to block writing the rest while it held the new container, and
+    the start waited out its 60 s deadline."""
+    async with Sandbox(CONFIG) as sb:
+        done = await sb.execute_command("head -c 33554432 /dev/urandom > /workspace/big")
+        assert done.exit_code == 0, done
+        point = await sb.checkpoint(f"{prefix}-big")
+    with anyio.fail_after(45):
+        async with Sandbox(point.config) as again:
+            out = await again.execute_command("wc -c < /workspace/big")
+    assert out.stdout.strip() == "33554432"
