@@ -138,7 +138,8 @@ async def test_a_sandbox_killed_while_idle_is_never_handed_out() -> None:
         await wait_for(lambda: idle not in " ".join(ours("container")),
                        "the killed sandbox removed")
         # A paused one is not handed out either (the engine is asked, not a cached status).
-        await wait_for(ready(pool, 1), "one sandbox ready again")
+        await wait_for(lambda: pool.stats().ready == 1 and len(ours("container")) == 1,
+                       "one sandbox ready again, and the used ones removed")
         [idle] = ours("container")
         docker_cli("pause", idle)
         async with pool.acquire() as sb:
