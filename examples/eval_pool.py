@@ -28,11 +28,14 @@ async def solve(pool: SandboxPool, n: int, answers: dict[int, tuple[bool, bool, 
     """Task n: sum 1..n*100 in the sandbox and check it; also look for an earlier secret."""
     started = time.monotonic()
     async with pool.acquire() as sb:
-        leaked = (await sb.execute_command("cat /workspace/secret 2>/dev/null")).stdout != ""
-        await sb.write_file("/workspace/secret", f"task {n}")
-        result = await sb.execute_command(f"seq 1 {n * 100} | awk '{{s += $1}} END {{print s}}'")
+        # One command: look for an earlier task's secret, leave our own, then do the work.
+        result = await sb.execute_command(
+            f"[ -e /workspace/secret ] && echo LEAKED; echo 'task {n}' > /workspace/secret; "
+            f"seq 1 {n * 100} | awk '{{s += $1}} END {{print s}}'")
+    lines = result.stdout.split()
+    leaked = "LEAKED" in lines
     expected = n * 100 * (n * 100 + 1) // 2
-    answers[n] = (result.stdout.strip() == str(expected), leaked, time.monotonic() - started)
+    answers[n] = (lines[-1:] == [str(expected)], leaked, time.monotonic() - started)
 
 
 async def main() -> None:
