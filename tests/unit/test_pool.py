@@ -181,3 +181,16 @@ def test_parse_checkpoint_trusts_only_valid_labels() -> None:
 def test_only_top_level_added_paths_are_wiped() -> None:
     paths = {"/workspace/a", "/workspace/a/b", "/workspace/a/b/c", "/tmp/x", "/home/u/.s"}
     assert _top_level(paths) == ["/home/u/.s", "/tmp/x", "/workspace/a"]
+
+
+@pytest.mark.asyncio
+async def test_a_sandbox_idle_longer_than_max_idle_is_replaced() -> None:
+    async with SandboxPool(SandboxConfig(), min_ready=1, max_size=2, max_idle=0.05,
+                           factory=fake) as pool:
+        with anyio.fail_after(10):
+            while pool.stats().created < 3:  # noqa: ASYNC110 (counts have no event)
+                await anyio.sleep(0.01)
+        first_discarded = pool.stats().discarded
+        assert first_discarded >= 2 and pool.stats().unhealthy == 0
+        assert SlowFake.peak <= 2
+    assert SlowFake.alive == 0
