@@ -194,3 +194,4 @@ async def test_a_sandbox_idle_longer_than_max_idle_is_replaced() -> None:
         assert first_discarded >= 2 and pool.stats().unhealthy == 0
         assert SlowFake.peak <= 2
     assert SlowFake.alive == 0
+
