@@ -8,6 +8,7 @@ ratio to raw aiodocker, and writes bench/results/latest.json.
     python bench/run.py                 # full run, about 8 minutes
     python bench/run.py --quick         # fewer repetitions, about 3 minutes
     python bench/run.py --only exec,stream
+    python bench/run.py --only pool,checkpoint   # SDK only: warm pool, checkpoints, forks
 
 It measures; it asserts nothing about the numbers.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -37,12 +39,20 @@ from impl_cli import DockerCLI
 from impl_dockerpy import DockerPy
 from impl_sdk import SDK
 
-from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig, SecurityPolicy
+from sandbox import (
+    IMAGE_BUSYBOX,
+    IMAGE_PYTHON,
+    Sandbox,
+    SandboxConfig,
+    SandboxPool,
+    SecurityPolicy,
+    remove_checkpoint,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout")
+             "rssout", "pool", "checkpoint")
 BASELINE = "aiodocker"
 
 
@@ -370,6 +380,112 @@ class Bench:
                      note=f"{data['baseline_mib']:.0f} MiB after imports; text unread. "
                           f"Reading stdout: {data['after_reading_stdout_mib']:.0f} MiB, "
                           f"then combined: {data['after_reading_combined_mib']:.0f} MiB"))
+
+    async def s_pool(self) -> None:
+        """A warm pool against fresh sandboxes (SDK only), with the same config throughout.
+
+        Acquire: from a pool with a sandbox ready (the wait for the refill is not timed)
+        against `async with Sandbox(...)`'s create-to-ready. Cycles: N times in a row, take a
+        sandbox, run `true`, give it back: from a pool (a fresh sandbox per user, made in the
+        background; and one sandbox reset between users, max_uses=N) and from scratch.
+        """
+        config = SandboxConfig(image=IMAGE_BUSYBOX)
+        reps = self.reps(30, 8)
+        warm: list[float] = []
+        fresh: list[float] = []
+        async with SandboxPool(config, min_ready=2, max_size=4) as pool:
+            for rep in range(reps + 1):
+                with anyio.fail_after(60):
+                    while pool.stats().ready < 1:  # noqa: ASYNC110 (untimed: the refill)
+                        await anyio.sleep(0.01)
+                cm = pool.acquire()
+                t0 = time.perf_counter()
+                await cm.__aenter__()
+                t1 = time.perf_counter()
+                await cm.__aexit__(None, None, None)
+                sb = Sandbox(config)
+                t2 = time.perf_counter()
+                await sb.__aenter__()
+                t3 = time.perf_counter()
+                await sb.cleanup()
+                if rep:  # the first round warms caches
+                    warm.append((t1 - t0) * 1000)
+                    fresh.append((t3 - t2) * 1000)
+            stats = pool.stats()
+        self.add(Row("acquire: warm pool", "sandbox SDK (SandboxPool)", "ms", warm,
+                     note=f"pool's own p50 {stats.acquire_p50 * 1000:.1f} ms"))
+        self.add(Row("acquire: fresh create", "sandbox SDK (Sandbox)", "ms", fresh))
+
+        cycles = self.reps(100, 30)
+
+        async def fresh_cycle() -> None:
+            async with Sandbox(config) as sb:
+                await sb.execute_command(["true"])
+
+        async def run_cycles(pool: SandboxPool | None) -> float:
+            t0 = time.perf_counter()
+            for _ in range(cycles):
+                if pool is None:
+                    await fresh_cycle()
+                    continue
+                async with pool.acquire() as sb:
+                    await sb.execute_command(["true"])
+            return time.perf_counter() - t0
+
+        results: dict[str, float] = {}
+        results["fresh"] = await run_cycles(None)
+        for label, kwargs in (("pool, max_uses=1", {"min_ready": 4, "max_size": 8}),
+                              (f"pool, max_uses={cycles}",
+                               {"min_ready": 2, "max_size": 3, "max_uses": cycles})):
+            async with SandboxPool(config, **kwargs) as pool:  # type: ignore[arg-type]
+                with anyio.fail_after(120):
+                    while pool.stats().ready < kwargs["min_ready"]:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                results[label] = await run_cycles(pool)
+                reused = pool.stats().reused
+            self.add(Row(f"{cycles} cycles acquire/true/release", f"sandbox SDK ({label})",
+                         "s", [results[label]],
+                         note=f"{results['fresh'] / results[label]:.1f}x faster than fresh; "
+                              f"{reused} reused"))
+        self.add(Row(f"{cycles} cycles acquire/true/release", "sandbox SDK (fresh Sandbox)",
+                     "s", [results["fresh"]]))
+
+    async def s_checkpoint(self) -> None:
+        """Checkpoint a sandbox holding 100 MiB of new data, start one from it, fork 10."""
+        config = SandboxConfig(image=IMAGE_PYTHON)
+        reps = self.reps(3, 1)
+        taken: list[float] = []
+        started: list[float] = []
+        forked: list[float] = []
+        async with Sandbox(config) as sb:
+            done = await sb.execute_command(
+                "head -c 104857600 /dev/urandom > /workspace/big && sync")
+            assert done.exit_code == 0, done
+            for rep in range(reps):
+                name = f"bench-{sb.id}-{rep}"
+                t0 = time.perf_counter()
+                point = await sb.checkpoint(name)
+                taken.append((time.perf_counter() - t0) * 1000)
+                try:
+                    t0 = time.perf_counter()
+                    async with Sandbox(point.config) as again:
+                        started.append((time.perf_counter() - t0) * 1000)
+                        size = await again.execute_command("wc -c < /workspace/big")
+                        assert size.stdout.strip() == "104857600", size
+                    t0 = time.perf_counter()
+                    children = await sb.fork(10, name=f"{name}-fork")
+                    forked.append((time.perf_counter() - t0) * 1000)
+                    async with anyio.create_task_group() as tg:
+                        for child in children:
+                            tg.start_soon(child.cleanup)
+                finally:
+                    for gone in (name, f"{name}-fork"):
+                        with contextlib.suppress(Exception):
+                            await remove_checkpoint(gone)
+        self.add(Row("checkpoint (100 MiB written)", "sandbox SDK", "ms", taken))
+        self.add(Row("start from that checkpoint", "sandbox SDK", "ms", started))
+        self.add(Row("fork x10 (100 MiB written)", "sandbox SDK", "ms", forked,
+                     note="checkpoint + 10 sandboxes started"))
 
     # -- report -------------------------------------------------------------------------------
 

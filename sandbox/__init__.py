@@ -6,8 +6,12 @@ Example:
 """
 
 from ._backend import Process as Process
+from ._checkpoint import Checkpoint as Checkpoint
+from ._checkpoint import checkpoints as checkpoints
+from ._checkpoint import remove_checkpoint as remove_checkpoint
 from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
 from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
+from ._errors import CheckpointFailed as CheckpointFailed
 from ._errors import CommandExecutionFailed as CommandExecutionFailed
 from ._errors import CommandNotExecutable as CommandNotExecutable
 from ._errors import CommandNotFound as CommandNotFound
@@ -52,6 +56,8 @@ from ._models import SandboxConfig as SandboxConfig
 from ._models import SandboxInfo as SandboxInfo
 from ._models import SandboxStatus as SandboxStatus
 from ._models import SecurityPolicy as SecurityPolicy
+from ._pool import PoolStats as PoolStats
+from ._pool import SandboxPool as SandboxPool
 from ._protocol import CommandLike as CommandLike
 from ._protocol import ExecutionSandbox as ExecutionSandbox
 from ._protocol import OutputCallback as OutputCallback
@@ -64,6 +70,8 @@ __version__ = "0.1.0"
 __all__ = [
     "IMAGE_BUSYBOX",
     "IMAGE_PYTHON",
+    "Checkpoint",
+    "CheckpointFailed",
     "Command",
     "CommandExecutionFailed",
     "CommandLike",
@@ -86,6 +94,7 @@ __all__ = [
     "NetworkConfig",
     "OutputCallback",
     "OutputChunk",
+    "PoolStats",
     "PortMapping",
     "Process",
     "RepositoryConfig",
@@ -104,14 +113,17 @@ __all__ = [
     "SandboxNotFound",
     "SandboxNotRunning",
     "SandboxPermissionDenied",
+    "SandboxPool",
     "SandboxStatus",
     "SecurityPolicy",
     "SecurityViolation",
     "StdinClosed",
     "TimeoutExceeded",
     "UnsafeArchive",
+    "checkpoints",
     "cleanup_on_signals",
     "from_json",
     "gc",
+    "remove_checkpoint",
     "to_json",
 ]

@@ -207,3 +207,22 @@ class Backend(Protocol):
         `Sandbox` calls it shielded from cancellation and moves the lifecycle around it.
         """
         ...
+
+    async def health(self) -> str:
+        """Ask the engine (not cached state) whether commands can run now: "" if so, else
+        why not. Cheap: the pool calls it on every acquire."""
+        ...
+
+    async def filesystem_changes(self) -> list[tuple[str, str]]:
+        """(kind, path) for each path of the sandbox's own filesystem that differs from its
+        image: "A" added, "C" changed, "D" deleted; mounts are not part of it."""
+        ...
+
+    async def checkpoint(self, image: str, labels: Mapping[str, str], *,
+                         memory: bool = False) -> str:
+        """Capture the sandbox as the local image ``image`` with ``labels``; its id.
+
+        Consistent (the sandbox is frozen for the copy); ``memory`` asks for processes and
+        memory too, which a backend that cannot do it refuses with `CheckpointFailed`.
+        """
+        ...

@@ -342,13 +342,19 @@ def _add_gc(sub: Any, common: argparse.ArgumentParser) -> None:
         help="remove only what is at least DURATION old (30s, 10m, 2h, 1d); resources whose "
         "owner cannot be checked from here (another host, no owner labels) are never removed",
     )
+    p.add_argument(
+        "--checkpoints-older-than", type=parse_duration, metavar="DURATION",
+        help="also remove checkpoints (see `sandbox checkpoints`) at least DURATION old; "
+        "without it no checkpoint is touched",
+    )
     p.set_defaults(run=_run_gc)
 
 
 def _run_gc(args: argparse.Namespace) -> int:
     from ._gc import gc
 
-    report = asyncio.run(gc(dry_run=args.dry_run, older_than=args.older_than))
+    report = asyncio.run(gc(dry_run=args.dry_run, older_than=args.older_than,
+                            checkpoints_older_than=args.checkpoints_older_than))
     verb = "would remove" if report.dry_run else "removed"
     for item in report.removed:
         print(f"{verb} {item.kind} {item.name or item.id[:12]}: {item.reason}")
@@ -357,16 +363,59 @@ def _run_gc(args: argparse.Namespace) -> int:
     for item in report.failed:
         print(f"FAILED {item.kind} {item.name or item.id[:12]}: {item.reason}")
     print(f"gc: {verb} {len(report.removed_containers)} containers, "
-          f"{len(report.removed_networks)} networks, {len(report.removed_volumes)} volumes; "
+          f"{len(report.removed_networks)} networks, {len(report.removed_volumes)} volumes, "
+          f"{len(report.removed_checkpoints)} checkpoints; "
           f"kept {len(report.kept)}; failed {len(report.failed)}")
     return 1 if report.failed else 0
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+
+def _add_checkpoints(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "checkpoints", parents=[common], help="list the sandbox checkpoints on the engine",
+        description="List the checkpoints (sandbox filesystems kept as local images by "
+        "Sandbox.checkpoint and fork), oldest first. `sandbox gc --checkpoints-older-than "
+        "DURATION` removes old ones.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object per line")
+    p.set_defaults(run=_run_checkpoints)
+
+
+def _run_checkpoints(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from ._checkpoint import checkpoints
+
+    found = asyncio.run(checkpoints())
+    now = datetime.now(UTC)
+    if not args.json:
+        print(f"{'NAME':<40} {'CREATED':<20} {'AGE':>8} {'SIZE':>10}  SOURCE        IMAGE")
+    for point in found:
+        created = point.created.strftime("%Y-%m-%d %H:%M:%S") if point.created else "?"
+        if args.json:
+            print(json.dumps({"name": point.name, "image": point.image,
+                              "image_id": point.image_id, "source_id": point.source_id,
+                              "created": point.created.isoformat() if point.created else None,
+                              "size": point.size, "memory": point.memory}))
+            continue
+        age = "?"
+        if point.created is not None:
+            secs = int((now - point.created).total_seconds())
+            age = next((f"{secs // n}{u}" for u, n in (("d", 86400), ("h", 3600), ("m", 60))
+                        if secs >= n), f"{max(secs, 0)}s")
+        print(f"{point.name:<40} {created:<20} {age:>8} {point.size / 2**20:>8.1f}Mi  "
+              f"{point.source_id or '?':<12}  {point.image}")
+    return 0
 
 
 # -- parser and entry point ----------------------------------------------------------------------
 
 #: Every subcommand's ``_add_<name>`` function, in the order ``--help`` lists them.
 SUBCOMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = [
-    register, _add_gc, cli_ps.add_ps, cli_ps.add_top, cli_mcp.add, cli_images.add,
+    register, _add_gc, _add_checkpoints, cli_ps.add_ps, cli_ps.add_top, cli_mcp.add,
+    cli_images.add,
 ]
 
 

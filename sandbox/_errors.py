@@ -15,6 +15,7 @@ Each class also derives from the builtin exception with the same meaning, so exi
     │       ├── CommandNotFound (FileNotFoundError)
     │       └── CommandNotExecutable (PermissionError)
     ├── ResourceLimitExceeded
+    ├── CheckpointFailed
     ├── SecurityViolation (PermissionError)
     │   └── NetworkAccessDenied
     ├── FileOperationFailed
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from ._models import CommandResult
 
 __all__ = [
+    "CheckpointFailed",
     "CommandExecutionFailed",
     "CommandNotExecutable",
     "CommandNotFound",
@@ -202,6 +204,12 @@ class ResourceLimitExceeded(SandboxError):
     """
 
     code = "RESOURCE_LIMIT_EXCEEDED"
+
+
+class CheckpointFailed(SandboxError):
+    """Raised when a sandbox could not be checkpointed or forked, or a checkpoint removed."""
+
+    code = "CHECKPOINT_FAILED"
 
 
 class SecurityViolation(SandboxError, PermissionError):

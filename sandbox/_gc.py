@@ -12,6 +12,10 @@ ones whose owner is provably gone:
 It never touches a resource whose owner is alive or cannot be checked from here (another
 host, missing owner labels), nor anything without the SDK's labels. ``older_than`` narrows the
 removal further to resources at least that old.
+
+Checkpoints (``sandbox-checkpoint:<name>`` images) are kept on purpose beyond their maker's
+life, so they are removed by age only, and only when ``checkpoints_older_than`` is given; one
+a container still uses is kept.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from ._constants import (
 from ._errors import SandboxError
 
 if TYPE_CHECKING:
-    from .docker._gateway import DockerClient
+    from .docker._gateway import DockerClient, Engine
 
 __all__ = ["GcItem", "GcReport", "gc", "owner_labels"]
 
@@ -66,13 +70,13 @@ class GcItem:
     """One resource gc looked at, and why it was removed or kept.
 
     Attributes:
-        kind: ``"container"``, ``"network"`` or ``"volume"``.
+        kind: ``"container"``, ``"network"``, ``"volume"`` or ``"checkpoint"``.
         id: The engine's id (a volume's name).
         name: The resource's name.
         reason: Why it was removed or kept, or why removing it failed.
     """
 
-    kind: Literal["container", "network", "volume"]
+    kind: Literal["container", "network", "volume", "checkpoint"]
     id: str
     name: str
     reason: str
@@ -90,6 +94,8 @@ class GcReport:
         kept_networks: Networks left alone, each with the reason.
         removed_volumes: Volumes removed because their owner is gone.
         kept_volumes: Volumes left alone, each with the reason.
+        removed_checkpoints: Checkpoint images removed for their age.
+        kept_checkpoints: Checkpoint images left alone (younger, or in use).
         failed: Resources that should have gone but the engine refused; reason says why.
     """
 
@@ -101,16 +107,20 @@ class GcReport:
     removed_volumes: tuple[GcItem, ...] = ()
     kept_volumes: tuple[GcItem, ...] = ()
     failed: tuple[GcItem, ...] = ()
+    removed_checkpoints: tuple[GcItem, ...] = ()
+    kept_checkpoints: tuple[GcItem, ...] = ()
 
     @property
     def removed(self) -> tuple[GcItem, ...]:
-        """Every removed resource: containers, then networks, then volumes."""
-        return self.removed_containers + self.removed_networks + self.removed_volumes
+        """Every removed resource: containers, networks, volumes, then checkpoints."""
+        return self.removed_containers + self.removed_networks + self.removed_volumes + \
+            self.removed_checkpoints
 
     @property
     def kept(self) -> tuple[GcItem, ...]:
-        """Every kept resource: containers, then networks, then volumes."""
-        return self.kept_containers + self.kept_networks + self.kept_volumes
+        """Every kept resource: containers, networks, volumes, then checkpoints."""
+        return self.kept_containers + self.kept_networks + self.kept_volumes + \
+            self.kept_checkpoints
 
 
 @attrs.frozen
@@ -208,7 +218,7 @@ def owner_verdict(
 
 async def gc(
     *, dry_run: bool = False, older_than: timedelta | None = None,
-    docker: DockerClient | None = None,
+    checkpoints_older_than: timedelta | None = None, docker: DockerClient | None = None,
 ) -> GcReport:
     """Remove sandbox containers, networks and volumes whose owner process is gone.
 
@@ -222,12 +232,15 @@ async def gc(
         older_than: Remove only resources at least this old (their owner gone as well).
             Resources of a live owner, or of one that cannot be checked from here (another
             host, no owner labels), are never removed.
+        checkpoints_older_than: Also remove checkpoints at least this old (by their creation
+            label); None (the default) leaves every checkpoint alone. One in use by a
+            container is kept.
         docker: An aiodocker client to use (yours to close); by default one is opened to
             DOCKER_HOST or the default socket and closed before returning.
 
     Raises:
         EngineUnavailable: No engine answers.
-        ConfigError: ``older_than`` is negative.
+        ConfigError: ``older_than`` or ``checkpoints_older_than`` is negative.
     """
     from ._errors import ConfigError
     from .docker._gateway import Engine, new_client
@@ -235,6 +248,8 @@ async def gc(
 
     if older_than is not None and older_than < timedelta(0):
         raise ConfigError(f"older_than must be >= 0, got {older_than}")
+    if checkpoints_older_than is not None and checkpoints_older_than < timedelta(0):
+        raise ConfigError(f"checkpoints_older_than must be >= 0, got {checkpoints_older_than}")
     client = docker if docker is not None else new_client()
     try:
         engine = Engine(client)
@@ -258,6 +273,10 @@ async def gc(
                                                             f"failed: {exc}"))
                     continue
             removed[res.kind].append(item)
+        old_checkpoints: tuple[list[GcItem], list[GcItem]] = ([], [])
+        if checkpoints_older_than is not None:
+            old_checkpoints = await _collect_checkpoints(
+                engine, checkpoints_older_than, now=now, dry_run=dry_run, failed=failed)
     finally:
         if docker is None:
             await client.close()
@@ -270,4 +289,45 @@ async def gc(
         removed_volumes=tuple(removed["volume"]),
         kept_volumes=tuple(kept["volume"]),
         failed=tuple(failed),
+        removed_checkpoints=tuple(old_checkpoints[0]),
+        kept_checkpoints=tuple(old_checkpoints[1]),
     )
+
+
+async def _collect_checkpoints(
+    engine: Engine, older_than: timedelta, *, now: datetime, dry_run: bool,
+    failed: list[GcItem],
+) -> tuple[list[GcItem], list[GcItem]]:
+    """Remove checkpoints at least ``older_than`` old: (removed, kept); failures to ``failed``."""
+    from ._checkpoint import parse_checkpoint
+    from .docker._checkpoint import list_checkpoint_images, remove_image
+    from .docker._gateway import EngineConflict
+
+    removed: list[GcItem] = []
+    kept: list[GcItem] = []
+    for image in await list_checkpoint_images(engine):
+        point = parse_checkpoint(image)
+        if point is None:
+            continue  # labelled, but not a checkpoint the SDK can vouch for: never touched
+        item = GcItem(kind="checkpoint", id=point.image_id, name=point.name, reason="")
+        if point.created is None:
+            kept.append(attrs.evolve(item, reason="its age is unknown"))
+            continue
+        age = now - point.created
+        if age < older_than:
+            kept.append(attrs.evolve(item, reason=f"it is only {_age_text(age)} old (younger "
+                                                  f"than {_age_text(older_than)})"))
+            continue
+        reason = f"it is {_age_text(age)} old"
+        if not dry_run:
+            try:
+                await remove_image(engine, point.image)
+            except EngineConflict:
+                kept.append(attrs.evolve(item, reason=f"{reason}, but a container uses it"))
+                continue
+            except SandboxError as exc:
+                failed.append(attrs.evolve(item, reason=f"{reason}, but removing it failed: "
+                                                        f"{exc}"))
+                continue
+        removed.append(attrs.evolve(item, reason=reason))
+    return removed, kept

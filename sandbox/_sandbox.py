@@ -44,6 +44,8 @@ from ._shield import finish_despite_cancel
 if TYPE_CHECKING:
     from mcp import ClientSession
 
+    from ._checkpoint import Checkpoint
+
 
 class Sandbox:
     """An isolated place to run commands, move files and watch resources.
@@ -364,3 +366,35 @@ class Sandbox:
                     await self._provisions.stop()  # MCP servers end before their sandbox
                 await self._impl.remove()
                 self._life.advance(SandboxStatus.DESTROYED)
+
+    # -- checkpoints and forks (see _checkpoint) ---------------------------------------------
+
+    async def checkpoint(self, name: str, *, memory: bool = False) -> Checkpoint:
+        """Keep the sandbox's filesystem as the local image ``sandbox-checkpoint:<name>``.
+
+        The sandbox is frozen for the copy (a consistent instant) and runs on after; commands
+        sent meanwhile fail. Start a sandbox from it with ``Sandbox(checkpoint.config)``.
+        Memory and processes are not captured: ``memory=True`` raises `CheckpointFailed`.
+        Nor are a bind-mounted repository, tmpfs mounts or volumes.
+
+        Raises:
+            ConfigError: ``name`` cannot name an image tag.
+            CheckpointFailed: The name is taken, or the engine refused.
+        """
+        self._life.require_running()
+        from ._checkpoint import create_checkpoint
+
+        return await create_checkpoint(self, name, memory=memory)
+
+    async def fork(self, n: int, *, name: str = "") -> list[Sandbox]:
+        """Checkpoint this sandbox and start ``n`` new sandboxes from it, with its config.
+
+        The new sandboxes are started and yours to clean up (``async with`` each, or
+        ``cleanup()``); if one fails to start, the others are removed before the error is
+        raised. The checkpoint is kept (named ``name``, or ``<id>-fork-<random>``) and
+        listed by ``python -m sandbox checkpoints``; ``gc`` removes it by age.
+        """
+        self._life.require_running()
+        from ._checkpoint import fork
+
+        return await fork(self, n, name=name)

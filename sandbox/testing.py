@@ -30,6 +30,7 @@ from ._audit import Auditor
 from ._backend import Process, ProcessSpec
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES, DEFAULT_USER
 from ._errors import (
+    CheckpointFailed,
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
@@ -285,6 +286,21 @@ class FakeBackend:
 
     def usage_history(self) -> list[ResourceUsage]:
         return [self.usage]
+
+    async def health(self) -> str:
+        status = self._life.status
+        return "" if status is SandboxStatus.RUNNING else f"the sandbox is {status.value}"
+
+    async def filesystem_changes(self) -> list[tuple[str, str]]:
+        """Refused: the fake has no image to compare with, so a pool cannot reset it."""
+        raise SandboxError("the fake backend keeps no image to compare files with",
+                           details="use max_uses=1 with a pool of fake sandboxes")
+
+    async def checkpoint(self, image: str, labels: Mapping[str, str], *,
+                         memory: bool = False) -> str:
+        """Refused: the fake has no engine to keep an image in."""
+        raise CheckpointFailed("the fake backend cannot checkpoint: it has no engine to keep "
+                               "images in", details="checkpoint a Docker sandbox instead")
 
     async def get_info(self) -> SandboxInfo:
         return SandboxInfo(id=self.id, name=self.id, type=self._config.type,

@@ -42,6 +42,8 @@ class Background:
         self.sampler: StatsSampler | None = None
         #: Whether the container is paused, as the event watcher last saw it.
         self.paused = False
+        #: Pauses and unpauses the watcher saw (a checkpoint waits for its own two).
+        self.pause_events = 0
 
     @property
     def task(self) -> object:
@@ -95,6 +97,7 @@ class Background:
 
     def _on_pause(self, paused: bool) -> None:
         self.paused = paused
+        self.pause_events += 1
         self._life.set_paused(paused, "the container was paused from outside")
 
     async def _wall_clock(self, limit: float) -> None:

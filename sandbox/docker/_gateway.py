@@ -361,6 +361,9 @@ class Engine:
             while size < max_bytes and (chunk := await resp.content.read(max_bytes - size)):
                 chunks.append(chunk)
                 size += len(chunk)
+            # Drop the connection with the rest unread: left open, the engine blocks writing
+            # it while it holds the container (a start then waited out its deadline).
+            resp.close()
             return b"".join(chunks)
 
     @contextlib.asynccontextmanager

@@ -37,6 +37,7 @@ from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
 from . import _files
 from ._background import Background
+from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
 from ._exec import ExecProcess, open_exec
 from ._facts import EngineFacts
@@ -57,7 +58,7 @@ KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait
 PullProgress = Callable[[Mapping[str, Any]], object]
 
 
-class DockerSandbox:
+class DockerSandbox(PoolPrimitives):
     """A sandbox backed by one Docker container: the Docker implementation of `Backend`.
 
     Use it through :class:`sandbox.Sandbox` (``Sandbox(config)`` builds one, or

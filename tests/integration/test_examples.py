@@ -42,6 +42,10 @@ EXPECTED = {
                           r"server: crashing as asked"],
     "monitor.py": [r"\[\s*\d+\.\d s\] cpu\s+\d+\.\d %\s+memory", r"cpu hog done",
                    r"memory hog held 192 MiB", r"peak cpu \d+ %, peak memory \d+ MiB"],
+    "eval_pool.py": [r"pool warm: 4 sandboxes ready",
+                     r"50 tasks through a pool of 4 in \d+\.\d+ s \(\d+\.\d tasks/s",
+                     r"all 50 answers correct; secrets seen by a later task: 0",
+                     r"acquire p50 \d+\.\d ms, p95 \d+\.\d ms", r"\d+ tasks served by a reset"],
 }
 
 

@@ -7,6 +7,7 @@ import errno
 import pytest
 
 from sandbox._errors import (
+    CheckpointFailed,
     CommandExecutionFailed,
     CommandNotExecutable,
     CommandNotFound,
@@ -47,6 +48,7 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (CommandNotFound, "COMMAND_EXECUTION_FAILED"),
     (CommandNotExecutable, "COMMAND_EXECUTION_FAILED"),
     (ResourceLimitExceeded, "RESOURCE_LIMIT_EXCEEDED"),
+    (CheckpointFailed, "CHECKPOINT_FAILED"),
     (SecurityViolation, "SECURITY_VIOLATION"),
     (NetworkAccessDenied, "NETWORK_ACCESS_DENIED"),
     (FileOperationFailed, "FILE_OPERATION_FAILED"),

@@ -8,7 +8,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sandbox import GcItem, GcReport
+import pytest
+
+from sandbox import ConfigError, GcItem, GcReport, gc
 from sandbox._constants import (
     LABEL_CREATED,
     LABEL_MANAGED_BY,
@@ -127,3 +129,10 @@ def test_report_groups() -> None:
     n = GcItem(kind="network", id="n1", name="b", reason="r")
     report = GcReport(removed_containers=(c,), kept_networks=(n,))
     assert report.removed == (c,) and report.kept == (n,)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("field", ["older_than", "checkpoints_older_than"])
+async def test_gc_refuses_a_negative_age_naming_it(field: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{field} must be >= 0"):
+        await gc(**{field: timedelta(seconds=-1)})  # type: ignore[arg-type]

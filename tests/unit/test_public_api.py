@@ -12,18 +12,21 @@ import sandbox._errors
 #: Every public name. Adding or removing one is an API change: update this list with it.
 PUBLIC = [
     "IMAGE_BUSYBOX", "IMAGE_PYTHON",
+    "Checkpoint", "CheckpointFailed",
     "Command", "CommandExecutionFailed", "CommandLike", "CommandNotExecutable",
     "CommandNotFound", "CommandResult", "CommandStartFailed", "ConfigError",
     "CopyLimitExceeded", "EngineTimeout", "EngineUnavailable", "ExecutionSandbox", "FileInfo",
     "FileOperationFailed", "GcItem", "GcReport", "GitConfig", "McpServerFailed",
-    "NetworkAccessDenied",
-    "NetworkConfig", "OutputCallback", "OutputChunk", "PortMapping", "Process", "RepositoryConfig",
+    "NetworkAccessDenied", "NetworkConfig", "OutputCallback", "OutputChunk", "PoolStats",
+    "PortMapping", "Process", "RepositoryConfig",
     "ResourceLimitExceeded", "ResourceLimits", "ResourceUsage", "Sandbox",
     "SandboxAlreadyExists", "SandboxAlreadyInitialized", "SandboxConfig", "SandboxError",
     "SandboxFileNotFound", "SandboxInfo", "SandboxInitFailed", "SandboxIsADirectory",
-    "SandboxNotFound", "SandboxNotRunning", "SandboxPermissionDenied", "SandboxStatus",
+    "SandboxNotFound", "SandboxNotRunning", "SandboxPermissionDenied", "SandboxPool",
+    "SandboxStatus",
     "SecurityPolicy", "SecurityViolation", "StdinClosed", "TimeoutExceeded", "UnsafeArchive",
-    "cleanup_on_signals", "from_json", "gc", "to_json",
+    "checkpoints", "cleanup_on_signals", "from_json", "gc", "remove_checkpoint",
+    "to_json",
 ]
 
 

@@ -1,0 +1,265 @@
+"""Checkpoints and forks: a sandbox's filesystem kept as a local image, and sandboxes from it.
+
+``await sb.checkpoint("name")`` freezes the sandbox for an instant, copies its filesystem into
+a local image ``sandbox-checkpoint:name`` and thaws it; ``Sandbox(checkpoint.config)`` starts a
+new sandbox from that filesystem with the same configuration; ``await sb.fork(n)`` does both
+for ``n`` sandboxes at once.
+
+What a checkpoint holds: every file of the sandbox's own filesystem. What it does not hold:
+memory and processes (nothing that runs is captured: see ``memory`` below), a bind-mounted
+repository (``RepositoryConfig.local_path`` stays on the host; a new sandbox mounts it again),
+tmpfs mounts (``security.tmpfs_paths``, and the working dir of a read-only root) and volumes.
+
+``memory=True`` asks for the processes too (CRIU, as ``docker checkpoint create`` does); no
+backend here offers it yet, so it is refused with `CheckpointFailed`, never silently ignored.
+A backend that can do it returns a `Checkpoint` with ``memory=True``.
+
+Checkpoints outlive the process that made them (that is their point), so ``gc`` does not
+remove them by owner but by age: ``gc(checkpoints_older_than=...)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from ._constants import (
+    LABEL_CREATED,
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
+    LABEL_OWNER_BOOT_ID,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_START,
+    LABEL_SANDBOX_ID,
+)
+from ._errors import CheckpointFailed, ConfigError, SandboxError
+from ._models import SandboxConfig
+
+if TYPE_CHECKING:
+    from ._sandbox import Sandbox
+    from .docker._gateway import DockerClient
+
+__all__ = ["Checkpoint", "checkpoints", "remove_checkpoint"]
+
+#: The local image repository every checkpoint is a tag of.
+CHECKPOINT_REPOSITORY = "sandbox-checkpoint"
+#: Label keys on checkpoint images (besides the SDK's ``io.sandbox.managed-by`` and created).
+LABEL_CHECKPOINT = "io.sandbox.checkpoint"
+LABEL_CHECKPOINT_SOURCE = "io.sandbox.checkpoint.source"
+LABEL_CHECKPOINT_CONFIG = "io.sandbox.checkpoint.config"
+LABEL_CHECKPOINT_MEMORY = "io.sandbox.checkpoint.memory"
+#: A fork's checkpoint is marked so, to tell it from the ones named by hand.
+LABEL_CHECKPOINT_FORK = "io.sandbox.checkpoint.fork"
+
+#: An image tag's grammar: what a checkpoint name may be.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+#: Forks started at once: the engine serializes creates, so more only queue there.
+FORK_CONCURRENCY = 4
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it can name a checkpoint (an image tag), else raise `ConfigError`."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"invalid checkpoint name {name!r}",
+            details="use 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'")
+    return name
+
+
+@attrs.frozen(kw_only=True)
+class Checkpoint:
+    """A sandbox's filesystem, kept as a local image.
+
+    Start a sandbox from it with ``Sandbox(checkpoint.config)``.
+
+    Attributes:
+        name: The checkpoint's name (the image tag).
+        image: The image reference, ``sandbox-checkpoint:<name>``.
+        image_id: The engine's id of the image.
+        source_id: The id of the sandbox it was taken from.
+        created: When it was taken.
+        size: The image's size in bytes as the engine reports it (0 if unknown).
+        memory: Whether memory and processes were captured too (never, so far).
+        source_config: The configuration of the sandbox it was taken from; None when the
+            engine's copy of it could not be read back.
+    """
+
+    name: str
+    image: str
+    image_id: str = ""
+    source_id: str = ""
+    created: datetime | None = None
+    size: int = 0
+    memory: bool = False
+    source_config: SandboxConfig | None = None
+
+    @property
+    def config(self) -> SandboxConfig:
+        """The source's configuration, starting from this checkpoint's image.
+
+        The name is cleared (several sandboxes may start from one checkpoint) and the image is
+        never pulled: it exists only on this engine.
+        """
+        base = self.source_config or SandboxConfig()
+        return attrs.evolve(base, image=self.image, pull_policy="never", name="")
+
+
+def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool) -> dict[str, str]:
+    """The labels a checkpoint image carries.
+
+    The owner labels of the source container (which the engine would copy onto the image, and
+    from there onto any container made from it by hand) are blanked: a checkpoint has no owner
+    process, and ``gc`` must never take a container started from one by someone else for a
+    leak of a dead owner.
+    """
+    from ._json import to_json
+
+    return {
+        LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE,
+        LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
+        LABEL_OWNER_HOST: "", LABEL_OWNER_PID: "", LABEL_OWNER_START: "",
+        LABEL_OWNER_BOOT_ID: "", LABEL_SANDBOX_ID: "",
+        LABEL_CHECKPOINT: name,
+        LABEL_CHECKPOINT_SOURCE: sb.id,
+        LABEL_CHECKPOINT_CONFIG: to_json(attrs.evolve(sb.config, name="")),
+        LABEL_CHECKPOINT_MEMORY: "true" if memory else "false",
+        **({LABEL_CHECKPOINT_FORK: "true"} if fork else {}),
+    }
+
+
+async def create_checkpoint(sb: Sandbox, name: str, *, memory: bool = False,
+                            fork: bool = False) -> Checkpoint:
+    """Checkpoint ``sb`` (what `Sandbox.checkpoint` does)."""
+    check_name(name)
+    if memory:
+        raise CheckpointFailed(
+            "memory checkpoints are not supported: only the filesystem can be captured",
+            details="CRIU (which `docker checkpoint create` needs) fails on this kind of host "
+                    "(Debian's CRIU 3.17: 'Unexpected rt vDSO area bounds'); call "
+                    "checkpoint(name) for a filesystem checkpoint")
+    image = f"{CHECKPOINT_REPOSITORY}:{name}"
+    labels = checkpoint_labels(sb, name, memory=memory, fork=fork)
+    image_id = await sb.backend.checkpoint(image, labels, memory=memory)
+    return Checkpoint(name=name, image=image, image_id=image_id, source_id=sb.id,
+                      created=datetime.fromisoformat(labels[LABEL_CREATED]), memory=memory,
+                      source_config=attrs.evolve(sb.config, name=""))
+
+
+async def fork(sb: Sandbox, n: int, *, name: str = "") -> list[Sandbox]:
+    """Checkpoint ``sb`` and start ``n`` sandboxes from it (what `Sandbox.fork` does).
+
+    All or nothing: if one fails to start (or the caller is cancelled), those already started
+    are removed before the error goes on.
+    """
+    from ._sandbox import Sandbox
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"fork: n must be a positive integer, got {n!r}")
+    name = check_name(name) if name else f"{sb.id}-fork-{uuid.uuid4().hex[:8]}"
+    point = await create_checkpoint(sb, name, fork=True)
+    children: list[Sandbox] = []
+    limiter = anyio.CapacityLimiter(FORK_CONCURRENCY)
+
+    async def start() -> None:
+        async with limiter:
+            child = Sandbox(point.config)
+            await child.initialize()
+            children.append(child)  # after initialize: a failed one removed itself
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(start)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for child in children:
+                    tg.start_soon(_quiet_cleanup, child)
+        raise
+    return children
+
+
+async def _quiet_cleanup(sb: Sandbox) -> None:
+    # The error that made us clean up is the news; a failed removal is left to gc.
+    with contextlib.suppress(SandboxError):
+        await sb.cleanup()
+
+
+def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
+    """A `Checkpoint` from the engine's image list entry, or None if it is not a valid one.
+
+    Labels come back from the engine and may have been set by anyone who can build images;
+    a name that is not a checkpoint name, or a config that does not parse, is not trusted.
+    """
+    from ._json import from_json
+    from .docker._wire import engine_time
+
+    labels = image.get("Labels") or {}
+    if not isinstance(labels, Mapping) or labels.get(LABEL_MANAGED_BY) != LABEL_MANAGED_BY_VALUE:
+        return None
+    name = labels.get(LABEL_CHECKPOINT)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        return None
+    config: SandboxConfig | None = None
+    with contextlib.suppress(SandboxError, ValueError, TypeError):
+        config = from_json(str(labels.get(LABEL_CHECKPOINT_CONFIG) or ""), SandboxConfig)
+    created: datetime | None = None
+    with contextlib.suppress(ValueError, TypeError):
+        created = datetime.fromisoformat(str(labels.get(LABEL_CREATED)))
+        created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    size = image.get("Size")
+    tag = f"{CHECKPOINT_REPOSITORY}:{name}"
+    tags = image.get("RepoTags") or []
+    return Checkpoint(
+        name=name, image=tag if tag in tags else str(image.get("Id") or ""),
+        image_id=str(image.get("Id") or ""),
+        source_id=str(labels.get(LABEL_CHECKPOINT_SOURCE) or ""),
+        created=created or engine_time(image.get("Created")),
+        size=size if isinstance(size, int) and not isinstance(size, bool) else 0,
+        memory=labels.get(LABEL_CHECKPOINT_MEMORY) == "true", source_config=config)
+
+
+async def checkpoints(*, docker: DockerClient | None = None) -> list[Checkpoint]:
+    """Every checkpoint on the engine, oldest first.
+
+    Args:
+        docker: An aiodocker client to use (yours to close); by default one is opened and
+            closed before returning.
+    """
+    from .docker._checkpoint import list_checkpoint_images
+    from .docker._gateway import Engine, new_client
+
+    client = docker if docker is not None else new_client()
+    try:
+        images = await list_checkpoint_images(Engine(client))
+    finally:
+        if docker is None:
+            await client.close()
+    found = [c for c in map(parse_checkpoint, images) if c is not None]
+    return sorted(found, key=lambda c: (c.created or datetime.min.replace(tzinfo=UTC), c.name))
+
+
+async def remove_checkpoint(name: str, *, docker: DockerClient | None = None) -> None:
+    """Remove the checkpoint ``name``.
+
+    Raises:
+        CheckpointFailed: There is no such checkpoint, or a container still uses it.
+    """
+    from .docker._checkpoint import remove_checkpoint_image
+    from .docker._gateway import Engine, new_client
+
+    check_name(name)
+    client = docker if docker is not None else new_client()
+    try:
+        await remove_checkpoint_image(Engine(client), f"{CHECKPOINT_REPOSITORY}:{name}")
+    finally:
+        if docker is None:
+            await client.close()

@@ -1,0 +1,197 @@
+"""Pool bookkeeping, checkpoint parsing and the reset's path logic, over fakes (pure logic;
+what the engine does is in tests/integration/test_pool.py and test_checkpoint.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import anyio
+import pytest
+
+from sandbox import (
+    CheckpointFailed,
+    ConfigError,
+    RepositoryConfig,
+    Sandbox,
+    SandboxConfig,
+    SandboxInitFailed,
+    SandboxNotRunning,
+    SandboxPool,
+    SandboxStatus,
+    SecurityPolicy,
+)
+from sandbox._checkpoint import parse_checkpoint
+from sandbox._lifecycle import Lifecycle
+from sandbox._reset import _top_level
+from sandbox.testing import FakeBackend
+
+
+class SlowFake(FakeBackend):
+    """A fake whose create takes a moment, counting how many exist at once."""
+
+    alive = 0
+    peak = 0
+    fail = False
+
+    made = False
+
+    async def create(self, lifecycle: Lifecycle, config: SandboxConfig | None = None, *,
+                     environment: Mapping[str, str] | None = None) -> None:
+        await anyio.sleep(0.01)
+        if SlowFake.fail:
+            raise SandboxInitFailed("no engine today")
+        SlowFake.alive += 1
+        SlowFake.peak = max(SlowFake.peak, SlowFake.alive)
+        self.made = True
+        await super().create(lifecycle, config, environment=environment)
+
+    async def remove(self) -> None:
+        if self.made:
+            self.made = False
+            await anyio.sleep(0.01)
+            SlowFake.alive -= 1
+        await super().remove()
+
+
+def fake(config: SandboxConfig) -> Sandbox:
+    return Sandbox(backend=SlowFake(config))
+
+
+@pytest.fixture(autouse=True)
+def reset_counts() -> None:
+    SlowFake.alive = SlowFake.peak = 0
+    SlowFake.fail = False
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"max_size": 0}, "max_size"), ({"min_ready": -1}, "min_ready"),
+    ({"min_ready": 5, "max_size": 4}, "min_ready"), ({"max_uses": 0}, "max_uses"),
+    ({"max_idle": 0}, "max_idle"), ({"max_idle": "1h"}, "max_idle"),
+    ({"create_concurrency": 0}, "create_concurrency"), ({"max_size": True}, "max_size"),
+])
+@pytest.mark.asyncio
+async def test_bad_arguments_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        SandboxPool(SandboxConfig(), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (SandboxConfig(repository=RepositoryConfig(local_path="/tmp")), "repository"),
+    (SandboxConfig(security=SecurityPolicy(read_only_root=True)), "read_only_root"),
+    (SandboxConfig(security=SecurityPolicy(tmpfs_paths=("/x",))), "tmpfs_paths"),
+    (SandboxConfig(security=SecurityPolicy(run_as_user="root")), "run_as_user"),
+])
+@pytest.mark.asyncio
+async def test_reuse_is_refused_where_a_reset_cannot_check(config: SandboxConfig,
+                                                           field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        SandboxPool(config, max_uses=2)
+    SandboxPool(config, max_uses=1)  # a fresh sandbox per user is always fine
+
+
+@pytest.mark.asyncio
+async def test_never_more_than_max_size_and_all_removed_at_close() -> None:
+    boxes: list[Sandbox] = []
+    async with SandboxPool(SandboxConfig(), min_ready=3, max_size=3, factory=fake,
+                           create_concurrency=3) as pool:
+
+        async def user() -> None:
+            async with pool.acquire() as sb:
+                boxes.append(sb)
+                await anyio.sleep(0.01)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for _ in range(20):
+                    tg.start_soon(user)
+        assert pool.stats().acquired == 20
+    assert SlowFake.peak <= 3 and SlowFake.alive == 0
+    assert len({id(b) for b in boxes}) == 20  # max_uses=1: no sandbox served twice
+    assert all(b.status is SandboxStatus.DESTROYED for b in boxes)
+
+
+@pytest.mark.asyncio
+async def test_a_create_failure_reaches_the_waiting_acquire() -> None:
+    SlowFake.fail = True
+    async with SandboxPool(SandboxConfig(), min_ready=0, max_size=1, factory=fake) as pool:
+        with anyio.fail_after(10), pytest.raises(SandboxInitFailed, match="could not create") \
+                as info:
+            async with pool.acquire():
+                pass
+        assert isinstance(info.value.cause, SandboxInitFailed)
+        assert pool.stats().failed == 1 and "no engine today" in pool.stats().last_error
+
+
+@pytest.mark.asyncio
+async def test_acquire_outside_the_pool_block_is_refused() -> None:
+    pool = SandboxPool(SandboxConfig(), factory=fake)
+    with pytest.raises(SandboxNotRunning, match="not open"):
+        async with pool.acquire():
+            pass
+    async with pool:
+        pass
+    with pytest.raises(SandboxNotRunning, match="closed"):
+        async with pool.acquire():
+            pass
+
+
+@pytest.mark.asyncio
+async def test_an_error_in_the_block_comes_out_as_itself() -> None:
+    with pytest.raises(ZeroDivisionError):
+        async with SandboxPool(SandboxConfig(), min_ready=1, factory=fake):
+            _ = 1 / 0
+    assert SlowFake.alive == 0
+
+
+@pytest.mark.asyncio
+async def test_a_sandbox_stopped_while_idle_is_replaced() -> None:
+    async with SandboxPool(SandboxConfig(), min_ready=1, max_size=2, factory=fake) as pool:
+        with anyio.fail_after(10):
+            while pool.stats().ready < 1:  # noqa: ASYNC110 (counts have no event)
+                await anyio.sleep(0.01)
+        idle = pool._ready[0].sb
+        idle.backend.lifecycle.fail("stopped from outside")
+        async with pool.acquire() as sb:
+            assert sb is not idle
+        assert pool.stats().unhealthy == 1
+
+
+@pytest.mark.asyncio
+async def test_the_fake_backend_refuses_checkpoints() -> None:
+    async with Sandbox(backend=FakeBackend()) as sb:
+        with pytest.raises(CheckpointFailed, match="fake backend"):
+            await sb.checkpoint("x")
+
+
+def test_parse_checkpoint_trusts_only_valid_labels() -> None:
+    good = {"Id": "sha256:1", "RepoTags": ["sandbox-checkpoint:a"], "Size": 5,
+            "Labels": {"io.sandbox.managed-by": "sandbox-sdk", "io.sandbox.checkpoint": "a",
+                       "io.sandbox.created": "2026-01-01T00:00:00+00:00",
+                       "io.sandbox.checkpoint.config": "{not json"}}
+    point = parse_checkpoint(good)
+    assert point is not None and point.image == "sandbox-checkpoint:a" and point.size == 5
+    assert point.source_config is None and point.config.image == "sandbox-checkpoint:a"
+    for labels in ({**good["Labels"], "io.sandbox.checkpoint": "../x"},
+                   {**good["Labels"], "io.sandbox.managed-by": "else"}, {}):
+        assert parse_checkpoint({**good, "Labels": labels}) is None
+    untagged = parse_checkpoint({**good, "RepoTags": ["<none>:<none>"], "Size": "big"})
+    assert untagged is not None and untagged.image == "sha256:1" and untagged.size == 0
+
+
+def test_only_top_level_added_paths_are_wiped() -> None:
+    paths = {"/workspace/a", "/workspace/a/b", "/workspace/a/b/c", "/tmp/x", "/home/u/.s"}
+    assert _top_level(paths) == ["/home/u/.s", "/tmp/x", "/workspace/a"]
+
+
+@pytest.mark.asyncio
+async def test_a_sandbox_idle_longer_than_max_idle_is_replaced() -> None:
+    async with SandboxPool(SandboxConfig(), min_ready=1, max_size=2, max_idle=0.05,
+                           factory=fake) as pool:
+        with anyio.fail_after(10):
+            while pool.stats().created < 3:  # noqa: ASYNC110 (counts have no event)
+                await anyio.sleep(0.01)
+        first_discarded = pool.stats().discarded
+        assert first_discarded >= 2 and pool.stats().unhealthy == 0
+        assert SlowFake.peak <= 2
+    assert SlowFake.alive == 0
+
