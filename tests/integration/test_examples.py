@@ -31,7 +31,15 @@ EXPECTED = {
                     r"10 tasks in 10 sandboxes, 8 succeeded"],
     "monitor.py": [r"\[\s*\d+\.\d s\] cpu\s+\d+\.\d %\s+memory", r"cpu hog done",
                    r"memory hog held 192 MiB", r"peak cpu \d+ %, peak memory \d+ MiB"],
+    "inspect_task.py": [r"eval: success, sandbox: sandbox-docker",
+                        r"bash in the sandbox said: 'sandbox\\n42'", r"includes: accuracy 1\.0"],
+    "deep_agent.py": [r"tool execute in the sandbox said: 'sandbox\\n42\\n",
+                      r"agent: The sandbox says 6 \* 7 = 42\.",
+                      r"/tmp/answer.txt in the sandbox held: b'42\\n'",
+                      r"sandbox [0-9a-f]+: destroyed"],
 }
+#: Examples that import a whole framework (seconds of imports on a loaded host) get longer.
+TIME_LIMITS = {"inspect_task.py": 180, "deep_agent.py": 180}
 
 
 def test_every_example_is_covered() -> None:
@@ -41,7 +49,7 @@ def test_every_example_is_covered() -> None:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 async def test_example_runs(name: str) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(TIME_LIMITS.get(name, 60)):
         proc = await anyio.run_process(
             [sys.executable, "-W", "error::ResourceWarning", str(EXAMPLES / name)],
             cwd=ROOT, check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
