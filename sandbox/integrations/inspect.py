@@ -181,7 +181,7 @@ class SandboxDockerEnvironment(SandboxEnvironment):
             # e.g. a user the image does not define: failed as `docker exec` fails (126).
             return ExecResult(success=False, returncode=126, stdout="", stderr=f"{exc}\n")
         except SecurityViolation as exc:
-            if user and "user" in str(exc).lower():
+            if user:  # the policy refused the user (the only refusal these commands can meet)
                 raise SandboxUserUnsupportedError(str(exc)) from exc
             raise
         except (SandboxNotRunning, EngineUnavailable) as exc:

@@ -9,11 +9,11 @@ Installed with ``pip install 'sandbox[langchain]'``:
         agent = create_deep_agent(model=..., backend=backend)
         agent.invoke({"messages": [("user", "run the tests")]})
 
-The sandbox lives in its own event loop on a helper thread (an anyio blocking portal), so the
-synchronous methods deepagents calls from anywhere block only their caller, and the
-asynchronous ones await the portal's task from the caller's asyncio loop without a thread
-(cancelling the caller cancels the command). ``close()`` or leaving the ``with`` block removes
-the sandbox.
+The sandbox lives in its own event loop on a helper (daemon) thread, reached through an anyio
+blocking portal, so the synchronous methods deepagents calls from anywhere block only their
+caller, and the asynchronous ones await the portal's task from the caller's asyncio loop
+without a thread (cancelling the caller cancels the command). ``close()`` or leaving the
+``with`` block removes the sandbox; so does dropping the object, or the interpreter's exit.
 
 deepagents' file tools are Python scripts run with ``python3`` in the sandbox, so the image
 needs it (the default image has it). Agents also type ``python``: where the image has only
@@ -23,13 +23,16 @@ needs it (the default image has it). Agents also type ``python``: where the imag
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-import anyio.from_thread
+import anyio
+from anyio.from_thread import BlockingPortal
 from deepagents.backends.protocol import (
     ExecuteResponse,
     FileDownloadResponse,
@@ -52,6 +55,9 @@ __all__ = ["DEFAULT_TIMEOUT", "DeepAgentsSandbox"]
 
 T = TypeVar("T")
 
+#: Seconds close() waits for the helper thread once its loop was told to stop.
+_JOIN_TIMEOUT = 10.0
+
 #: Seconds a command may run when neither the call nor the config gives a timeout (as
 #: deepagents' own local shell backend).
 DEFAULT_TIMEOUT = 120
@@ -63,6 +69,38 @@ _PYTHON_ALIAS = (
     'd="${HOME:-/tmp}/.local/bin"; mkdir -p "$d" && ln -sf "$p" "$d/python" && '
     'printf "%s\\n%s" "$d" "$PATH"; fi'
 )
+
+
+def _start_portal() -> tuple[BlockingPortal, threading.Thread]:
+    """An event loop in a daemon thread, and the portal that runs coroutines in it."""
+    ready: concurrent.futures.Future[BlockingPortal] = concurrent.futures.Future()
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            ready.set_result(portal)
+            await portal.sleep_until_stopped()
+
+    def run() -> None:
+        try:
+            anyio.run(serve)
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+
+    thread = threading.Thread(target=run, name="DeepAgentsSandbox", daemon=True)
+    thread.start()
+    return ready.result(), thread
+
+
+def _shutdown(portal: BlockingPortal, sandbox: Sandbox, thread: threading.Thread) -> None:
+    """Remove the sandbox (shielded in the SDK), then stop the loop and its thread."""
+    try:
+        with contextlib.suppress(RuntimeError):  # the loop already stopped
+            portal.call(sandbox.cleanup)
+    finally:
+        with contextlib.suppress(RuntimeError):
+            portal.call(portal.stop)
+        thread.join(_JOIN_TIMEOUT)
 
 
 def _error(exc: FileOperationFailed) -> FileOperationError:
@@ -92,15 +130,16 @@ class DeepAgentsSandbox(BaseSandbox):
                  timeout: float | None = None) -> None:
         config = as_config(config)
         self._timeout = timeout or config.timeout.total_seconds() or DEFAULT_TIMEOUT
-        self._lock = threading.Lock()
-        self._closed = False
-        self._portal_cm = anyio.from_thread.start_blocking_portal()
-        self._portal = self._portal_cm.__enter__()
+        self._sandbox = Sandbox(config)
+        self._portal, thread = _start_portal()
+        # close(), garbage collection or interpreter exit (whichever comes first) removes the
+        # sandbox and stops the loop; the thread is a daemon, so a forgotten close() never
+        # holds the interpreter open.
+        self._close = weakref.finalize(self, _shutdown, self._portal, self._sandbox, thread)
         try:
-            self._sandbox = Sandbox(config)
             self._portal.call(self._start)
         except BaseException:
-            self._portal_cm.__exit__(None, None, None)
+            self._close()
             raise
 
     async def _start(self) -> None:
@@ -213,15 +252,7 @@ class DeepAgentsSandbox(BaseSandbox):
 
     def close(self) -> None:
         """Remove the sandbox and stop the helper thread; idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            with contextlib.suppress(RuntimeError):  # the portal already stopped
-                self._portal.call(self._sandbox.cleanup)
-        finally:
-            self._portal_cm.__exit__(None, None, None)
+        self._close()
 
     def __enter__(self) -> DeepAgentsSandbox:
         return self

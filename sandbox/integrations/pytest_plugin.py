@@ -46,8 +46,8 @@ __all__ = ["build_config"]
 
 #: What the ``sandbox`` marker and the ini options may set.
 _KEYS = ("image", "runtime", "memory_limit", "cpu_limit", "network")
-#: The module a Docker sandbox's creation imports: no sandbox was made while it is not loaded.
-_DOCKER_MODULE = "sandbox.docker._sandbox"
+#: The package a Docker sandbox's creation imports: no sandbox was made while it is not loaded.
+_DOCKER_MODULE = "sandbox.docker"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

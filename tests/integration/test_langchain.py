@@ -8,6 +8,8 @@ strict xfail naming the reason (LangChain's own convention) and listed in the RE
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -56,3 +58,14 @@ def test_a_timeout_is_exit_124() -> None:
         result = backend.execute("sleep 30", timeout=1)
     assert result.exit_code == 124
     assert "timed out after 1 seconds" in result.output
+
+
+def test_a_backend_never_closed_neither_hangs_exit_nor_leaks() -> None:
+    # Before: the portal's loop thread was joined at interpreter exit, forever.
+    script = ("from sandbox.integrations.langchain import DeepAgentsSandbox\n"
+              "backend = DeepAgentsSandbox()\n"
+              "print(backend.id, flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sandbox_containers(proc.stdout.strip()) == []
