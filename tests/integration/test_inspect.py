@@ -18,7 +18,8 @@ import pytest_asyncio
 from inspect_ai.util import SandboxEnvironment, SandboxUserUnsupportedError
 from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
 
-from sandbox import ConfigError, SandboxConfig, SecurityPolicy, to_json
+import sandbox.integrations.inspect as inspect_provider
+from sandbox import ConfigError, GcItem, GcReport, SandboxConfig, SecurityPolicy, to_json
 from sandbox.integrations.inspect import NAME, SandboxDockerEnvironment, load_config
 from tests.conftest import sandbox_containers
 
@@ -107,6 +108,35 @@ async def test_root_for_one_command_is_refused_as_unsupported() -> None:
         await SandboxDockerEnvironment.sample_cleanup("t", None, envs, False)
     assert isinstance(env, SandboxDockerEnvironment)
     assert sandbox_containers(env.sandbox.id) == []
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_task_cleanup_removes_what_an_interrupted_sample_left() -> None:
+    envs = await SandboxDockerEnvironment.sample_init("t", None, {})
+    env = envs["default"]
+    assert isinstance(env, SandboxDockerEnvironment)
+    assert sandbox_containers(env.sandbox.id)
+    # No sample_cleanup: the run was interrupted.
+    await SandboxDockerEnvironment.task_cleanup("t", None, True)
+    assert sandbox_containers(env.sandbox.id) == []
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_cli_cleanup_runs_gc(monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    gone = GcItem(kind="container", id="c1", name="sandbox-c1", reason="its owner has exited")
+    calls: list[bool] = []
+
+    async def fake_gc() -> GcReport:
+        calls.append(True)
+        return GcReport(removed_containers=(gone,))
+
+    monkeypatch.setattr(inspect_provider, "gc", fake_gc)
+    await SandboxDockerEnvironment.cli_cleanup(None)
+    assert calls == [True]
+    out = capsys.readouterr().out
+    assert "removed container sandbox-c1: its owner has exited" in out
+    assert "sandbox-docker: removed 1, kept 0" in out
 
 
 def test_a_bad_config_file_is_named(tmp_path: Path) -> None:
