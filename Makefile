@@ -2,8 +2,8 @@
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# The framework integrations at the versions pinned in pyproject.toml, and LangChain's
-# conformance suite: the tests run Inspect's and LangChain's own checks on our adapters.
+# The optional backends and framework integrations at the versions pinned in pyproject.toml,
+# and LangChain's conformance suite: the tests run Inspect's and LangChain's own checks.
 EXTRAS    := kubernetes,inspect,langchain,pytest,conformance
 
 .PHONY: all venv engine images test-tools test demo lint bench clean
