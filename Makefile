@@ -2,6 +2,9 @@
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The optional backends and framework integrations at the versions pinned in pyproject.toml,
+# and LangChain's conformance suite: the tests run Inspect's and LangChain's own checks.
+EXTRAS    := kubernetes,mcp,inspect,langchain,pytest,conformance
 
 .PHONY: all venv engine images test-tools test demo lint bench clean
 all: test
@@ -12,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	@python3 -m venv $(VENV) >/dev/null 2>&1 || \
 	    { bash scripts/apt-install.sh venv python3-venv && python3 -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev,kubernetes,mcp]'
+	$(PY) -m pip install --quiet -e '.[test,dev,$(EXTRAS)]'
 	touch $@
 
 venv: $(VENV)/.installed

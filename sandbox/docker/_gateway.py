@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import math
 import os
@@ -29,6 +30,7 @@ import aiohttp
 import anyio
 from aiodocker.execs import Exec
 from aiodocker.stream import Stream
+from aiodocker.utils import parse_result
 
 from .._constants import DEFAULT_ENGINE_TIMEOUT
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
@@ -338,6 +340,14 @@ class Engine:
     ) -> Any:
         async with self._call(action, deadline):
             body = json.dumps(data) if data is not None and not isinstance(data, bytes) else data
+            if isinstance(body, str) and len(body) >= 1 << 20:
+                # aiohttp warns (ResourceWarning) on a bytes body over 1 MiB, e.g. an exec whose
+                # argv is that long; a stream sends the same bytes without the warning.
+                async with self.docker._query(
+                    path, method, params=dict(params) if params else None,
+                    data=io.BytesIO(body.encode()), headers={"Content-Type": "application/json"},
+                ) as resp:
+                    return await parse_result(resp)  # type: ignore[no-untyped-call]
             return await self.docker._query_json(
                 path, method, params=dict(params) if params else None, data=body
             )

@@ -42,6 +42,8 @@ OOM_WINDOW_NS: Final = 5 * 10**9
 INSPECT_TIMEOUT: Final = 10.0
 #: The stop reason given when the container was removed (its calls then raise SandboxNotFound).
 REMOVED_REASON: Final = "the container was removed from outside"
+#: The container events the watcher asks for (the engine filters out the rest).
+_EVENTS: Final = ("oom", "kill", "die", "destroy", "pause", "unpause")
 
 _RECONNECT: Final = Reconnect(
     retries=EVENT_RETRIES, backoff=EVENT_BACKOFF, healthy_after=HEALTHY_AFTER,
@@ -104,7 +106,10 @@ class _Watcher:
         )
 
     def _params(self) -> dict[str, str]:
-        params = {"filters": json.dumps({"container": [self.id], "type": ["container"]})}
+        # Only the events handled below: an exec's events carry its whole command line, which
+        # may exceed the line reader's buffer (a 1 MiB argv) and would break the watch.
+        params = {"filters": json.dumps({"container": [self.id], "type": ["container"],
+                                         "event": list(_EVENTS)})}
         self.replay = self.last_ns > 0
         if self.replay:
             # Ask the engine to replay what happened while disconnected (its own clock).
@@ -153,7 +158,7 @@ class _Watcher:
         self.keys_at_last.add(key)
         return True
 
-    async def _handle(self, event: Mapping[str, Any]) -> bool:
+    async def _handle(self, event: Mapping[str, Any]) -> bool:  # the kinds in _EVENTS
         action = str(event.get("Action") or event.get("status") or "")
         if not self._fresh(event, action):
             return False

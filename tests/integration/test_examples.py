@@ -46,7 +46,15 @@ EXPECTED = {
                      r"50 tasks through a pool of 4 in \d+\.\d+ s \(\d+\.\d tasks/s",
                      r"all 50 answers correct; secrets seen by a later task: 0",
                      r"acquire p50 \d+\.\d ms, p95 \d+\.\d ms", r"\d+ tasks served by a reset"],
+    "inspect_task.py": [r"eval: success, sandbox: sandbox-docker",
+                        r"bash in the sandbox said: 'sandbox\\n42'", r"includes: accuracy 1\.0"],
+    "deep_agent.py": [r"tool execute in the sandbox said: 'sandbox\\n42\\n",
+                      r"agent: The sandbox says 6 \* 7 = 42\.",
+                      r"/tmp/answer.txt in the sandbox held: b'42\\n'",
+                      r"sandbox [0-9a-f]+: destroyed"],
 }
+#: Examples that import a whole framework (seconds of imports on a loaded host) get longer.
+TIME_LIMITS = {"inspect_task.py": 180, "deep_agent.py": 180}
 
 
 def test_every_example_is_covered() -> None:
@@ -56,7 +64,7 @@ def test_every_example_is_covered() -> None:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 async def test_example_runs(name: str) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(TIME_LIMITS.get(name, 60)):
         proc = await anyio.run_process(
             [sys.executable, "-W", "error::ResourceWarning", str(EXAMPLES / name)],
             cwd=ROOT, check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
