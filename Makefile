@@ -26,12 +26,14 @@ images: engine
 # The pull tests serve images from Debian's docker-registry on loopback (no outside registry);
 # the package's own service (on :5000, all interfaces) is stopped where systemd started it.
 # Go (standard library only) checks the JSON wire format in tests/unit/test_go_wire.py.
+# bubblewrap (bwrap) runs the process backend (type="process"); nsenter/setpriv are util-linux.
 test-tools:
 	@command -v docker-registry >/dev/null 2>&1 || { \
 	    bash scripts/apt-install.sh test-tools docker-registry && \
 	    if command -v systemctl >/dev/null 2>&1; then \
 	        systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi; }
 	@command -v go >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools golang-go
+	@command -v bwrap >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools bubblewrap
 
 test: venv engine images test-tools
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .docker._gateway import DockerClient
 
 
-BACKENDS = ("docker",)
+BACKENDS = ("docker", "process")
 
 
 class Sandbox:
@@ -79,11 +79,19 @@ class Sandbox:
                     f"unknown sandbox type {config.type!r}",
                     details=f"available types: {', '.join(BACKENDS)}",
                 )
-            from .docker._sandbox import DockerSandbox
+            if config.type == "process":
+                if docker is not None or on_pull_progress is not None or on_sample is not None:
+                    raise ConfigError("docker, on_pull_progress and on_sample are options of "
+                                      "the Docker backend, not of type='process'")
+                from .process._sandbox import ProcessSandbox
 
-            self._impl = DockerSandbox(
-                config, docker=docker, on_pull_progress=on_pull_progress, on_sample=on_sample
-            )
+                self._impl = ProcessSandbox(config)
+            else:
+                from .docker._sandbox import DockerSandbox
+
+                self._impl = DockerSandbox(
+                    config, docker=docker, on_pull_progress=on_pull_progress,
+                    on_sample=on_sample)
         # Owned here, not by the backend: every backend gets commands already decided, and
         # reports what happens to the sandbox through the lifecycle.
         self._life = Lifecycle()

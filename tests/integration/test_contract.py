@@ -1,4 +1,5 @@
-"""The ExecutionSandbox contract, run against the real Docker sandbox and the in-memory fake."""
+"""The ExecutionSandbox contract, run against the real Docker sandbox, the process (bubblewrap)
+sandbox and the in-memory fake."""
 
 from __future__ import annotations
 
@@ -26,12 +27,16 @@ from sandbox.testing import FakeSandbox
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
 
+KINDS = ["docker", "process", "fake"]
+
+
 def make(kind: str) -> Sandbox | FakeSandbox:
-    cfg = SandboxConfig(image=IMAGE_BUSYBOX, environment={"BASE": "1"})
-    return Sandbox(cfg) if kind == "docker" else FakeSandbox(cfg)
+    if kind == "fake":
+        return FakeSandbox(SandboxConfig(image=IMAGE_BUSYBOX, environment={"BASE": "1"}))
+    return Sandbox(SandboxConfig(type=kind, image=IMAGE_BUSYBOX, environment={"BASE": "1"}))
 
 
-@pytest_asyncio.fixture(params=["docker", "fake"])
+@pytest_asyncio.fixture(params=KINDS)
 async def sb(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox | FakeSandbox]:
     box = make(request.param)
     async with box:
@@ -97,7 +102,7 @@ async def test_commands_and_empty_input(sb: Sandbox | FakeSandbox) -> None:
         await sb.execute_command("")
 
 
-@pytest.mark.parametrize("kind", ["docker", "fake"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_lifecycle_rules(kind: str) -> None:
     box = make(kind)
     await box.cleanup()  # before initialize: nothing to remove, a no-op
@@ -114,8 +119,9 @@ async def test_lifecycle_rules(kind: str) -> None:
         await box.read_file("x")
 
 
-async def test_process_handle_is_public_and_aclose_kills() -> None:
-    async with make("docker") as box:
+@pytest.mark.parametrize("kind", ["docker", "process"])
+async def test_process_handle_is_public_and_aclose_kills(kind: str) -> None:
+    async with make(kind) as box:
         async with box.stream_command("echo up; sleep 60") as proc:
             assert isinstance(proc, Process)
             async for chunk in proc:
