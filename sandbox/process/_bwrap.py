@@ -104,9 +104,18 @@ def prepare_state(state: Path, owner: tuple[int, int] | None) -> None:
 
 
 def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: str,
-               ready_fd: int) -> list[str]:
-    """The holder's full command line."""
-    argv = [bwrap, "--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc",
+               ready_fd: int, userns_fds: tuple[int, int] | None = None) -> list[str]:
+    """The holder's full command line.
+
+    As root, ``--disable-userns`` (a nested user namespace without the right to make more).
+    Unprivileged, bwrap would nest one too (to map the sandbox uid), and the namespaces it
+    owns could not be joined from outside it: so with ``userns_fds`` (block, info) bwrap
+    waits while the caller writes the uid map itself, and nothing nests.
+    """
+    userns = ["--disable-userns"]
+    if userns_fds is not None:
+        userns = ["--userns-block-fd", str(userns_fds[0]), "--info-fd", str(userns_fds[1])]
+    argv = [bwrap, "--unshare-user", *userns, "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup", "--die-with-parent", "--new-session",
             "--uid", str(plan.uid), "--gid", str(plan.gid), "--hostname", plan.hostname]
     if not plan.host_network:

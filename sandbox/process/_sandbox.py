@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
@@ -155,23 +157,30 @@ class ProcessSandbox:
             cgroup_procs = self._cgroup.procs_files
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
-        ready_r, ready_w = os.pipe()
-        argv = bwrap_argv(bwrap, plan, rootfs.path, state, home=home, ready_fd=ready_w)
+        pipes = [os.pipe() for _ in range(1 if root_user else 3)]  # ready, block, info
+        child_fds = [pipes[0][1]] + ([] if root_user else [pipes[1][0], pipes[2][1]])
+        argv = bwrap_argv(bwrap, plan, rootfs.path, state, home=home, ready_fd=pipes[0][1],
+                          userns_fds=None if root_user else (pipes[1][0], pipes[2][1]))
         if root_user:  # the sandbox's processes are host nobody, never host root
             argv = [shutil.which("setpriv") or "/usr/bin/setpriv", "--reuid=65534",
                     "--regid=65534", "--clear-groups", "--", *argv]
         self._life.advance(SandboxStatus.STARTING)
         try:
-            self._holder = await spawn(
-                argv, env={"PATH": rootfs.env["PATH"]}, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-                cgroup_procs=cgroup_procs, rlimits=plan.rlimits, pass_fds=(ready_w,))
+            try:
+                self._holder = await spawn(
+                    argv, env={"PATH": rootfs.env["PATH"]}, stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+                    cgroup_procs=cgroup_procs, rlimits=plan.rlimits, pass_fds=child_fds)
+            finally:
+                for fd in child_fds:
+                    os.close(fd)
+            if not root_user:
+                await anyio.to_thread.run_sync(_map_user, pipes[2][0], pipes[1][1], plan.uid,
+                                               plan.gid)
+            ready = await anyio.to_thread.run_sync(_read_ready, pipes[0][0])
         finally:
-            os.close(ready_w)
-        try:
-            ready = await anyio.to_thread.run_sync(_read_ready, ready_r)
-        finally:
-            os.close(ready_r)
+            for fd in [pipes[0][0]] + ([] if root_user else [pipes[1][1], pipes[2][0]]):
+                os.close(fd)
         if not ready:
             err = b""
             if self._holder.stderr is not None:
@@ -184,9 +193,11 @@ class ProcessSandbox:
         self._root_fd = os.open(f"/proc/{self._init_pid}/root",
                                 os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._pid_ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
+        # Unprivileged, the process keeps its own uid, which the map makes the sandbox user.
+        ids = ["-S", str(plan.uid), "-G", str(plan.gid)] if root_user else \
+            ["--preserve-credentials"]
         self._prefix = [nsenter, "-t", str(self._init_pid), "-U", "-m", "-p", "-i", "-u", "-C",
-                        *([] if plan.host_network else ["-n"]),
-                        "-S", str(plan.uid), "-G", str(plan.gid)]
+                        *([] if plan.host_network else ["-n"]), *ids]
         self._created_at = datetime.now(UTC)
         self._life.advance(SandboxStatus.RUNNING)
         work = [("the holder watcher", self._watch_holder)]
@@ -214,6 +225,15 @@ class ProcessSandbox:
 
     async def _stop_holder(self) -> None:
         holder = self._holder
+        if holder is not None and holder.returncode is None:
+            # The sandbox's pid 1 first: its pid namespace dies with it, and the outer bwrap
+            # (our child, so that pid cannot be reused yet) reaps it and exits.
+            with contextlib.suppress(OSError):
+                if self._init_pid and \
+                        os.readlink(f"/proc/{self._init_pid}/ns/pid") == self._pid_ns:
+                    os.kill(self._init_pid, signal.SIGKILL)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await holder.wait()
         if holder is not None and holder.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 holder.kill()  # bwrap's --die-with-parent then kills the sandbox's pid 1
@@ -339,6 +359,22 @@ class ProcessSandbox:
             config=self._config, labels=dict(self._config.labels),
             annotations=dict(self._config.annotations), status_reason=life.reason,
             exit_code=life.exit_code, oom_killed=life.oom_killed)
+
+
+def _map_user(info_fd: int, block_fd: int, uid: int, gid: int) -> None:
+    """Map the sandbox's uid and gid to ours in bwrap's new user namespace, then let it go on
+    (``--userns-block-fd``): the one user namespace then owns all the others."""
+    data = b""
+    while b"}" not in data:
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            return  # bwrap failed before the namespace existed; its stderr says why
+        data += chunk
+    pid = int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
+    Path(f"/proc/{pid}/uid_map").write_text(f"{uid} {os.getuid()} 1\n")
+    Path(f"/proc/{pid}/setgroups").write_text("deny")
+    Path(f"/proc/{pid}/gid_map").write_text(f"{gid} {os.getgid()} 1\n")
+    os.write(block_fd, b"1")
 
 
 def _read_ready(fd: int) -> bool:

@@ -63,7 +63,7 @@ def wrapper(cgroup_procs: Sequence[str], rlimits: Sequence[tuple[int, int, int]]
     steps = [f"printf 0 > {shlex.quote(path)}" for path in cgroup_procs]
     for which, soft, hard in rlimits:
         flag = _rlimit_flags(which)
-        steps += [f"ulimit -H {flag} {hard}", f"ulimit -S {flag} {soft}"]
+        steps += [f"ulimit -S {flag} {soft}", f"ulimit -H {flag} {hard}"]  # lowering: soft first
     nnp = [_SETPRIV, "--no-new-privs", "--"]
     if not steps:
         return nnp
