@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .docker._gateway import DockerClient
 
 
-BACKENDS = ("docker", "process")
+BACKENDS = ("docker", "process", "vm")
 
 
 class Sandbox:

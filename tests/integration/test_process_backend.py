@@ -278,3 +278,10 @@ async def test_missing_working_directory_is_a_start_error(sb: Sandbox) -> None:
         await sb.execute_command(Command(executable="true", working_dir="/nope"))
     with pytest.raises(FileNotFoundError):
         await sb.execute_command(["/no/such/program"])
+
+
+async def test_vm_is_refused_on_this_engine_naming_the_runtimes() -> None:
+    # This engine registers runc and runsc only: never silently gVisor or runc instead.
+    with pytest.raises(SandboxInitFailed, match=r"kata-runtime.*firecracker-containerd"):
+        async with Sandbox(SandboxConfig(type="vm", image=IMAGE_BUSYBOX)):
+            pass
