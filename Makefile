@@ -54,8 +54,9 @@ $(BENCH_VENV)/.installed: pyproject.toml | venv
 	$(BENCH_VENV)/bin/python -m pip install --quiet -e . docker
 	touch $@
 
-bench: $(BENCH_VENV)/.installed engine images
+bench: $(BENCH_VENV)/.installed engine images test-tools
 	$(BENCH_VENV)/bin/python bench/run.py
+	$(BENCH_VENV)/bin/python bench/backends.py
 
 # Removes the virtualenvs and every container, network and volume carrying our label; nothing else.
 clean:
