@@ -1,4 +1,5 @@
-"""Collect what dead sandbox owners left behind: containers, networks and volumes.
+"""Collect what dead sandbox owners left behind: containers, networks and volumes, and the
+state directories and cgroups of process sandboxes.
 
 Every resource the SDK creates is labelled with its owner: host name, boot id, pid and the
 pid's start time in clock ticks since boot. A normal exit, an exception, a cancellation or
@@ -66,13 +67,14 @@ class GcItem:
     """One resource gc looked at, and why it was removed or kept.
 
     Attributes:
-        kind: ``"container"``, ``"network"`` or ``"volume"``.
+        kind: ``"container"``, ``"network"``, ``"volume"``, or ``"process"`` (a process
+            sandbox's state directory and cgroup; id is the sandbox id).
         id: The engine's id (a volume's name).
         name: The resource's name.
         reason: Why it was removed or kept, or why removing it failed.
     """
 
-    kind: Literal["container", "network", "volume"]
+    kind: Literal["container", "network", "volume", "process"]
     id: str
     name: str
     reason: str
@@ -91,6 +93,8 @@ class GcReport:
         removed_volumes: Volumes removed because their owner is gone.
         kept_volumes: Volumes left alone, each with the reason.
         failed: Resources that should have gone but the engine refused; reason says why.
+        removed_process: Process sandboxes' leftovers (state directory, cgroup) removed.
+        kept_process: Process sandboxes left alone, each with the reason.
     """
 
     dry_run: bool = False
@@ -101,16 +105,20 @@ class GcReport:
     removed_volumes: tuple[GcItem, ...] = ()
     kept_volumes: tuple[GcItem, ...] = ()
     failed: tuple[GcItem, ...] = ()
+    removed_process: tuple[GcItem, ...] = ()
+    kept_process: tuple[GcItem, ...] = ()
 
     @property
     def removed(self) -> tuple[GcItem, ...]:
-        """Every removed resource: containers, then networks, then volumes."""
-        return self.removed_containers + self.removed_networks + self.removed_volumes
+        """Every removed resource: containers, networks, volumes, process sandboxes."""
+        return self.removed_containers + self.removed_networks + self.removed_volumes + \
+            self.removed_process
 
     @property
     def kept(self) -> tuple[GcItem, ...]:
-        """Every kept resource: containers, then networks, then volumes."""
-        return self.kept_containers + self.kept_networks + self.kept_volumes
+        """Every kept resource: containers, networks, volumes, process sandboxes."""
+        return self.kept_containers + self.kept_networks + self.kept_volumes + \
+            self.kept_process
 
 
 @attrs.frozen
@@ -235,6 +243,10 @@ async def gc(
 
     if older_than is not None and older_than < timedelta(0):
         raise ConfigError(f"older_than must be >= 0, got {older_than}")
+    from .process._gc import collect
+
+    gone_process, kept_process, failed_process = collect(
+        dry_run=dry_run, older_than=older_than, here=_Here.current(), now=datetime.now(UTC))
     client = docker if docker is not None else new_client()
     try:
         engine = Engine(client)
@@ -269,5 +281,7 @@ async def gc(
         kept_networks=tuple(kept["network"]),
         removed_volumes=tuple(removed["volume"]),
         kept_volumes=tuple(kept["volume"]),
-        failed=tuple(failed),
+        failed=tuple(failed) + tuple(failed_process),
+        removed_process=tuple(gone_process),
+        kept_process=tuple(kept_process),
     )

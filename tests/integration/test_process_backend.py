@@ -9,6 +9,7 @@ import socket
 import sys
 import tempfile
 import textwrap
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -48,6 +49,13 @@ async def sb() -> AsyncIterator[Sandbox]:
 
 def alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
+
+
+def wait_gone(pid: int, limit: float = 10.0) -> None:
+    end = time.monotonic() + limit
+    while alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not alive(pid), f"pid {pid} still runs after {limit:g} s"
 
 
 async def sh(box: Sandbox, script: str) -> str:
@@ -285,3 +293,49 @@ async def test_vm_is_refused_on_this_engine_naming_the_runtimes() -> None:
     with pytest.raises(SandboxInitFailed, match=r"kata-runtime.*firecracker-containerd"):
         async with Sandbox(SandboxConfig(type="vm", image=IMAGE_BUSYBOX)):
             pass
+
+
+_OWNER = textwrap.dedent("""
+    import asyncio, sys
+    from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
+
+    async def main():
+        sb = Sandbox(SandboxConfig(type="process", image=IMAGE_BUSYBOX,
+                                   resources=ResourceLimits(process_limit=30)))
+        await sb.initialize()
+        await sb.execute_command("(setsid sleep 300 >/dev/null 2>&1 &)")
+        print(sb.id, sb.backend.init_pid, flush=True)
+        await asyncio.sleep(300)
+
+    asyncio.run(main())
+""")
+
+
+async def test_gc_removes_what_a_killed_owner_left() -> None:
+    from sandbox import gc
+    from sandbox.process._cgroup import SandboxCgroup
+
+    owner = await anyio.open_process([sys.executable, "-c", _OWNER],
+                                     env={**os.environ, "PYTHONPATH": REPO})
+    try:
+        assert owner.stdout is not None
+        data = b""
+        with anyio.fail_after(60):
+            while not data.endswith(b"\n"):
+                data += await owner.stdout.receive()
+        sandbox_id, init = data.decode().split()
+    finally:
+        owner.kill()  # SIGKILL: no cleanup runs
+        await owner.wait()
+    state = base_dir() / sandbox_id
+    # bwrap dies with its owner (--die-with-parent)
+    await anyio.to_thread.run_sync(wait_gone, int(init))
+    assert state.is_dir()
+    dry = await gc(dry_run=True)
+    assert sandbox_id in [item.id for item in dry.removed_process]
+    assert state.is_dir()
+    report = await gc()
+    assert next(i for i in report.removed_process if i.id == sandbox_id).reason.startswith(
+        "its owner (pid")
+    assert not state.exists()
+    assert not any(d.exists() for d in SandboxCgroup(sandbox_id).dirs)
