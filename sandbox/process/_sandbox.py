@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import attrs
 
 from .. import _constants
 from .._audit import Auditor
@@ -42,6 +43,7 @@ from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
 from ..docker import _files
+from ..docker._cgroup import command_usage
 from . import _usage
 from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, prepare_state
 from ._cgroup import SandboxCgroup, available
@@ -295,10 +297,21 @@ class ProcessSandbox:
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
                           on_stderr: OutputCallback | None = None) -> CommandResult:
-        """Run ``spec`` to its end; exit codes, signals and timeouts are results."""
+        """Run ``spec`` to its end; exit codes, signals and timeouts are results.
+
+        With a cgroup, the result's ``resource_usage`` is the cgroup's counters across the
+        command (the whole sandbox's, as on Docker: other commands running meanwhile count).
+        """
+        reader = self._cgroup.reader() if self._cgroup is not None else None
+        before = reader.read() if reader is not None else None
         async with self._open(spec, iterate=False, on_stdout=on_stdout,
                               on_stderr=on_stderr) as proc:
-            return await proc.wait()
+            result = await proc.wait()
+        after = reader.read() if reader is not None else None
+        if before is not None and after is not None:
+            result = attrs.evolve(result, resource_usage=command_usage(
+                None, before, after, result.duration.total_seconds()))
+        return result
 
     @contextlib.asynccontextmanager
     async def open_process(self, spec: ProcessSpec) -> AsyncIterator[SandboxProcess]:

@@ -197,6 +197,8 @@ async def test_limits_are_enforced_through_cgroup_and_rlimits() -> None:
         hog = await box.execute_command("head -c 200m /dev/zero | tail -c 1 >/dev/null; "
                                         "cat /dev/zero | head -c 300m | sort >/dev/null")
         assert hog.exit_code != 0  # the OOM killer (or the limit) stopped it
+        busy = await box.execute_command("i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done")
+        assert busy.resource_usage.cpu_time.total_seconds() > 0.01  # from the cgroup
         usage = await box.get_resource_usage()
         assert usage.process_count >= 2 and usage.memory_usage > 0
         dirs = list(cgroup.dirs)
