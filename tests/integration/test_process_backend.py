@@ -254,6 +254,23 @@ _AS_NOBODY = textwrap.dedent("""
                 out["limit"] = "accepted"
         except SandboxInitFailed as exc:
             out["limit"] = str(exc)
+        # The contract suite's tests, on a sandbox this unprivileged user made.
+        import inspect
+        from tests.integration import test_contract as contract
+        contract.make = lambda kind: Sandbox(SandboxConfig(
+            type="process", image=sys.argv[1], environment={"BASE": "1"}))
+        out["contract"] = []
+        for name, test in vars(contract).items():
+            params = list(inspect.signature(test).parameters) if name.startswith("test_") \
+                else None
+            if params == ["sb"]:
+                async with contract.make("process") as sb:
+                    await test(sb)
+            elif params == ["kind"] and "docker" not in name:
+                await test("process")
+            else:
+                continue
+            out["contract"].append(name)
         print(json.dumps(out))
 
     asyncio.run(main())
@@ -279,6 +296,7 @@ async def test_an_unprivileged_user_gets_a_sandbox_and_refusals() -> None:
     assert out["read"] == "hi"
     assert out["limit"].startswith("resources.memory_limit: needs a cgroup")
     assert "not writable by uid 65534" in out["limit"]
+    assert len(out["contract"]) >= 8, out["contract"]
     left = Path(tempfile.gettempdir()) / "sandbox-sdk-process-65534"
     assert not left.exists() or not list(left.iterdir())  # its cleanup removed its state
 
