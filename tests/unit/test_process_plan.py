@@ -107,7 +107,7 @@ def test_bwrap_argv_unshares_everything_and_binds_read_only(tmp_path: Path) -> N
                  "--unshare-cgroup", "--unshare-net", "--die-with-parent", "--new-session"):
         assert flag in argv
     text = " ".join(argv)
-    assert f"--ro-bind {root}/etc /etc" in text and "--symlink usr/bin /bin" in text
+    assert f"--ro-bind {root}/etc /etc" in text and "--symlink usr/bin /bin" in text  # no /cache
     assert "--size 1024 --tmpfs /cache" in text and "--tmpfs /etc --remount-ro /etc" in text
     assert argv[argv.index("--chdir") - 2:argv.index("--chdir")] == ["--remount-ro", "/"]
 
@@ -118,3 +118,14 @@ def test_a_missing_bwrap_names_the_package(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(SandboxInitFailed, match="needs bubblewrap") as info:
         _bwrap.find_bwrap()
     assert "apt-get install bubblewrap" in (info.value.details or "")
+
+
+def test_a_root_with_every_mount_point_is_bound_whole(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for d in ("proc", "dev", "tmp", "workspace", "etc"):
+        (root / d).mkdir(parents=True)
+    p = plan_sandbox(cfg(), lookup=lookup, cgroup_problem="")
+    argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9)
+    text = " ".join(argv)
+    assert f"--ro-bind {root} /" in text and "--tmpfs /" not in text
+    assert f"--bind {tmp_path}/state/work /workspace" in text
