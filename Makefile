@@ -30,6 +30,7 @@ images: venv engine
 # the package's own service (on :5000, all interfaces) is stopped where systemd started it.
 # Go (standard library only) checks the JSON wire format in tests/unit/test_go_wire.py.
 # tmux is the real terminal of tests/integration/test_terminal.py (ps, top, progress).
+# bubblewrap (bwrap) runs the process backend (type="process"); nsenter/setpriv are util-linux.
 test-tools:
 	@command -v docker-registry >/dev/null 2>&1 || { \
 	    bash scripts/apt-install.sh test-tools docker-registry && \
@@ -37,6 +38,7 @@ test-tools:
 	        systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi; }
 	@command -v go >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools golang-go
 	@command -v tmux >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools tmux
+	@command -v bwrap >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools bubblewrap
 
 test: venv engine images test-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -57,8 +59,9 @@ $(BENCH_VENV)/.installed: pyproject.toml | venv
 	$(BENCH_VENV)/bin/python -m pip install --quiet -e . docker
 	touch $@
 
-bench: $(BENCH_VENV)/.installed engine images
+bench: $(BENCH_VENV)/.installed engine images test-tools
 	$(BENCH_VENV)/bin/python bench/run.py
+	$(BENCH_VENV)/bin/python bench/backends.py
 
 # Removes the virtualenvs and every container, network and volume carrying our label; nothing else.
 clean:

@@ -1,4 +1,5 @@
-"""Collect what dead sandbox owners left behind: containers, networks and volumes.
+"""Collect what dead sandbox owners left behind: containers, networks and volumes, and the
+state directories and cgroups of process sandboxes.
 
 Every resource the SDK creates is labelled with its owner: host name, boot id, pid and the
 pid's start time in clock ticks since boot. A normal exit, an exception, a cancellation or
@@ -70,13 +71,14 @@ class GcItem:
     """One resource gc looked at, and why it was removed or kept.
 
     Attributes:
-        kind: ``"container"``, ``"network"``, ``"volume"`` or ``"checkpoint"``.
+        kind: ``"container"``, ``"network"``, ``"volume"``, ``"checkpoint"``, or ``"process"``
+            (a process sandbox's state directory and cgroup; id is the sandbox id).
         id: The engine's id (a volume's name).
         name: The resource's name.
         reason: Why it was removed or kept, or why removing it failed.
     """
 
-    kind: Literal["container", "network", "volume", "checkpoint"]
+    kind: Literal["container", "network", "volume", "checkpoint", "process"]
     id: str
     name: str
     reason: str
@@ -97,6 +99,8 @@ class GcReport:
         removed_checkpoints: Checkpoint images removed for their age.
         kept_checkpoints: Checkpoint images left alone (younger, or in use).
         failed: Resources that should have gone but the engine refused; reason says why.
+        removed_process: Process sandboxes' leftovers (state directory, cgroup) removed.
+        kept_process: Process sandboxes left alone, each with the reason.
     """
 
     dry_run: bool = False
@@ -109,18 +113,22 @@ class GcReport:
     failed: tuple[GcItem, ...] = ()
     removed_checkpoints: tuple[GcItem, ...] = ()
     kept_checkpoints: tuple[GcItem, ...] = ()
+    removed_process: tuple[GcItem, ...] = ()
+    kept_process: tuple[GcItem, ...] = ()
 
     @property
     def removed(self) -> tuple[GcItem, ...]:
-        """Every removed resource: containers, networks, volumes, then checkpoints."""
+        """Every removed resource: containers, networks, volumes, checkpoints, process
+        sandboxes."""
         return self.removed_containers + self.removed_networks + self.removed_volumes + \
-            self.removed_checkpoints
+            self.removed_checkpoints + self.removed_process
 
     @property
     def kept(self) -> tuple[GcItem, ...]:
-        """Every kept resource: containers, networks, volumes, then checkpoints."""
+        """Every kept resource: containers, networks, volumes, checkpoints, process
+        sandboxes."""
         return self.kept_containers + self.kept_networks + self.kept_volumes + \
-            self.kept_checkpoints
+            self.kept_checkpoints + self.kept_process
 
 
 @attrs.frozen
@@ -250,6 +258,10 @@ async def gc(
         raise ConfigError(f"older_than must be >= 0, got {older_than}")
     if checkpoints_older_than is not None and checkpoints_older_than < timedelta(0):
         raise ConfigError(f"checkpoints_older_than must be >= 0, got {checkpoints_older_than}")
+    from .process._gc import collect
+
+    gone_process, kept_process, failed_process = collect(
+        dry_run=dry_run, older_than=older_than, here=_Here.current(), now=datetime.now(UTC))
     client = docker if docker is not None else new_client()
     try:
         engine = Engine(client)
@@ -288,9 +300,11 @@ async def gc(
         kept_networks=tuple(kept["network"]),
         removed_volumes=tuple(removed["volume"]),
         kept_volumes=tuple(kept["volume"]),
-        failed=tuple(failed),
+        failed=tuple(failed) + tuple(failed_process),
         removed_checkpoints=tuple(old_checkpoints[0]),
         kept_checkpoints=tuple(old_checkpoints[1]),
+        removed_process=tuple(gone_process),
+        kept_process=tuple(kept_process),
     )
 
 

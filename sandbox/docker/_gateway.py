@@ -21,7 +21,7 @@ import io
 import json
 import math
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -375,6 +375,16 @@ class Engine:
             # it while it holds the container (a start then waited out its deadline).
             resp.close()
             return b"".join(chunks)
+
+    async def download(self, action: str, path: str, sink: Callable[[bytes], object], *,
+                       deadline: float | None = None) -> int:
+        """Stream a call's raw body (a container export) into ``sink``; return its size."""
+        size = 0
+        async with self._call(action, deadline), self.docker._query(path, "GET") as resp:
+            while chunk := await resp.content.read(1 << 20):
+                sink(chunk)
+                size += len(chunk)
+        return size
 
     @contextlib.asynccontextmanager
     async def json_lines(

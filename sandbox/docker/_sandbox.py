@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from .. import _constants
 from .._audit import Auditor
 from .._backend import ProcessSpec
@@ -48,6 +50,7 @@ from ._images import ensure_image
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._stats import StatsSampler
+from ._vm import pick_vm_runtime
 from ._wire import container_view
 from ._workdir import give_workdir_before_start, settle_user
 from ._workspace import Workspace
@@ -178,8 +181,9 @@ class DockerSandbox(PoolPrimitives):
 
     async def _create(self) -> None:
         cfg = self._config
-        if cfg.type != "docker":
-            raise SandboxInitFailed(f"unknown sandbox type {cfg.type!r}; available: 'docker'")
+        if cfg.type not in ("docker", "vm"):
+            raise SandboxInitFailed(f"unknown sandbox type {cfg.type!r}; available: 'docker', "
+                                    "'vm'")
         try:
             ref = parse_image_ref(cfg.image)
         except ConfigError as exc:
@@ -195,6 +199,9 @@ class DockerSandbox(PoolPrimitives):
         except SandboxError as exc:
             raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
         self._facts = EngineFacts.from_info(await engine.info())
+        if cfg.type == "vm":  # a VM-isolated runtime the engine has, or a refusal naming them
+            cfg = self._config = attrs.evolve(
+                cfg, runtime=pick_vm_runtime(self._facts.runtimes, cfg.runtime))
         self._gvisor = self._facts.is_gvisor(cfg.runtime or self._facts.default_runtime)
         image = await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
                                    platform=cfg.architecture)
@@ -427,7 +434,7 @@ class DockerSandbox(PoolPrimitives):
         ) if view.cpu_limit is not None else self._config.resources
         life = self._life
         return SandboxInfo(
-            id=self.id, name=self._name, type="docker", status=life.status,
+            id=self.id, name=self._name, type=self._config.type, status=life.status,
             created_at=view.created_at or self._created_at,
             started_at=view.started_at or self._started_at,
             runtime=self._config.runtime if view.runtime is None else view.runtime,

@@ -1,5 +1,6 @@
-"""The ExecutionSandbox contract, run against the real Docker sandbox, the in-memory fake, and
-the Kubernetes backend on the fake API server (tests/kubernetes)."""
+"""The ExecutionSandbox contract, run against the real Docker sandbox, the process (bubblewrap)
+sandbox, the in-memory fake, and the Kubernetes backend on the fake API server
+(tests/kubernetes)."""
 
 from __future__ import annotations
 
@@ -29,12 +30,16 @@ from tests.kubernetes._cluster import Target, cluster
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
 
+KINDS = ["docker", "process", "fake", "kubernetes"]
+
+
 def make(kind: str, kube: Target | None = None) -> Sandbox | FakeSandbox:
     if kind == "kubernetes":
         assert kube is not None
         return Sandbox(backend=kube.backend(kube.config(environment={"BASE": "1"})))
-    cfg = SandboxConfig(image=IMAGE_BUSYBOX, environment={"BASE": "1"})
-    return Sandbox(cfg) if kind == "docker" else FakeSandbox(cfg)
+    if kind == "fake":
+        return FakeSandbox(SandboxConfig(image=IMAGE_BUSYBOX, environment={"BASE": "1"}))
+    return Sandbox(SandboxConfig(type=kind, image=IMAGE_BUSYBOX, environment={"BASE": "1"}))
 
 
 @contextlib.asynccontextmanager
@@ -47,7 +52,7 @@ async def target(kind: str, request: pytest.FixtureRequest) -> AsyncIterator[Tar
         yield kube
 
 
-@pytest_asyncio.fixture(params=["docker", "fake", "kubernetes"])
+@pytest_asyncio.fixture(params=KINDS)
 async def sb(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox | FakeSandbox]:
     async with target(request.param, request) as kube:
         box = make(request.param, kube)
@@ -114,7 +119,7 @@ async def test_commands_and_empty_input(sb: Sandbox | FakeSandbox) -> None:
         await sb.execute_command("")
 
 
-@pytest.mark.parametrize("kind", ["docker", "fake", "kubernetes"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_lifecycle_rules(kind: str, request: pytest.FixtureRequest) -> None:
     async with target(kind, request) as kube:
         await _lifecycle_rules(make(kind, kube))
@@ -135,7 +140,7 @@ async def _lifecycle_rules(box: Sandbox | FakeSandbox) -> None:
         await box.read_file("x")
 
 
-@pytest.mark.parametrize("kind", ["docker", "kubernetes"])
+@pytest.mark.parametrize("kind", ["docker", "process", "kubernetes"])
 async def test_process_handle_is_public_and_aclose_kills(
         kind: str, request: pytest.FixtureRequest) -> None:
     async with target(kind, request) as kube, make(kind, kube) as box:

@@ -27,6 +27,12 @@ def test_docker_modules_stay_under_the_bound() -> None:
     assert {name: n for name, n in sizes.items() if n >= MAX_DOCKER_LINES} == {}
 
 
+def test_process_modules_stay_under_the_bound() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "process").glob("*.py")}
+    assert len(sizes) > 5
+    assert {name: n for name, n in sizes.items() if n >= MAX_DOCKER_LINES} == {}
+
+
 def test_backend_neutral_modules_do_not_import_a_backend() -> None:
     """Policy, paths, lifecycle and the public Sandbox load no engine code; the default
     Docker backend is imported only when a Sandbox is made without one."""

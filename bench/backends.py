@@ -1,0 +1,108 @@
+"""Benchmark the SDK's backends side by side: process (bubblewrap) against Docker.
+
+Both run in the same process and the same run, interleaved repetition by repetition, so drift
+on the shared host hits them alike. Measured for each backend:
+
+* create-to-first-command: ``Sandbox(...)`` entered and one ``true`` run (cleanup not counted);
+* command round trip: ``execute_command(["true"])`` in a running sandbox;
+* create and remove in sequence: N sandboxes, each created, one command, removed.
+
+Prints a Markdown table (p50, p90) and writes bench/results/backends.json.
+
+    python bench/backends.py            # about 2 minutes here
+    python bench/backends.py --quick
+
+It measures; it asserts nothing about the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+
+from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+
+RESULTS = Path(__file__).resolve().parent / "results" / "backends.json"
+KINDS = ("process", "docker")
+
+
+def config(kind: str) -> SandboxConfig:
+    return SandboxConfig(type=kind, image=IMAGE_BUSYBOX)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def first_command(kind: str) -> tuple[float, float]:
+    """(seconds to the first command's result, seconds to remove)."""
+    t0 = time.perf_counter()
+    box = Sandbox(config(kind))
+    await box.initialize()
+    await box.execute_command(["true"])
+    t1 = time.perf_counter()
+    await box.cleanup()
+    return t1 - t0, time.perf_counter() - t1
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    reps = 10 if args.quick else 30
+    rt_reps = 50 if args.quick else 200
+    seq = {"process": 100, "docker": 10 if args.quick else 20}
+    rows: dict[str, dict[str, list[float]]] = {k: {} for k in KINDS}
+
+    for kind in KINDS:  # warm-up: the image export (process) and the page cache
+        await first_command(kind)
+    for _ in range(reps):
+        for kind in KINDS:
+            create, remove = await first_command(kind)
+            rows[kind].setdefault("create-to-first-command", []).append(create)
+            rows[kind].setdefault("remove", []).append(remove)
+    boxes = {kind: Sandbox(config(kind)) for kind in KINDS}
+    for box in boxes.values():
+        await box.initialize()
+    try:
+        for _ in range(rt_reps):
+            for kind, box in boxes.items():
+                t0 = time.perf_counter()
+                await box.execute_command(["true"])
+                rows[kind].setdefault("command round trip", []).append(time.perf_counter() - t0)
+    finally:
+        for box in boxes.values():
+            await box.cleanup()
+    for kind in KINDS:
+        t0 = time.perf_counter()
+        for _ in range(seq[kind]):
+            async with Sandbox(config(kind)) as box:
+                await box.execute_command(["true"])
+        rows[kind]["create+command+remove, in sequence (per sandbox)"] = [
+            (time.perf_counter() - t0) / seq[kind]]
+
+    print(f"| scenario | {' | '.join(f'{k} p50 | {k} p90' for k in KINDS)} | docker/process |")
+    print(f"|---|{'---|---|' * len(KINDS)}---|")
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for scenario in rows["process"]:
+        cells, p50s = [], {}
+        for kind in KINDS:
+            values = rows[kind][scenario]
+            p50s[kind] = statistics.median(values)
+            out.setdefault(scenario, {})[kind] = {"p50": p50s[kind], "p90": pct(values, 0.9),
+                                                  "n": len(values)}
+            cells += [f"{p50s[kind] * 1000:.1f} ms", f"{pct(values, 0.9) * 1000:.1f} ms"]
+        ratio = p50s["docker"] / p50s["process"] if p50s["process"] else 0.0
+        print(f"| {scenario} | {' | '.join(cells)} | {ratio:.0f}x |")
+    print(f"\n(sequence: {seq['process']} process and {seq['docker']} docker sandboxes)")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

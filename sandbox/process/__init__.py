@@ -1,0 +1,6 @@
+"""The process backend: ``SandboxConfig(type="process")``, a sandbox of Linux namespaces held
+by bubblewrap, with no container engine (README, "Backends")."""
+
+from ._sandbox import ProcessSandbox as ProcessBackend
+
+__all__ = ["ProcessBackend"]

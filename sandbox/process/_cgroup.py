@@ -1,0 +1,164 @@
+"""The process sandbox's own cgroup: memory, pids and CPU limits, and its usage counters.
+
+On cgroup v1 (this host) one directory per controller, ``<controller>/sandbox-sdk/<id>``; on
+a v2-only host one directory, ``sandbox-sdk/<id>`` below the unified root. Creating them needs
+write access there (root, or a delegated tree): `available` says whether this process has it,
+and the plan refuses the limits without it, naming why. Every process of the sandbox is
+placed in it before it runs (see `_spawn`), so `procs` is also the list cleanup kills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from .._models import ResourceLimits
+from ..docker._cgroup import HostCgroup
+
+__all__ = ["SandboxCgroup", "available"]
+
+ROOT = Path("/sys/fs/cgroup")
+PARENT = "sandbox-sdk"
+_V1 = ("memory", "pids", "cpu", "cpuacct", "blkio")
+_PERIOD_US = 100_000
+
+
+def _v2() -> bool:
+    return (ROOT / "cgroup.controllers").exists()
+
+
+def available() -> str:
+    """"" when this process can make a sandbox cgroup, else why not (for the refusal)."""
+    if _v2():
+        if not os.access(ROOT, os.W_OK):
+            return (f"{ROOT} (cgroup v2) is not writable by uid {os.getuid()}; run as root or "
+                    "in a delegated cgroup")
+        return ""
+    missing = [c for c in _V1 if not (ROOT / c).is_dir()]
+    if missing:
+        return f"cgroup v1 controllers {', '.join(missing)} are not mounted under {ROOT}"
+    unwritable = [c for c in _V1 if not os.access(ROOT / c, os.W_OK)]
+    if unwritable:
+        return (f"the cgroup v1 hierarchies under {ROOT} are not writable by uid "
+                f"{os.getuid()}; run as root")
+    return ""
+
+
+class SandboxCgroup:
+    """One sandbox's cgroup directories; `create`, then `apply`, and `remove` at the end."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        self.v2 = _v2()
+        name = f"{PARENT}/{sandbox_id}"
+        self.dirs = [ROOT / name] if self.v2 else [ROOT / c / name for c in _V1]
+
+    @property
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files a new process writes itself into."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def reader(self) -> HostCgroup:
+        """The usage counters (shared with the Docker backend's exact per-command usage)."""
+        if self.v2:
+            d = self.dirs[0]
+            return HostCgroup(cpu=d, memory=d, io=d, v2=True)
+        by = {d.parent.parent.name: d for d in self.dirs}
+        return HostCgroup(cpu=by["cpuacct"], memory=by["memory"], io=by["blkio"], v2=False)
+
+    def create(self) -> None:
+        if self.v2:
+            parent = ROOT / PARENT
+            parent.mkdir(exist_ok=True)
+            with contextlib.suppress(OSError):
+                (ROOT / "cgroup.subtree_control").write_text("+memory +pids +cpu +io")
+            with contextlib.suppress(OSError):
+                (parent / "cgroup.subtree_control").write_text("+memory +pids +cpu +io")
+        for d in self.dirs:
+            d.parent.mkdir(exist_ok=True)
+            d.mkdir()
+
+    def apply(self, res: ResourceLimits) -> None:
+        """Write the limits; 0 leaves a resource unlimited."""
+        if self.v2:
+            d = self.dirs[0]
+            if res.memory_limit:
+                _write(d / "memory.max", res.memory_limit)
+                with contextlib.suppress(OSError):
+                    _write(d / "memory.swap.max", 0)
+            if res.memory_request:
+                _write(d / "memory.low", res.memory_request)
+            if res.process_limit:
+                _write(d / "pids.max", res.process_limit)
+            if res.cpu_limit:
+                (d / "cpu.max").write_text(f"{round(res.cpu_limit * _PERIOD_US)} {_PERIOD_US}")
+            if res.cpu_request:
+                _write(d / "cpu.weight", max(1, min(10000, round(res.cpu_request * 100))))
+            return
+        by = {d.parent.parent.name: d for d in self.dirs}
+        if res.memory_limit:
+            _write(by["memory"] / "memory.limit_in_bytes", res.memory_limit)
+            with contextlib.suppress(OSError):  # only with swap accounting
+                _write(by["memory"] / "memory.memsw.limit_in_bytes", res.memory_limit)
+        if res.memory_request:
+            _write(by["memory"] / "memory.soft_limit_in_bytes", res.memory_request)
+        if res.process_limit:
+            _write(by["pids"] / "pids.max", res.process_limit)
+        if res.cpu_limit:
+            _write(by["cpu"] / "cpu.cfs_period_us", _PERIOD_US)
+            _write(by["cpu"] / "cpu.cfs_quota_us", round(res.cpu_limit * _PERIOD_US))
+        if res.cpu_request:
+            _write(by["cpu"] / "cpu.shares", max(2, round(res.cpu_request * 1024)))
+
+    def procs(self) -> set[int]:
+        """Every process in the cgroup now."""
+        found: set[int] = set()
+        for path in self.procs_files:
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(line) for line in Path(path).read_text().split())
+        return found
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer ended in it so far."""
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        try:  # dirs[0] is the memory controller's on v1 (see _V1), the only one on v2
+            for line in (self.dirs[0] / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def remove(self) -> list[str]:
+        """Kill what is left in it and remove every directory; the errors, if any."""
+        errors: list[str] = []
+        for _ in range(100):
+            pids = self.procs()
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != 16:  # EBUSY: a process is still exiting
+                        errors.append(f"cannot remove cgroup {d}: {exc}")
+                        break
+                    time.sleep(0.01)
+            else:
+                errors.append(f"cannot remove cgroup {d}: still busy")
+        return errors
+
+
+def _write(path: Path, value: int) -> None:
+    path.write_text(str(value))

@@ -1,0 +1,259 @@
+"""Map a `SandboxConfig` to a bubblewrap sandbox: the one place that does it, and pure.
+
+Every field is mapped or refused with the reason (``SandboxInitFailed("field: why")``), never
+dropped. What the host cannot give (no cgroup access, another architecture) comes in as
+arguments, so every rule is unit-tested without bwrap.
+
+=====================================  ==================================================
+config field                           process sandbox
+=====================================  ==================================================
+image                                  root filesystem: a directory, or a local Docker
+                                       image exported once (`_rootfs`); top-level entries
+                                       bound read-only into a tmpfs root, itself read-only
+security.read_only_root                True: as above. False: the same read-only root;
+                                       the writable places are the working dir, /tmp,
+                                       /var/tmp, the user's home and tmpfs_paths (all
+                                       the default user can write in a container, too)
+working_dir                            a host directory of the sandbox bound there
+security.run_as_user / run_as_group    ``--uid``/``--gid`` in the user namespace (numbers,
+                                       or names from the root's /etc/passwd, /etc/group);
+                                       "" = the image's non-root user, else 1000:1000;
+                                       root refused (nsenter would keep its capabilities)
+name                                   ``--hostname`` (first 63 characters)
+environment, network.*_proxy           every command's environment (as on Docker)
+(always)                               every namespace unshared (user, pid, mount, ipc,
+                                       uts, cgroup; net unless host network), no nested
+                                       user namespaces, no capabilities, NoNewPrivs,
+                                       ``--die-with-parent``
+network.isolated / allow_networking    networked only with ``network.bridge="host"``: the
+  / isolate_network                    host's own network, not isolated; else refused
+resources.cpu_limit / cpu_request      cgroup cpu quota (100 ms period) / cpu shares
+resources.memory_limit / _request      cgroup memory limit (and memsw) / soft limit
+resources.process_limit                cgroup pids.max
+  (the five above: refused when this process cannot make a cgroup, with the reason)
+resources.file_limit                   rlimit NOFILE, soft = hard
+resources.cpu_time_limit               rlimit CPU, whole seconds rounded up, hard +1 s
+resources.wall_time_limit              the backend's clock (as on Docker)
+security.read_only_paths               ``--remount-ro`` each (missing ones skipped)
+security.masked_paths                  a read-only empty tmpfs (directories) or /dev/null
+security.tmpfs_paths                   ``--tmpfs`` (options: ``size=`` and ``mode=`` only)
+security.seccomp_profile               "" only: no filter (commands are entered with
+                                       nsenter, which a filter would have to allow); any
+                                       profile asked for is refused
+security.no_new_privileges,            always on (bwrap and the spawner set NoNewPrivs);
+  prevent_escalation, drop_capabilities every capability is dropped anyway
+=====================================  ==================================================
+
+Refused when set: ``runtime`` (other than the default), another ``architecture``,
+``pull_policy="always"`` (never pulls), ``repository`` (not yet), ``disk_limit``,
+``disk_request``, ``network_*_limit``, ``add_capabilities``, ``apparmor_profile``,
+``selinux_context``, ``isolate_process=False``, host and port filters,
+``ingress/egress_limit``, ``dns_*``, ``port_mappings``, ``tools``, ``mcp_servers``.
+Left to `Sandbox`: ``timeout``, ``cleanup_delay``, audit settings.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import posixpath
+import resource
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from .._constants import DEFAULT_RUNTIME, DEFAULT_USER, LABEL_PREFIX
+from .._errors import ConfigError, SandboxInitFailed
+from .._models import ResourceLimits, SandboxConfig
+from .._policy import ROOT_NAMES, is_networked
+
+__all__ = ["ProcessPlan", "plan_sandbox"]
+
+HOSTNAME_MAX = 63
+#: The limits only a cgroup can enforce.
+CGROUP_FIELDS = ("cpu_limit", "cpu_request", "memory_limit", "memory_request", "process_limit")
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+#: Looks a user or group name up in the root filesystem: ("passwd"|"group", name) -> id.
+Lookup = Callable[[str, str], int | None]
+
+
+@attrs.frozen(kw_only=True)
+class ProcessPlan:
+    """What the backend does for one config: ids, mounts, limits, environment."""
+
+    uid: int
+    gid: int
+    hostname: str
+    host_network: bool
+    working_dir: str
+    tmpfs: tuple[tuple[str, tuple[str, ...]], ...]  # (path, extra bwrap args before --tmpfs)
+    read_only_paths: tuple[str, ...]
+    masked_paths: tuple[str, ...]
+    cgroup: ResourceLimits | None  # None: no cgroup needed
+    rlimits: tuple[tuple[int, int, int], ...]
+    env: dict[str, str]
+
+
+def _refuse(field: str, why: str, what: str = "") -> SandboxInitFailed:
+    return SandboxInitFailed(f"{field}: {why}", details=what or
+                             "use type='docker' for this setting, or leave it unset")
+
+
+def _ids(cfg: SandboxConfig, image_user: str, lookup: Lookup) -> tuple[int, int]:
+    sec = cfg.security
+    user, group = sec.run_as_user, sec.run_as_group
+    if not user:
+        image_uid = image_user.partition(":")[0]
+        if image_user and image_uid not in ROOT_NAMES:
+            user, _, image_group = image_user.partition(":")
+            group = group or image_group
+        else:
+            user, _, default_group = DEFAULT_USER.partition(":")
+            group = group or default_group
+    if user in ROOT_NAMES or group in ROOT_NAMES:
+        field = "security.run_as_user" if user in ROOT_NAMES else "security.run_as_group"
+        raise _refuse(field, "root cannot be the process sandbox's user: commands are entered "
+                      "with nsenter, which would leave root every capability in the "
+                      "sandbox's user namespace", "use a non-root user, or type='docker'")
+    uid = int(user) if user.isdigit() else lookup("passwd", user)
+    if uid is None:
+        raise ConfigError(f"security.run_as_user: {user!r} is not in the image's /etc/passwd",
+                          details="give a numeric uid or a user the image defines")
+    if not group:
+        gid = uid if user.isdigit() else lookup("passwd-gid", user)
+    else:
+        gid = int(group) if group.isdigit() else lookup("group", group)
+    if gid is None:
+        raise ConfigError(f"security.run_as_group: {group or user!r} has no group in the "
+                          "image's /etc/group", details="give a numeric gid")
+    if uid == 0 or gid == 0:
+        raise _refuse("security.run_as_user", f"{user!r} resolves to root (uid {uid}, gid "
+                      f"{gid})", "use a non-root user, or type='docker'")
+    return uid, gid
+
+
+def _tmpfs(entries: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    out: dict[str, tuple[str, ...]] = {}
+    for entry in entries:
+        path, _, options = entry.partition(":")
+        if not path.startswith("/") or posixpath.normpath(path) == "/":
+            raise ConfigError(f"security.tmpfs_paths: {entry!r} must be an absolute path "
+                              "other than /")
+        path = posixpath.normpath(path)
+        if path in out:
+            raise ConfigError(f"security.tmpfs_paths: {path!r} is listed twice")
+        args: list[str] = []
+        for opt in filter(None, options.split(",")):
+            key, _, value = opt.partition("=")
+            if key == "size" and value.isdigit():
+                args += ["--size", value]
+            elif key == "mode" and value and all(c in "01234567" for c in value):
+                args += ["--perms", value.rjust(4, "0")]
+            elif opt not in ("rw", "exec", "noexec", "nosuid", "nodev"):
+                raise _refuse("security.tmpfs_paths", f"option {opt!r} of {entry!r} is not "
+                              "supported here (only size=<bytes> and mode=<octal>)")
+        out[path] = tuple(args)
+    return tuple(out.items())
+
+
+def _limits(cfg: SandboxConfig, cgroup_problem: str) -> tuple[ResourceLimits | None,
+                                                              tuple[tuple[int, int, int], ...]]:
+    res = cfg.resources
+    for field in ("disk_limit", "disk_request", "network_in_limit", "network_out_limit"):
+        if getattr(res, field):
+            raise _refuse(f"resources.{field}", "nothing in the process backend enforces it")
+    wanted = [f for f in CGROUP_FIELDS if getattr(res, f)]
+    if wanted and cgroup_problem:
+        raise _refuse(f"resources.{wanted[0]}", f"needs a cgroup of the sandbox's own, and "
+                      f"{cgroup_problem}", "leave it 0 here, run as root, or use type='docker'")
+    if res.memory_request and res.memory_limit and res.memory_request > res.memory_limit:
+        raise ConfigError("resources.memory_request is above resources.memory_limit")
+    rlimits: list[tuple[int, int, int]] = []
+    if res.file_limit:
+        rlimits.append((resource.RLIMIT_NOFILE, res.file_limit, res.file_limit))
+    cpu = res.cpu_time_limit.total_seconds()
+    if cpu > 0:
+        soft = math.ceil(cpu)
+        rlimits.append((resource.RLIMIT_CPU, soft, soft + 1))
+    return (res if wanted else None), tuple(rlimits)
+
+
+def _security(cfg: SandboxConfig) -> None:
+    sec, net = cfg.security, cfg.network
+    if sec.add_capabilities:
+        raise _refuse("security.add_capabilities", "commands in a process sandbox hold no "
+                      "capability, and none can be added")
+    for field in ("apparmor_profile", "selinux_context"):
+        if getattr(sec, field):
+            raise _refuse(f"security.{field}", "bubblewrap applies no LSM profile")
+    if sec.seccomp_profile:
+        raise _refuse("security.seccomp_profile", "commands are entered with nsenter, which "
+                      "a seccomp filter (Docker's default denies setns) would have to allow, "
+                      "so none is installed; the sandbox relies on having no capabilities and "
+                      "no nested user namespaces", "leave it empty, or use type='docker'")
+    if not sec.isolate_process or sec.allow_host_pid:
+        raise _refuse("security.isolate_process", "the process sandbox always has its own "
+                      "pid namespace")
+    for owner, obj in (("security", sec), ("network", net)):
+        for field in ("allowed_hosts", "blocked_hosts", "allowed_ports"):
+            if getattr(obj, field):
+                raise _refuse(f"{owner}.{field}", "there is no egress filter here")
+    for field in ("ingress_limit", "egress_limit", "dns_servers", "dns_search",
+                  "port_mappings"):
+        if getattr(net, field):
+            raise _refuse(f"network.{field}", "the process backend has no network of its own")
+
+
+def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
+                 cgroup_problem: str, architecture: str | None = None) -> ProcessPlan:
+    """Decide the process sandbox for ``cfg``, or refuse what it cannot enforce.
+
+    ``cgroup_problem`` says why no cgroup can be made ("" when one can).
+    """
+    if cfg.runtime not in ("", DEFAULT_RUNTIME):  # the default means "no preference" here
+        raise _refuse("runtime", f"{cfg.runtime!r} names a Docker OCI runtime; the process "
+                      "backend runs bubblewrap", "leave runtime empty, or use type='docker'")
+    host_arch = architecture or _ARCH.get(platform.machine(), platform.machine())
+    if cfg.architecture and cfg.architecture.removeprefix("linux/") != host_arch:
+        raise _refuse("architecture", f"{cfg.architecture!r} is not this host's "
+                      f"({host_arch}); the process backend runs no emulator")
+    if cfg.pull_policy == "always":
+        raise _refuse("pull_policy", "'always' pulls, and the process backend never pulls",
+                      "pull with Docker first and use pull_policy='missing' or 'never'")
+    if cfg.repository is not None:
+        raise _refuse("repository", "repositories are not mounted or cloned by the process "
+                      "backend yet", "copy files in with copy_files, or use type='docker'")
+    for field in ("tools", "mcp_servers"):
+        if getattr(cfg, field):
+            raise _refuse(field, "nothing provides them yet")
+    reserved = [key for key in cfg.labels if key.startswith(LABEL_PREFIX)]
+    if reserved:
+        raise ConfigError(f"labels: keys starting with {LABEL_PREFIX!r} are reserved for the "
+                          f"SDK: {', '.join(sorted(reserved))}")
+    _security(cfg)
+    host_network = False
+    if is_networked(cfg):
+        if cfg.network.bridge != "host":
+            raise _refuse("security.allow_networking", "the process backend has no network "
+                          "of its own: only none (the default) or the host's own network",
+                          "set network.bridge='host' to share the host's network (no "
+                          "isolation), or use type='docker'")
+        host_network = True
+    uid, gid = _ids(cfg, image_user, lookup)
+    cgroup, rlimits = _limits(cfg, cgroup_problem)
+    workdir = posixpath.normpath(cfg.working_dir or "/")
+    if not workdir.startswith("/"):
+        raise ConfigError(f"working_dir: {cfg.working_dir!r} must be an absolute path")
+    env = {}
+    for field in ("http_proxy", "https_proxy", "no_proxy"):
+        if value := getattr(cfg.network, field):
+            env[field] = env[field.upper()] = value
+    return ProcessPlan(
+        uid=uid, gid=gid, hostname=(cfg.name or "sandbox")[:HOSTNAME_MAX],
+        host_network=host_network, working_dir=workdir,
+        tmpfs=_tmpfs(cfg.security.tmpfs_paths),
+        read_only_paths=tuple(posixpath.normpath(p) for p in cfg.security.read_only_paths),
+        masked_paths=tuple(posixpath.normpath(p) for p in cfg.security.masked_paths),
+        cgroup=cgroup, rlimits=rlimits, env=env,
+    )

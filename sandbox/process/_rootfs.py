@@ -1,0 +1,162 @@
+"""The process sandbox's root filesystem: a directory, or a local Docker image exported once.
+
+``image`` is either an absolute path to a directory (used as it is), or a reference to an
+image the local Docker engine has: its filesystem is exported (``docker export`` of a created,
+never started container) into a cache keyed by the image id, so the same images serve both
+backends and the export is paid once per image. The image's ``Env`` (PATH) is kept beside it.
+Extraction uses tarfile's ``tar`` filter: no absolute or ``..`` member, no link out of the
+tree, no setuid/setgid bits; ownership kept only when root extracts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+from .._errors import EngineUnavailable, SandboxError, SandboxInitFailed
+from .._gc import owner_labels
+from .._image_ref import parse_image_ref
+
+__all__ = ["Rootfs", "cache_dir", "resolve_rootfs"]
+
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@attrs.frozen
+class Rootfs:
+    """A root directory on the host and what the image says about it."""
+
+    path: Path
+    env: dict[str, str]
+    image_id: str = ""
+    user: str = ""
+
+
+def cache_dir() -> Path:
+    """Where exported images live: SANDBOX_ROOTFS_CACHE, else a per-user cache."""
+    if env := os.environ.get("SANDBOX_ROOTFS_CACHE"):
+        return Path(env)
+    if os.getuid() == 0:
+        return Path("/var/cache/sandbox-sdk/rootfs")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sandbox-sdk" / "rootfs"
+
+
+#: How long a Docker image name stays resolved in this process (image name -> export).
+RESOLVED_TTL = 60.0
+_resolved: dict[str, tuple[float, Rootfs]] = {}
+
+
+async def resolve_rootfs(image: str) -> Rootfs:
+    """The root directory for ``image`` (exporting a Docker image on first use).
+
+    A Docker image name is asked of the engine at most once per `RESOLVED_TTL` seconds in a
+    process (the ask took 10 ms of a 25 ms create here): an image re-tagged meanwhile is
+    seen after that.
+    """
+    if not image.startswith("/"):
+        hit = _resolved.get(image)
+        if hit is not None and time.monotonic() - hit[0] < RESOLVED_TTL and \
+                await anyio.to_thread.run_sync(hit[1].path.is_dir):
+            return hit[1]
+        found = await _from_docker(image)
+        _resolved[image] = (time.monotonic(), found)
+        return found
+    path = Path(image)
+    if not await anyio.to_thread.run_sync(path.is_dir):
+        raise SandboxInitFailed(f"image {image!r}: no such directory",
+                                details="give a directory holding a root filesystem, or "
+                                "the name of an image on the local Docker engine")
+    return Rootfs(path=path, env={"PATH": _DEFAULT_PATH})
+
+
+async def _from_docker(image: str) -> Rootfs:
+    from ..docker._gateway import Engine, new_client
+    from ..docker._images import inspect_image
+
+    ref = parse_image_ref(image)
+    docker = new_client()
+    try:
+        engine = Engine(docker)
+        try:
+            found = await inspect_image(engine, ref.engine_name)
+        except SandboxError as exc:
+            raise EngineUnavailable(
+                f"image {image!r} names a Docker image, but the engine cannot be asked for it",
+                details=f"{exc.message}; or give a root filesystem directory as image",
+                cause=exc) from exc
+        if found is None:
+            raise SandboxInitFailed(
+                f"image {image!r} is not on the local Docker engine",
+                details="the process backend never pulls: pull or build it with Docker "
+                "first, or give a root filesystem directory as image")
+        image_id = str(found["Id"])
+        config: dict[str, Any] = found.get("Config") or {}
+        env = dict(e.partition("=")[::2] for e in config.get("Env") or [])
+        env.setdefault("PATH", _DEFAULT_PATH)
+        user = str(config.get("User") or "")
+        target = cache_dir() / image_id.removeprefix("sha256:")
+        if not (target / "rootfs").is_dir():
+            await _export(engine, ref.engine_name, target)
+        return Rootfs(path=target / "rootfs", env=env, image_id=image_id, user=user)
+    finally:
+        with contextlib.suppress(Exception):
+            await docker.close()
+
+
+async def _export(engine: Any, name: str, target: Path) -> None:
+    """Export the image's filesystem to ``target/rootfs``, atomically (rename at the end)."""
+    created = await engine.query_json(
+        "create a container to export the image", "containers/create", "POST",
+        data={"Image": name, "Cmd": ["/nonexistent"], "Labels": owner_labels(),
+              "NetworkDisabled": True})
+    container = str(created["Id"])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(target.parent, 0o755)
+    work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
+    try:
+        tar = await anyio.to_thread.run_sync(open, work / "rootfs.tar", "wb")
+        with tar:
+            await engine.download("export the image's filesystem",
+                                  f"containers/{container}/export", tar.write, deadline=600)
+        await anyio.to_thread.run_sync(_install, work, target, name)
+    finally:
+        with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
+            await engine.query_json("remove the export container",
+                                    f"containers/{container}", "DELETE", params={"force": "1"})
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _install(work: Path, target: Path, name: str) -> None:
+    """Unpack the export in ``work`` and rename it to ``target`` (atomically)."""
+    _extract(work / "rootfs.tar", work / "rootfs")
+    (work / "rootfs.tar").unlink()
+    (work / "image.json").write_text(json.dumps({"image": name}))
+    os.chmod(work, 0o755)
+    try:
+        work.rename(target)
+    except OSError:
+        if not (target / "rootfs").is_dir():  # else another process won the race
+            raise
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    dest.mkdir()
+    os.chmod(dest, 0o755)
+    def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+        if member.isdev() or member.isfifo():
+            return None  # the sandbox gets its own /dev; nodes would need root anyway
+        return tarfile.tar_filter(member, path)
+
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter=keep)  # directory modes last, so 0555 ones still fill

@@ -1,0 +1,108 @@
+"""Find and signal every process one command started, seen from the host's /proc.
+
+A command is the host process the backend spawned (``nsenter``) and everything below it. Its
+descendants are found by parent links; a process that left the tree (a double fork re-parents
+to the sandbox's init) is still found by the marker variable in its environment, but only
+inside the sandbox's own pid namespace, so nothing outside the sandbox can ever be signalled.
+KILL first stops every member, so a fork loop cannot outrun the sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal as _signal
+import time
+
+__all__ = ["MARKER_VAR", "members", "sweep"]
+
+#: Carried in every command's environment; the same name the Docker backend uses.
+MARKER_VAR = "SANDBOX_EXEC_ID"
+
+
+def _pid_ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+def _table() -> dict[int, int]:
+    """pid -> parent pid of every live (not zombie) process now visible."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat.rsplit(b")", 1)[1].split()
+            if fields[0] != b"Z":  # a zombie is already dead: nothing to signal
+                parents[int(name)] = int(fields[1])
+    return parents
+
+
+def _has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def members(roots: set[int], marker: str, sandbox_ns: str) -> set[int]:
+    """Descendants of ``roots`` in the sandbox's pid namespace ``sandbox_ns``, plus its
+    processes carrying ``marker``."""
+    parents = _table()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    # Only the sandbox's own processes are ever signalled: never the spawner (`root`, a host
+    # process whose pid may be reused once it was reaped), nor anything outside.
+    found = {pid for pid in found & parents.keys() if _pid_ns(pid) == sandbox_ns}
+    wanted = f"{MARKER_VAR}={marker}".encode()
+    for pid in parents:
+        if pid not in found and _pid_ns(pid) == sandbox_ns and _has_marker(pid, wanted):
+            found.add(pid)
+    return found
+
+
+def _signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50) -> bool:
+    """Send ``sig`` to the command's processes; with SIGKILL repeat until none is left.
+
+    For KILL, every member is stopped first and the tree read again until it stops growing
+    (a stopped parent cannot fork, and its children stay below it), then all are killed.
+    Returns True when none is left (for another signal: once sent). Blocking: run it in a
+    worker thread.
+    """
+    if sig != _signal.SIGKILL:
+        _signal_all(members({root}, marker, sandbox_ns), sig)
+        return True
+    known: set[int] = set()
+    for _ in range(rounds):
+        for _ in range(rounds):
+            new = members(known | {root}, marker, sandbox_ns) - known
+            if not new:
+                break
+            _signal_all(new, _signal.SIGSTOP)
+            known |= new
+        if not members(known | {root}, marker, sandbox_ns):
+            return True
+        _signal_all(known, _signal.SIGKILL)
+        time.sleep(0.002)
+        if not members(known | {root}, marker, sandbox_ns):
+            return True
+    return False

@@ -1,0 +1,361 @@
+"""The process backend (bubblewrap) on this host: escape probes, limits, cleanup, and the
+unprivileged case (a sandbox made by `nobody`, with what it cannot enforce refused)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+import pytest_asyncio
+
+from sandbox import (
+    IMAGE_BUSYBOX,
+    Command,
+    CommandStartFailed,
+    NetworkConfig,
+    ResourceLimits,
+    Sandbox,
+    SandboxConfig,
+    SandboxInitFailed,
+    SecurityPolicy,
+)
+from sandbox.process._rootfs import resolve_rootfs
+from sandbox.process._state import base_dir
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+def config(**kw: object) -> SandboxConfig:
+    return SandboxConfig(type="process", image=IMAGE_BUSYBOX, **kw)  # type: ignore[arg-type]
+
+
+@pytest_asyncio.fixture
+async def sb() -> AsyncIterator[Sandbox]:
+    async with Sandbox(config()) as box:
+        yield box
+
+
+def alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def wait_gone(pid: int, limit: float = 10.0) -> None:
+    end = time.monotonic() + limit
+    while alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not alive(pid), f"pid {pid} still runs after {limit:g} s"
+
+
+async def sh(box: Sandbox, script: str) -> str:
+    result = await box.execute_command(script)
+    return result.stdout + result.stderr
+
+
+# -- escape probes (the Docker suite's, here) -------------------------------------------------
+
+
+async def test_host_processes_are_invisible(sb: Sandbox) -> None:
+    pids = (await sh(sb, "ls -d /proc/[0-9]* | wc -l")).strip()
+    assert 1 <= int(pids) <= 6, pids  # bwrap (pid 1), the keep-alive, its sleep, this shell
+    cmdlines = await sh(sb, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+    assert "pytest" not in cmdlines and str(os.getpid()) not in cmdlines.split()
+
+
+async def test_no_capabilities_and_no_new_privileges(sb: Sandbox) -> None:
+    status = await sh(sb, "grep -E '^(CapInh|CapPrm|CapEff|CapAmb|NoNewPrivs)' /proc/self/status")
+    fields = dict(line.split(":\t") for line in status.strip().splitlines())
+    assert fields["CapEff"] == fields["CapPrm"] == fields["CapAmb"] == "0000000000000000"
+    assert fields["NoNewPrivs"] == "1"
+    assert (await sh(sb, "id -u")).strip() == "1000"
+
+
+async def test_no_mount_and_no_new_user_namespace(sb: Sandbox) -> None:
+    result = await sb.execute_command("mkdir -p /tmp/m && mount -t tmpfs none /tmp/m")
+    assert result.exit_code != 0
+    assert "tmpfs" not in await sh(sb, "cat /proc/mounts | grep /tmp/m; true")
+    # A nested user namespace would give its creator every capability inside it.
+    result = await sb.execute_command("unshare -U -r id -u")
+    assert result.exit_code != 0 and result.stdout.strip() != "0"
+
+
+async def test_no_network_but_loopback(sb: Sandbox) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    try:
+        links = await sh(sb, "cat /proc/net/dev")
+        assert [line.split(":")[0].strip() for line in links.splitlines()[2:]] == ["lo"]
+        result = await sb.execute_command(
+            f"echo x | nc -w 2 127.0.0.1 {port} && echo CONNECTED")
+        assert "CONNECTED" not in result.stdout
+    finally:
+        listener.close()
+
+
+async def test_the_host_network_only_when_chosen() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    cfg = config(security=SecurityPolicy(allow_networking=True, isolate_network=False),
+                 network=NetworkConfig(isolated=False, bridge="host"))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(b"from-the-host\n")
+        conn.close()
+
+    try:
+        async with Sandbox(cfg) as box, anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, serve)
+            result = await box.execute_command(f"nc 127.0.0.1 {port} </dev/null")
+            assert result.stdout == "from-the-host\n"
+    finally:
+        listener.close()
+
+
+async def test_no_host_files_outside_the_mounts(sb: Sandbox, tmp_path: Path) -> None:
+    marker = Path("/tmp") / f"host-secret-{uuid.uuid4().hex}"
+    marker.write_text("the-content")
+    try:
+        seen = await sh(sb, f"cat {marker}; ls /tmp")
+        assert "the-content" not in seen and "No such file" in seen
+        # A symlink planted inside leads nowhere outside: not for the working directory of a
+        # command (opened inside the sandbox's root), nor for files (read inside).
+        await sb.execute_command("ln -s / /workspace/up && ln -s /tmp /workspace/t")
+        await sb.set_working_directory("/workspace/up/tmp")
+        assert "host-secret" not in await sh(sb, "ls; pwd")
+        with pytest.raises(FileNotFoundError):
+            await sb.read_file(f"/workspace/t/{marker.name}")
+    finally:
+        marker.unlink()
+
+
+async def test_writes_to_the_read_only_root_fail() -> None:
+    async with Sandbox(config(security=SecurityPolicy(read_only_root=True))) as box:
+        for path in ("/etc/x", "/usr/x", "/x", "/bin/x"):
+            result = await box.execute_command(f"touch {path}")
+            assert result.exit_code != 0, path
+            assert "Read-only file system" in result.stderr or "denied" in result.stderr
+        assert (await box.execute_command("touch /workspace/ok /tmp/ok")).success
+        await box.write_file("/tmp/f", "x")
+        assert await box.read_file("/tmp/f") == b"x"
+
+
+# -- commands, limits, cleanup -----------------------------------------------------------------
+
+
+async def test_commands_share_the_sandbox(sb: Sandbox) -> None:
+    await sb.execute_command("echo one > /tmp/shared; (sleep 30 >/dev/null 2>&1 &)")
+    assert (await sh(sb, "cat /tmp/shared")).strip() == "one"
+    assert "sleep 30" in await sh(sb, "ps")  # the same pid namespace
+
+
+async def test_timeout_kills_the_whole_tree(sb: Sandbox) -> None:
+    result = await sb.execute_command(Command(
+        executable="/bin/sh", args=("-c", "sleep 201 & (sleep 202 &); sleep 203"),
+        timeout=timedelta(seconds=1)))
+    assert result.timed_out and not result.success
+    left = await sh(sb, "ps")
+    assert "sleep 20" not in left, left
+
+
+async def test_stdin_eof_and_streams_apart(sb: Sandbox) -> None:
+    async with sb.stream_command("cat; echo err >&2") as proc:
+        await proc.write_stdin(b"hello ")
+        await proc.write_stdin("world")
+        await proc.close_stdin()
+        result = await proc.wait()
+    assert result.stdout == "hello world" and result.stderr == "err\n"
+
+
+async def test_limits_are_enforced_through_cgroup_and_rlimits() -> None:
+    cfg = config(resources=ResourceLimits(memory_limit=64 << 20, process_limit=20,
+                                          file_limit=123,
+                                          cpu_time_limit=timedelta(seconds=2)))
+    async with Sandbox(cfg) as box:
+        assert (await sh(box, "ulimit -n; ulimit -t")).split() == ["123", "2"]
+        cgroup = box.backend.cgroup
+        assert cgroup is not None and cgroup.procs()  # the holder and this command are in it
+        forks = await box.execute_command(
+            "i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done; wait")
+        assert "can't fork" in forks.stderr or "Resource temporarily" in forks.stderr
+        await box.execute_command("pkill sleep; true")
+        hog = await box.execute_command("head -c 200m /dev/zero | tail -c 1 >/dev/null; "
+                                        "cat /dev/zero | head -c 300m | sort >/dev/null")
+        assert hog.exit_code != 0  # the OOM killer (or the limit) stopped it
+        busy = await box.execute_command("i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done")
+        assert busy.resource_usage.cpu_time.total_seconds() > 0.01  # from the cgroup
+        usage = await box.get_resource_usage()
+        assert usage.process_count >= 2 and usage.memory_usage > 0
+        dirs = list(cgroup.dirs)
+    assert not any(d.exists() for d in dirs)
+
+
+async def test_cleanup_kills_everything_and_removes_the_state() -> None:
+    box = Sandbox(config(resources=ResourceLimits(process_limit=50)))
+    await box.initialize()
+    await box.execute_command("(setsid sleep 300 >/dev/null 2>&1 &)")
+    init = box.backend.init_pid
+    state = base_dir() / box.id
+    assert state.is_dir() and json.loads((state / "owner.json").read_text())["id"] == box.id
+    await box.cleanup()
+    assert not state.exists()
+    assert not alive(init)
+    assert box.backend.cgroup is not None
+    assert not any(d.exists() for d in box.backend.cgroup.dirs)
+
+
+async def test_refusals_name_the_field() -> None:
+    for cfg, field in (
+        (config(runtime="runsc"), "runtime"),
+        (config(security=SecurityPolicy(allow_networking=True, isolate_network=False),
+                network=NetworkConfig(isolated=False)), "security.allow_networking"),
+        (config(security=SecurityPolicy(seccomp_profile="runtime/default")),
+         "security.seccomp_profile"),
+        (config(security=SecurityPolicy(run_as_user="root")), "security.run_as_user"),
+        (config(resources=ResourceLimits(disk_limit=1 << 30)), "resources.disk_limit"),
+    ):
+        with pytest.raises(SandboxInitFailed, match=f"^{field}:"):
+            async with Sandbox(cfg):
+                pass
+
+
+# -- an unprivileged owner -------------------------------------------------------------------
+
+_AS_NOBODY = textwrap.dedent("""
+    import asyncio, json, sys
+    from sandbox import ResourceLimits, Sandbox, SandboxConfig, SandboxInitFailed
+
+    async def main():
+        out = {}
+        cfg = SandboxConfig(type="process", image=sys.argv[1])
+        async with Sandbox(cfg) as sb:
+            r = await sb.execute_command("id -u; grep CapEff /proc/self/status; ls /proc")
+            out["run"] = r.stdout
+            await sb.write_file("f.txt", "hi")
+            out["read"] = (await sb.read_file("f.txt")).decode()
+        try:
+            async with Sandbox(SandboxConfig(type="process", image=sys.argv[1],
+                               resources=ResourceLimits(memory_limit=64 << 20))):
+                out["limit"] = "accepted"
+        except SandboxInitFailed as exc:
+            out["limit"] = str(exc)
+        # The contract suite's tests, on a sandbox this unprivileged user made.
+        import inspect
+        from tests.integration import test_contract as contract
+        contract.make = lambda kind: Sandbox(SandboxConfig(
+            type="process", image=sys.argv[1], environment={"BASE": "1"}))
+        out["contract"] = []
+        for name, test in vars(contract).items():
+            params = list(inspect.signature(test).parameters) if name.startswith("test_") \
+                else None
+            if params == ["sb"]:
+                async with contract.make("process") as sb:
+                    await test(sb)
+            elif params == ["kind"] and "docker" not in name:
+                await test("process")
+            else:
+                continue
+            out["contract"].append(name)
+        print(json.dumps(out))
+
+    asyncio.run(main())
+""")
+
+
+async def test_an_unprivileged_user_gets_a_sandbox_and_refusals() -> None:
+    if os.getuid() != 0:
+        pytest.fail("this test switches to nobody, so it must run as root", pytrace=False)
+    root = (await resolve_rootfs(IMAGE_BUSYBOX)).path  # exported by root, readable by all
+    tmp_path = Path(tempfile.mkdtemp())
+    os.chmod(tmp_path, 0o755)
+    script = tmp_path / "as_nobody.py"
+    script.write_text(_AS_NOBODY)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+           "PYTHONPATH": REPO}
+    proc = await anyio.run_process(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+         str(script), str(root)], env=env, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = json.loads(proc.stdout)
+    assert out["run"].split()[:3] == ["1000", "CapEff:", "0000000000000000"]
+    assert out["read"] == "hi"
+    assert out["limit"].startswith("resources.memory_limit: needs a cgroup")
+    assert "not writable by uid 65534" in out["limit"]
+    assert len(out["contract"]) >= 8, out["contract"]
+    left = Path(tempfile.gettempdir()) / "sandbox-sdk-process-65534"
+    assert not left.exists() or not list(left.iterdir())  # its cleanup removed its state
+
+
+async def test_missing_working_directory_is_a_start_error(sb: Sandbox) -> None:
+    with pytest.raises(CommandStartFailed, match="does not exist"):
+        await sb.execute_command(Command(executable="true", working_dir="/nope"))
+    with pytest.raises(FileNotFoundError):
+        await sb.execute_command(["/no/such/program"])
+
+
+async def test_vm_is_refused_on_this_engine_naming_the_runtimes() -> None:
+    # This engine registers runc and runsc only: never silently gVisor or runc instead.
+    with pytest.raises(SandboxInitFailed, match=r"kata-runtime.*firecracker-containerd"):
+        async with Sandbox(SandboxConfig(type="vm", image=IMAGE_BUSYBOX)):
+            pass
+
+
+_OWNER = textwrap.dedent("""
+    import asyncio, sys
+    from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
+
+    async def main():
+        sb = Sandbox(SandboxConfig(type="process", image=IMAGE_BUSYBOX,
+                                   resources=ResourceLimits(process_limit=30)))
+        await sb.initialize()
+        await sb.execute_command("(setsid sleep 300 >/dev/null 2>&1 &)")
+        print(sb.id, sb.backend.init_pid, flush=True)
+        await asyncio.sleep(300)
+
+    asyncio.run(main())
+""")
+
+
+async def test_gc_removes_what_a_killed_owner_left() -> None:
+    from sandbox import gc
+    from sandbox.process._cgroup import SandboxCgroup
+
+    owner = await anyio.open_process([sys.executable, "-c", _OWNER],
+                                     env={**os.environ, "PYTHONPATH": REPO})
+    try:
+        assert owner.stdout is not None
+        data = b""
+        with anyio.fail_after(60):
+            while not data.endswith(b"\n"):
+                data += await owner.stdout.receive()
+        sandbox_id, init = data.decode().split()
+    finally:
+        owner.kill()  # SIGKILL: no cleanup runs
+        await owner.wait()
+    state = base_dir() / sandbox_id
+    # bwrap dies with its owner (--die-with-parent)
+    await anyio.to_thread.run_sync(wait_gone, int(init))
+    assert state.is_dir()
+    dry = await gc(dry_run=True)
+    assert sandbox_id in [item.id for item in dry.removed_process]
+    assert state.is_dir()
+    report = await gc()
+    assert next(i for i in report.removed_process if i.id == sandbox_id).reason.startswith(
+        "its owner (pid")
+    assert not state.exists()
+    assert not any(d.exists() for d in SandboxCgroup(sandbox_id).dirs)

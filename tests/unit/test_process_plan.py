@@ -1,0 +1,131 @@
+"""The process backend's plan: every config field mapped or refused with its name (pure)."""
+
+from __future__ import annotations
+
+import resource
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from sandbox import (
+    ConfigError,
+    NetworkConfig,
+    ResourceLimits,
+    SandboxConfig,
+    SandboxInitFailed,
+    SecurityPolicy,
+)
+from sandbox.process import _bwrap
+from sandbox.process._plan import plan_sandbox
+
+
+def lookup(kind: str, name: str) -> int | None:
+    return {("passwd", "app"): 1234, ("passwd-gid", "app"): 1235,
+            ("group", "staff"): 50}.get((kind, name))
+
+
+def plan(cfg: SandboxConfig, problem: str = "", image_user: str = "") -> object:
+    return plan_sandbox(cfg, image_user=image_user, lookup=lookup, cgroup_problem=problem,
+                        architecture="amd64")
+
+
+def cfg(**kw: object) -> SandboxConfig:
+    return SandboxConfig(type="process", **kw)  # type: ignore[arg-type]
+
+
+def test_defaults_and_users() -> None:
+    p = plan_sandbox(cfg(), lookup=lookup, cgroup_problem="", architecture="amd64")
+    assert (p.uid, p.gid, p.host_network, p.cgroup, p.rlimits) == (1000, 1000, False, None, ())
+    p = plan_sandbox(cfg(security=SecurityPolicy(run_as_user="app", run_as_group="staff")),
+                     lookup=lookup, cgroup_problem="")
+    assert (p.uid, p.gid) == (1234, 50)
+    p = plan_sandbox(cfg(), image_user="app", lookup=lookup, cgroup_problem="")
+    assert (p.uid, p.gid) == (1234, 1235)
+    p = plan_sandbox(cfg(), image_user="root", lookup=lookup, cgroup_problem="")
+    assert (p.uid, p.gid) == (1000, 1000)  # an image's root user is never taken
+    with pytest.raises(ConfigError, match="not in the image's /etc/passwd"):
+        plan(cfg(security=SecurityPolicy(run_as_user="ghost")))
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (cfg(security=SecurityPolicy(run_as_user="0")), "security.run_as_user"),
+    (cfg(security=SecurityPolicy(run_as_group="root")), "security.run_as_group"),
+    (cfg(runtime="runsc"), "runtime"),
+    (cfg(architecture="arm64"), "architecture"),
+    (cfg(pull_policy="always"), "pull_policy"),
+    (cfg(resources=ResourceLimits(disk_limit=1)), "resources.disk_limit"),
+    (cfg(resources=ResourceLimits(network_out_limit=1)), "resources.network_out_limit"),
+    (cfg(security=SecurityPolicy(add_capabilities=("NET_ADMIN",))),
+     "security.add_capabilities"),
+    (cfg(security=SecurityPolicy(seccomp_profile="unconfined")), "security.seccomp_profile"),
+    (cfg(security=SecurityPolicy(apparmor_profile="x")), "security.apparmor_profile"),
+    (cfg(security=SecurityPolicy(isolate_process=False, allow_host_pid=True)),
+     "security.isolate_process"),
+    (cfg(network=NetworkConfig(dns_servers=("1.1.1.1",))), "network.dns_servers"),
+    (cfg(security=SecurityPolicy(allowed_hosts=("x",))), "security.allowed_hosts"),
+    (cfg(tools=("git",)), "tools"),
+    (cfg(security=SecurityPolicy(allow_networking=True, isolate_network=False),
+         network=NetworkConfig(isolated=False)), "security.allow_networking"),
+    (cfg(security=SecurityPolicy(tmpfs_paths=("/x:uid=5",))), "security.tmpfs_paths"),
+])
+def test_what_cannot_be_enforced_is_refused_by_name(config: SandboxConfig, field: str) -> None:
+    with pytest.raises(SandboxInitFailed, match=f"^{field}: "):
+        plan(config)
+
+
+def test_limits_need_a_cgroup_and_say_why_not() -> None:
+    limited = cfg(resources=ResourceLimits(memory_limit=1 << 26, process_limit=9))
+    with pytest.raises(SandboxInitFailed, match=r"^resources.memory_limit: needs a cgroup.*"
+                                                r"not writable"):
+        plan(limited, problem="/sys/fs/cgroup is not writable by uid 65534")
+    p = plan_sandbox(limited, lookup=lookup, cgroup_problem="")
+    assert p.cgroup is not None and p.cgroup.memory_limit == 1 << 26
+    p = plan_sandbox(cfg(resources=ResourceLimits(
+        file_limit=64, cpu_time_limit=timedelta(seconds=1.5))), lookup=lookup,
+        cgroup_problem="no cgroups here")  # rlimits need no cgroup
+    assert p.rlimits == ((resource.RLIMIT_NOFILE, 64, 64), (resource.RLIMIT_CPU, 2, 3))
+
+
+def test_host_network_only_when_chosen() -> None:
+    p = plan_sandbox(cfg(security=SecurityPolicy(allow_networking=True, isolate_network=False),
+                         network=NetworkConfig(isolated=False, bridge="host",
+                                               http_proxy="http://p:1")),
+                     lookup=lookup, cgroup_problem="")
+    assert p.host_network and p.env["HTTP_PROXY"] == p.env["http_proxy"] == "http://p:1"
+
+
+def test_bwrap_argv_unshares_everything_and_binds_read_only(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "bin").symlink_to("usr/bin")
+    p = plan_sandbox(cfg(security=SecurityPolicy(tmpfs_paths=("/cache:size=1024",),
+                                                 masked_paths=("/etc",))),
+                     lookup=lookup, cgroup_problem="")
+    argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9)
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                 "--unshare-cgroup", "--unshare-net", "--die-with-parent", "--new-session"):
+        assert flag in argv
+    text = " ".join(argv)
+    assert f"--ro-bind {root}/etc /etc" in text and "--symlink usr/bin /bin" in text  # no /cache
+    assert "--size 1024 --tmpfs /cache" in text and "--tmpfs /etc --remount-ro /etc" in text
+    assert argv[argv.index("--chdir") - 2:argv.index("--chdir")] == ["--remount-ro", "/"]
+
+
+def test_a_missing_bwrap_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_bwrap.shutil, "which", lambda name: None)
+    monkeypatch.setattr(_bwrap.os, "access", lambda path, mode: False)
+    with pytest.raises(SandboxInitFailed, match="needs bubblewrap") as info:
+        _bwrap.find_bwrap()
+    assert "apt-get install bubblewrap" in (info.value.details or "")
+
+
+def test_a_root_with_every_mount_point_is_bound_whole(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for d in ("proc", "dev", "tmp", "workspace", "etc"):
+        (root / d).mkdir(parents=True)
+    p = plan_sandbox(cfg(), lookup=lookup, cgroup_problem="")
+    argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9)
+    text = " ".join(argv)
+    assert f"--ro-bind {root} /" in text and "--tmpfs /" not in text
+    assert f"--bind {tmp_path}/state/work /workspace" in text
