@@ -35,6 +35,9 @@ from aiodocker.utils import parse_result
 from .._constants import DEFAULT_ENGINE_TIMEOUT
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
 from ._access import PERMISSION_HINT, permission_denied
+from ._engine_errors import EngineConflict as EngineConflict
+from ._engine_errors import EngineError as EngineError
+from ._engine_errors import EngineNotFound as EngineNotFound
 
 #: The client type a caller may pass in (``docker=``); only this module knows it is aiodocker's.
 DockerClient = aiodocker.Docker
@@ -98,27 +101,6 @@ class _OwningDocker(aiodocker.Docker):
 
 
 # -- typed errors ----------------------------------------------------------------------------
-
-
-class EngineError(SandboxError):
-    """Raised when the engine answered a call with an error status.
-
-    Attributes:
-        status: The HTTP status the engine answered.
-    """
-
-    def __init__(self, message: str, *, status: int, details: str = "",
-                 retryable: bool | None = None, cause: BaseException | None = None) -> None:
-        super().__init__(message, details=details, retryable=retryable, cause=cause)
-        self.status = status
-
-
-class EngineNotFound(EngineError):
-    """Raised when the engine answered 404: the container, exec, image or network is gone."""
-
-
-class EngineConflict(EngineError):
-    """Raised when the engine answered 409: e.g. a name taken, or a container not running."""
 
 
 def _engine_error(exc: aiodocker.DockerError, action: str) -> SandboxError:
