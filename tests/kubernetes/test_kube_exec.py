@@ -47,6 +47,17 @@ def processes(sb: Sandbox) -> list[int]:
     return [p for p in pod.processes() if p != keep and _ppid(p) != keep]
 
 
+async def gone(sb: Sandbox, patience: float = 5.0) -> None:
+    """Wait until the killed processes have left (a SIGKILLed process takes a moment to be
+    reaped); fail naming them if they outlive ``patience``."""
+    left = processes(sb)
+    with anyio.move_on_after(patience):
+        while left:
+            await anyio.sleep(0.05)
+            left = processes(sb)
+    assert left == []
+
+
 def _ppid(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -187,7 +198,7 @@ async def test_a_broken_stream_kills_the_command_and_says_so(box: Sandbox) -> No
                 await kube.fake.drop_exec_streams()
             with anyio.fail_after(30):
                 await proc.wait()
-    assert processes(box) == []
+    await gone(box)
     assert (await box.execute_command("echo still")).stdout == "still\n"
 
 
