@@ -264,7 +264,10 @@ async def test_a_callback_that_raises_ends_the_call_and_the_command() -> None:
             await sb.execute_command(Command.shell("cat; sleep 1002", stdin=feed()))
         # Killed by the sweep; a loaded host may take a moment to reap them.
         with anyio.move_on_after(10):
-            while "sleep 100" in (ps := await sb.execute_command("ps -o args")).stdout:
+            while True:
+                ps = await sb.execute_command("ps -o args")
+                if "sleep 100" not in ps.stdout:
+                    break
                 await anyio.sleep(0.2)
         assert "sleep 100" not in ps.stdout, ps.stdout
 
