@@ -41,7 +41,7 @@ from . import _files
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
-from ._exec import ExecProcess, open_exec
+from ._exec import ExecProcess, Finalizer, open_exec
 from ._facts import EngineFacts
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, new_client
@@ -359,6 +359,12 @@ class DockerSandbox(PoolPrimitives):
                              iterate=True, finalize=await self._finisher.finalizer()) as proc:
             with self._tracked(proc):
                 yield proc
+
+    async def command_finalizer(self) -> Finalizer:
+        """What completes a session command's result (usage, OOM); see ``sandbox._session``."""
+        self._life.require_running()
+        assert self._finisher is not None
+        return await self._finisher.finalizer()
 
     def _helper(self, what: str, *, rate: float | None = None,
                 max_time: float | None = None) -> HelperRunner:

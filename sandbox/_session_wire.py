@@ -1,0 +1,187 @@
+"""The text a session writes to its shell and the markers it reads back: pure functions.
+
+Each command is one line fed to a long-lived shell. After the command the shell prints an end
+marker on stdout (carrying the exit status and the working directory) and one on stderr; a
+marker is ``\\x1eSBX`` + a fresh random nonce + ``:`` + payload + NUL. The shell renders the
+marker with ``printf`` from octal escapes, so the wrapper's own text (visible with ``set -x``
+or ``set -v``) never contains the marker bytes, and a command cannot know the nonce of its own
+marker: output imitating a marker is output. Both streams carry a marker because the engine
+copies stdout and stderr separately: only the marker on a stream says that stream's output of
+the command is all in.
+
+A command given stdin reads it through a pipe from a small reader the shell forks, which takes
+the input from the shell's own stdin as lines of ``printf`` formats (``#`` + escapes, a comment
+if the shell itself ever read one) until a line ``:`` (a no-op for the shell); so the input ends
+with EOF for the command while the session's stdin stays open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final, Literal
+
+#: Every marker starts so; the nonce and a colon follow.
+MARK: Final = b"\x1eSBX"
+#: How the wrapper writes ``MARK`` (rendered by printf; the text itself never matches).
+_MARK_FMT: Final = "\\036SBX"
+#: Hex digits in a nonce.
+NONCE_LEN: Final = 32
+#: The environment variable marking every process a command starts, for the timeout sweep.
+COMMAND_VAR: Final = "SANDBOX_SESSION_CMD"
+#: Payload a marker may carry before its NUL (the working directory is at most PATH_MAX).
+MAX_PAYLOAD: Final = 64 << 10
+#: Input bytes per reader line (each byte takes up to 4 characters).
+STDIN_LINE: Final = 4096
+#: The line that ends a command's input (a no-op should the shell read it).
+STDIN_END: Final = ":\n"
+
+StreamName = Literal["stdout", "stderr"]
+
+# Bytes printf may take literally in a format; all else is written as an octal escape.
+_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 ,./_=+:@")
+_ESCAPE = [chr(b) if b in _PLAIN else f"\\{b:03o}" for b in range(256)]
+
+#: Shell set-up sent once: bash runs the last element of a pipeline in the shell itself (so
+#: a command given stdin keeps its cd and export) and expands aliases as a terminal does.
+SETUP: Final = (
+    'if [ -n "${BASH_VERSION:-}" ]; then shopt -s lastpipe expand_aliases; set +o history; '
+    "fi 2>/dev/null\n"
+)
+
+#: Starts bash when the image has it, else the POSIX sh, reading commands from stdin.
+AUTO_SHELL: Final = (
+    "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec /bin/sh"
+)
+
+
+def quote(text: str) -> str:
+    """``text`` as one single-quoted shell word."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def printf_format(data: bytes) -> str:
+    """A printf format printing exactly ``data`` (safe in double quotes, never starts with -)."""
+    return "".join([_ESCAPE[b] for b in data])
+
+
+def stdin_lines(data: bytes) -> Iterator[str]:
+    """The reader's lines carrying ``data`` (without the end line)."""
+    for off in range(0, len(data), STDIN_LINE):
+        yield "#" + printf_format(data[off : off + STDIN_LINE]) + "\n"
+
+
+def _end_markers(nonce: str) -> str:
+    return (f"printf '{_MARK_FMT}{nonce}:x%d:%s\\000' \"$?\" \"$PWD\"; "
+            f"printf '{_MARK_FMT}{nonce}:e\\000' >&2")
+
+
+def wrap(command: str, nonce: str, command_id: str, *, reader: bool) -> str:
+    """The line that runs ``command`` in the shell itself and then prints its end markers.
+
+    ``command eval`` keeps a syntax error from ending a POSIX shell. Without ``reader`` the
+    command's stdin is /dev/null (never the session's own stdin, which carries the commands);
+    with it, a forked reader feeds the command and first prints a ``r`` marker on stderr,
+    after which (and not before: dash reads its input in blocks) input lines may be sent.
+    """
+    setup = f"{COMMAND_VAR}={command_id}; export {COMMAND_VAR}; "
+    body = f"command eval {quote(command + chr(10))}"
+    if not reader:
+        return f"{setup}{body} </dev/null; {_end_markers(nonce)}\n"
+    feeder = (
+        "{ trap '' PIPE; "
+        f"printf '{_MARK_FMT}{nonce}:r\\000' >&2; "
+        "while IFS= read -r l; do case $l in '#'*) printf \"${l#?}\" 2>/dev/null;; "
+        "*) break;; esac; done; }"
+    )
+    return f"{setup}{feeder} | {{ {body}; {_end_markers(nonce)}; }}\n"
+
+
+class MarkerScanner:
+    """Split one stream into the command's output and the markers bearing ``nonce``.
+
+    `feed` returns the output to pass on and the payloads of markers seen, in order; bytes
+    that could be the start of a marker are held until the next chunk says. Output after the
+    end marker (``x`` or ``e``) is not the command's: it is counted in `dropped`.
+    """
+
+    def __init__(self, nonce: str) -> None:
+        self._prefix = MARK + nonce.encode() + b":"
+        self._held = b""
+        self.ended = False
+        self.dropped = 0
+
+    def feed(self, data: bytes) -> tuple[list[bytes], list[bytes]]:
+        out: list[bytes] = []
+        marks: list[bytes] = []
+        if self.ended:
+            self.dropped += len(data)
+            return out, marks
+        buf = self._held + data if self._held else data
+        self._held = b""
+        prefix = self._prefix
+        while buf:
+            at = buf.find(prefix)
+            if at < 0:
+                keep = self._partial(buf)
+                if keep:
+                    out.append(buf[: len(buf) - keep])
+                    self._held = buf[len(buf) - keep :]
+                else:
+                    out.append(buf)
+                break
+            if at:
+                out.append(buf[:at])
+            end = buf.find(b"\0", at + len(prefix))
+            if end < 0:
+                if len(buf) - at > MAX_PAYLOAD + len(prefix):
+                    out.append(buf[at:])  # no NUL within reach: not a marker of ours
+                else:
+                    self._held = buf[at:]
+                break
+            payload = buf[at + len(prefix) : end]
+            marks.append(payload)
+            buf = buf[end + 1 :]
+            if payload[:1] in (b"x", b"e"):
+                self.ended = True
+                self.dropped += len(buf)
+                break
+        return [o for o in out if o], marks
+
+    def _partial(self, buf: bytes) -> int:
+        """How many trailing bytes of ``buf`` could begin a marker."""
+        start = buf.rfind(MARK[:1], max(0, len(buf) - len(self._prefix) + 1))
+        if start < 0 or not self._prefix.startswith(buf[start:]):
+            return 0
+        return len(buf) - start
+
+    def flush(self) -> bytes:
+        """Bytes held back when the stream ended without completing a marker."""
+        held, self._held = self._held, b""
+        return held
+
+
+def parse_end(payload: bytes) -> tuple[int, str]:
+    """The exit status and working directory from an ``x`` marker's payload."""
+    status, _, cwd = payload[1:].partition(b":")
+    try:
+        code = int(status)
+    except ValueError:
+        code = -1
+    return code, cwd.decode("utf-8", errors="replace")
+
+
+def head_tail(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, keeping its start and end.
+
+    The dropped middle is replaced by a line saying how much was left out, so a model reading
+    it knows the output is incomplete.
+    """
+    if limit < 0:
+        raise ValueError(f"limit must be at least 0, not {limit}")
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    dropped = len(text) - head - tail
+    return (f"{text[:head]}\n[... {dropped} characters of output omitted ...]\n"
+            f"{text[len(text) - tail:] if tail else ''}")
