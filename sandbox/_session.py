@@ -58,6 +58,8 @@ Callback = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
 
 #: How long a killed command's shell may take to print its end markers before it is replaced.
 KILL_GRACE = 3.0
+#: How long the forked stdin reader of a command may take to start.
+READER_START = 30.0
 #: Characters of output a `SessionJob` keeps for a model between two looks (head and tail).
 DEFAULT_KEEP_CHARS = 16_000
 
@@ -546,9 +548,15 @@ class Session:
         try:
             await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader))
             if reader:
-                await _first(run.ready, run.done)
-                run.stdin_open = run.ready.is_set() and not run.done.is_set()
-                if stdin is not None and run.stdin_open:
+                # Even when the command is done: the reader waits for its end line.
+                with anyio.move_on_after(READER_START):
+                    await _first(run.ready, shell.ended)
+                if not run.ready.is_set():
+                    run.shell_ended(shell.why or "the command's stdin reader did not start "
+                                    "(no free process?); the shell was replaced")
+                    return run
+                run.stdin_open = True
+                if stdin is not None:
                     await self._send_stdin(run, stdin)
                     await self._close_stdin(run)
         except (SandboxError, OSError) as exc:

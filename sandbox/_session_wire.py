@@ -113,9 +113,6 @@ class MarkerScanner:
     def feed(self, data: bytes) -> tuple[list[bytes], list[bytes]]:
         out: list[bytes] = []
         marks: list[bytes] = []
-        if self.ended:
-            self.dropped += len(data)
-            return out, marks
         buf = self._held + data if self._held else data
         self._held = b""
         prefix = self._prefix
@@ -123,18 +120,14 @@ class MarkerScanner:
             at = buf.find(prefix)
             if at < 0:
                 keep = self._partial(buf)
-                if keep:
-                    out.append(buf[: len(buf) - keep])
-                    self._held = buf[len(buf) - keep :]
-                else:
-                    out.append(buf)
+                self._emit(out, buf[: len(buf) - keep])
+                self._held = buf[len(buf) - keep :]
                 break
-            if at:
-                out.append(buf[:at])
+            self._emit(out, buf[:at])
             end = buf.find(b"\0", at + len(prefix))
             if end < 0:
                 if len(buf) - at > MAX_PAYLOAD + len(prefix):
-                    out.append(buf[at:])  # no NUL within reach: not a marker of ours
+                    self._emit(out, buf[at:])  # no NUL within reach: not a marker of ours
                 else:
                     self._held = buf[at:]
                 break
@@ -142,10 +135,16 @@ class MarkerScanner:
             marks.append(payload)
             buf = buf[end + 1 :]
             if payload[:1] in (b"x", b"e"):
-                self.ended = True
-                self.dropped += len(buf)
-                break
-        return [o for o in out if o], marks
+                self.ended = True  # later output is not the command's; a late ``r`` counts
+        return out, marks
+
+    def _emit(self, out: list[bytes], piece: bytes) -> None:
+        if not piece:
+            return
+        if self.ended:
+            self.dropped += len(piece)
+        else:
+            out.append(piece)
 
     def _partial(self, buf: bytes) -> int:
         """How many trailing bytes of ``buf`` could begin a marker."""

@@ -121,6 +121,9 @@ async def test_stdin_a_command_leaves_unread_never_reaches_the_shell() -> None:
         assert r.stdout == "tou" and r.success
         r = await sh.run("true", stdin=evil)
         assert r.success
+        with anyio.fail_after(60):  # the reader may start after a quick command ended
+            for n in range(20):
+                assert (await sh.run(f"echo {n}", stdin=b"x")).stdout == f"{n}\n"
         assert (await sh.run("ls /tmp/pwned 2>&1; echo rc=$?")).stdout.endswith("rc=1\n")
 
 

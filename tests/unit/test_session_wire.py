@@ -120,3 +120,10 @@ def test_head_tail() -> None:
     assert "80 characters of output omitted" in cut
     with pytest.raises(ValueError, match="limit"):
         head_tail("x", -1)
+
+
+def test_ready_after_the_end_marker_still_counts() -> None:
+    """The reader may announce itself after a quick command already ended: the session must
+    still see it, or the reader would take the next command line as its end."""
+    out, marks, ended, dropped = scan([b"o" + marker(b"e") + b"bg" + marker(b"r") + b"x"])
+    assert out == b"o" and marks == [b"e", b"r"] and ended and dropped == 3
