@@ -200,10 +200,14 @@ class Sandbox:
         return result
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[Process]:
+    async def stream_command(self, cmd: CommandLike, *,
+                             tty: bool = False) -> AsyncIterator[Process]:
         """Start a command and yield its live `Process` handle (iterate it for output chunks).
 
         Leaving the block kills the command if it still runs, as ``await proc.aclose()`` does.
+        With ``tty=True`` it runs on a pseudo-terminal, for interactive programs (a REPL, an
+        editor, job control): all its output comes as stdout, with CRLF line ends, and
+        ``await proc.resize(rows, cols)`` sets the terminal's size.
 
         Example:
             async with sb.stream_command("make test") as proc:
@@ -213,6 +217,8 @@ class Sandbox:
         """
         self._life.require_running()
         spec = self._plan(cmd)
+        if tty:
+            spec = attrs.evolve(spec, tty=True)
         proc: Process | None = None
         try:
             async with self._impl.open_process(spec) as proc:

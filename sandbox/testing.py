@@ -51,6 +51,7 @@ from ._models import (
 from ._protocol import CommandLike, OutputCallback, to_command
 from ._sandbox import Sandbox
 from ._signals import parse_signal, signal_name
+from ._tty import check_terminal_size
 
 __all__ = ["FakeBackend", "FakeProcess", "FakeSandbox"]
 
@@ -70,6 +71,8 @@ class FakeProcess:
         self._scripted = result
         self._stdin_closed = False
         self._result: CommandResult | None = None
+        #: The last size given to `resize`, if any.
+        self.size: tuple[int, int] | None = None
 
     def __aiter__(self) -> AsyncIterator[OutputChunk]:
         return self._chunks()
@@ -112,6 +115,11 @@ class FakeProcess:
         number = parse_signal(signal)
         self._end(attrs.evolve(self._scripted, exit_code=128 + number, success=False,
                                signal=signal_name(128 + number)))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Record the terminal size in `size` (checked as the real handle checks it)."""
+        check_terminal_size(rows, cols)
+        self.size = (rows, cols)
 
     async def wait(self) -> CommandResult:
         """Return the result (the scripted one, unless killed first)."""
@@ -422,12 +430,13 @@ class FakeSandbox(Sandbox):
             self._pending.clear()
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[Process]:
+    async def stream_command(self, cmd: CommandLike, *,
+                             tty: bool = False) -> AsyncIterator[Process]:
         self._check("stream_command")
         command = to_command(cmd)
         self._pending.append(command)
         try:
-            async with super().stream_command(command) as proc:
+            async with super().stream_command(command, tty=tty) as proc:
                 self._pending.clear()
                 yield proc
         finally:
