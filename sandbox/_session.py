@@ -32,7 +32,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from ._backend import Backend, Process, ProcessSpec
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
-from ._models import Command, CommandResult
+from ._models import Command, CommandResult, ResourceUsage
 from ._output import LazyText, OutputCapture, StreamName
 from ._policy import seconds
 from ._session_wire import (
@@ -48,6 +48,7 @@ from ._session_wire import (
     wrap,
 )
 from ._signals import signal_name
+from ._tasks import first_of, single_errors
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
@@ -58,6 +59,8 @@ Callback = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
 
 #: How long a killed command's shell may take to print its end markers before it is replaced.
 KILL_GRACE = 3.0
+#: The usage of a result without a measurement: built once (validating one costs ~0.5 ms).
+_NO_USAGE = ResourceUsage()
 #: How long the forked stdin reader of a command may take to start.
 READER_START = 30.0
 #: Characters of output a `SessionJob` keeps for a model between two looks (head and tail).
@@ -550,7 +553,7 @@ class Session:
             if reader:
                 # Even when the command is done: the reader waits for its end line.
                 with anyio.move_on_after(READER_START):
-                    await _first(run.ready, shell.ended)
+                    await first_of(run.ready, shell.ended)
                 if not run.ready.is_set():
                     run.shell_ended(shell.why or "the command's stdin reader did not start "
                                     "(no free process?); the shell was replaced")
@@ -731,6 +734,7 @@ class Session:
             truncated=cap.truncated,
             stdout_bytes=out.stdout,
             stderr_bytes=out.stderr,
+            resource_usage=_NO_USAGE,
         )
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -740,35 +744,13 @@ class Session:
         await self._stop_shell()
 
 
-async def _first(*events: anyio.Event) -> None:
-    """Wait until any one of ``events`` is set."""
-    async with anyio.create_task_group() as tg:
-        async def wait(event: anyio.Event) -> None:
-            await event.wait()
-            tg.cancel_scope.cancel()
-        for event in events:
-            tg.start_soon(wait, event)
-
-
-@contextlib.asynccontextmanager
-async def _single_errors() -> AsyncIterator[None]:
-    """Raise a task group's lone error as itself, so callers can ``except`` it."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        errors = group.exceptions
-        if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
-            raise errors[0] from errors[0].__cause__
-        raise
-
-
 @contextlib.asynccontextmanager
 async def open_session(sandbox: Sandbox, *, shell: str | None = None, restart: bool = True,
                        usage: bool = False) -> AsyncIterator[Session]:
     """Start a session's shell; on leaving, kill it and everything started in it."""
     sandbox._life.require_running()
     session = Session(sandbox, shell=shell, restart=restart, usage=usage)
-    async with _single_errors(), anyio.create_task_group() as tg:
+    async with single_errors(), anyio.create_task_group() as tg:
         session._tg = tg
         try:
             async with session._lock:
