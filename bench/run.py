@@ -52,7 +52,7 @@ from sandbox import (
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout", "pool", "checkpoint", "session")
+             "rssout", "pool", "checkpoint", "session", "peers")
 BASELINE = "aiodocker"
 
 
@@ -492,6 +492,12 @@ class Bench:
         from scenario_session import session_scenario
 
         await session_scenario(self)
+
+    async def s_peers(self) -> None:
+        """Create-to-first-command and a round trip beside llm-sandbox and openai-agents."""
+        from scenario_session import peers_scenario
+
+        await peers_scenario(self)
 
     # -- report -------------------------------------------------------------------------------
 

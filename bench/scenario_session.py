@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from common import MIB, Box
+from impl_peers import peers
 
-from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON
+from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig
 
 
 class _Session:
@@ -94,3 +95,60 @@ async def session_scenario(bench: Any) -> None:
                                     unit="MiB/s", impls=impls, rate_mib=20)
     finally:
         await bench.close_boxes([pybox])
+
+
+class _SDKCreate:
+    """The SDK as the peers are measured: create, then one command; a session or an exec."""
+
+    def __init__(self, session: bool) -> None:
+        self.session = session
+        self.name = "sandbox SDK session (run)" if session else "sandbox SDK (execute_command)"
+
+    async def create(self, image: str) -> Any:
+        sb = Sandbox(SandboxConfig(image=image))
+        await sb.__aenter__()
+        if not self.session:
+            return sb, None, None
+        cm = sb.session()
+        return sb, cm, await cm.__aenter__()
+
+    async def exec_true(self, handle: Any) -> None:
+        sb, _, session = handle
+        result = await (session.run("true") if session else sb.execute_command(["true"]))
+        assert result.exit_code == 0, result
+
+    async def remove(self, handle: Any) -> None:
+        sb, cm, _ = handle
+        if cm is not None:
+            await cm.__aexit__(None, None, None)
+        await sb.cleanup()
+
+
+async def peers_scenario(bench: Any) -> None:
+    """Create-to-first-command and a `true` round trip: the SDK beside each installed peer,
+    on the python image (llm-sandbox wants a language image)."""
+    impls = [_SDKCreate(True), _SDKCreate(False), *peers()]
+    handles: dict[str, Any] = {}
+
+    async def first(impl: Any) -> None:
+        handle = await impl.create(IMAGE_PYTHON)
+        await impl.exec_true(handle)
+        handles.setdefault(impl.name, []).append(handle)
+
+    try:
+        await bench.interleaved("create to first command (python image)", bench.reps(3, 1),
+                                first, impls=impls, warmup=0)
+        for impl in impls:  # keep one of each for the round trips, remove the rest
+            for handle in handles[impl.name][1:]:
+                await impl.remove(handle)
+            handles[impl.name] = handles[impl.name][:1]
+        await bench.interleaved("command round trip `true` (peers)", bench.reps(15, 5),
+                                lambda impl: impl.exec_true(handles[impl.name][0]),
+                                impls=impls, warmup=1)
+    finally:
+        for impl in impls:
+            for handle in handles.get(impl.name, []):
+                try:
+                    await impl.remove(handle)
+                except Exception as exc:  # report, and let the sweep remove it
+                    print(f"  {impl.name}: remove failed: {exc}", flush=True)
