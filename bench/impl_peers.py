@@ -43,7 +43,14 @@ class LlmSandbox:
         assert result.exit_code == 0, result
 
     async def remove(self, handle: Any) -> None:
-        await anyio.to_thread.run_sync(handle.close)
+        def close() -> None:
+            try:
+                handle.close()
+            except Exception as exc:
+                # Its stop() may already remove the container; its remove() then gets 409.
+                if "already in progress" not in str(exc):
+                    raise
+        await anyio.to_thread.run_sync(close)
 
 
 class OpenAIAgents:

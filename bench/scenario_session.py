@@ -139,7 +139,8 @@ async def peers_scenario(bench: Any) -> None:
         await bench.interleaved("create to first command (python image)", bench.reps(3, 1),
                                 first, impls=impls, warmup=0)
         for impl in impls:  # keep one of each for the round trips, remove the rest
-            for handle in handles[impl.name][1:]:
+            # Newest first: a session is a context manager, left in the reverse order.
+            for handle in reversed(handles[impl.name][1:]):
                 await impl.remove(handle)
             handles[impl.name] = handles[impl.name][:1]
         await bench.interleaved("command round trip `true` (peers)", bench.reps(15, 5),

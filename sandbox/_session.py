@@ -53,7 +53,7 @@ from ._tasks import first_of, single_errors
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
 
-__all__ = ["Session", "SessionJob", "head_tail"]
+__all__ = ["Callback", "Session", "SessionJob", "head_tail"]
 
 Callback = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
 
@@ -145,7 +145,6 @@ class _Run:
         self.recent: list[bytes] = []  # combined output since the last look (SessionJob)
         self.recent_size = 0
         self.recent_dropped = 0
-        self.changed = anyio.Event()
         self.start_time = datetime.now(UTC)
         self.t0 = time.monotonic()
 
@@ -166,19 +165,16 @@ class _Run:
     async def _output(self, stream: StreamName, data: bytes) -> None:
         self.last_output = time.monotonic()
         self.capture.feed(stream, data)
-        # Keep the start and the latest bytes for a model's view; the middle is counted.
-        budget = 4 * self.keep_chars + 16
-        if self.recent_size < budget:
-            self.recent.append(data)
-            self.recent_size += len(data)
-        else:
+        if self.keep_chars:
+            # Keep the first chunk and the latest bytes for a model's view (a UTF-8
+            # character is at most 4 bytes); chunks dropped from the middle are counted.
+            budget = 4 * self.keep_chars + 16
             self.recent.append(data)
             self.recent_size += len(data)
             while len(self.recent) > 2 and self.recent_size - len(self.recent[1]) >= budget:
                 self.recent_dropped += len(self.recent[1])
                 self.recent_size -= len(self.recent[1])
                 del self.recent[1]
-        self.changed.set()
         if self.callback_error is None:
             try:
                 await _call(self.callbacks[stream], data)
@@ -190,7 +186,6 @@ class _Run:
         """Output since the last call, as text bounded to ``keep_chars`` (head and tail)."""
         data, dropped = b"".join(self.recent), self.recent_dropped
         self.recent, self.recent_size, self.recent_dropped = [], 0, 0
-        self.changed = anyio.Event()
         text = data.decode("utf-8", errors="replace")
         if dropped:
             cut = min(len(text), self.keep_chars // 2)
