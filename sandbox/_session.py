@@ -119,8 +119,10 @@ class _Run:
         self.shell = shell
         self.nonce = secrets.token_hex(NONCE_LEN // 2)
         self.command_id = secrets.token_hex(12)
+        stale = (session._last_nonce,)  # its markers may still come, printed twice
+        session._last_nonce = self.nonce
         self.scanners: dict[StreamName, MarkerScanner] = {
-            "stdout": MarkerScanner(self.nonce), "stderr": MarkerScanner(self.nonce),
+            "stdout": MarkerScanner(self.nonce, stale), "stderr": MarkerScanner(self.nonce, stale),
         }
         self.capture = OutputCapture(max_output_bytes)
         self.callbacks: dict[StreamName, Callback | None] = {
@@ -311,6 +313,7 @@ class Session:
         self._kind = ""
         self._spec: ProcessSpec | None = None
         self._lost = ""  # how the last shell ended under a command, until a new one starts
+        self._last_nonce = ""  # the previous command's marker nonce
 
     # -- public ------------------------------------------------------------------------------
 

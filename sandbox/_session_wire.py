@@ -93,7 +93,10 @@ def wrap(command: str, nonce: str, command_id: str, *, reader: bool) -> str:
         "while IFS= read -r l; do case $l in '#'*) printf \"${l#?}\" 2>/dev/null;; "
         "*) break;; esac; done; }"
     )
-    return f"{setup}{feeder} | {{ {body}; {_end_markers(nonce)}; }}\n"
+    # The markers again after the pipeline: under a POSIX sh the command runs in a subshell,
+    # and an ``exit`` there skips the inner ones. Seen twice, the second pair is dropped.
+    return (f"{setup}{feeder} | {{ {body}; {_end_markers(nonce)}; }}; "
+            f"{_end_markers(nonce)}\n")
 
 
 class MarkerScanner:
@@ -101,11 +104,14 @@ class MarkerScanner:
 
     `feed` returns the output to pass on and the payloads of markers seen, in order; bytes
     that could be the start of a marker are held until the next chunk says. Output after the
-    end marker (``x`` or ``e``) is not the command's: it is counted in `dropped`.
+    end marker (``x`` or ``e``) is not the command's: it is counted in `dropped`. Markers of a
+    ``stale`` nonce (the previous command's, printed twice by design) are dropped silently.
     """
 
-    def __init__(self, nonce: str) -> None:
-        self._prefix = MARK + nonce.encode() + b":"
+    def __init__(self, nonce: str, stale: tuple[str, ...] = ()) -> None:
+        self._nonce = nonce.encode()
+        self._stale = frozenset(n.encode() for n in stale)
+        self._plen = len(MARK) + len(self._nonce) + 1
         self._held = b""
         self.ended = False
         self.dropped = 0
@@ -115,27 +121,38 @@ class MarkerScanner:
         marks: list[bytes] = []
         buf = self._held + data if self._held else data
         self._held = b""
-        prefix = self._prefix
-        while buf:
-            at = buf.find(prefix)
+        pos = search = 0  # pos: first byte not yet passed on; search: where to look next
+        plen = self._plen
+        while True:
+            at = buf.find(MARK, search)
             if at < 0:
-                keep = self._partial(buf)
-                self._emit(out, buf[: len(buf) - keep])
-                self._held = buf[len(buf) - keep :]
+                keep = self._partial(buf, pos)
+                self._emit(out, buf[pos:keep])
+                self._held = buf[keep:]
                 break
-            self._emit(out, buf[:at])
-            end = buf.find(b"\0", at + len(prefix))
+            if len(buf) - at < plen:  # too short to tell yet
+                self._emit(out, buf[pos:at])
+                self._held = buf[at:]
+                break
+            nonce = buf[at + len(MARK) : at + plen - 1]
+            if buf[at + plen - 1] != 0x3A or (nonce != self._nonce and nonce not in self._stale):
+                search = at + 1
+                continue
+            end = buf.find(b"\0", at + plen, at + plen + MAX_PAYLOAD + 1)
             if end < 0:
-                if len(buf) - at > MAX_PAYLOAD + len(prefix):
-                    self._emit(out, buf[at:])  # no NUL within reach: not a marker of ours
-                else:
-                    self._held = buf[at:]
+                if len(buf) - at > plen + MAX_PAYLOAD:
+                    search = at + 1  # no NUL within reach: not a marker of ours
+                    continue
+                self._emit(out, buf[pos:at])
+                self._held = buf[at:]
                 break
-            payload = buf[at + len(prefix) : end]
-            marks.append(payload)
-            buf = buf[end + 1 :]
-            if payload[:1] in (b"x", b"e"):
-                self.ended = True  # later output is not the command's; a late ``r`` counts
+            self._emit(out, buf[pos:at])
+            if nonce == self._nonce:
+                payload = buf[at + plen : end]
+                marks.append(payload)
+                if payload[:1] in (b"x", b"e"):
+                    self.ended = True  # later output is not the command's; a late r counts
+            pos = search = end + 1
         return out, marks
 
     def _emit(self, out: list[bytes], piece: bytes) -> None:
@@ -146,12 +163,13 @@ class MarkerScanner:
         else:
             out.append(piece)
 
-    def _partial(self, buf: bytes) -> int:
-        """How many trailing bytes of ``buf`` could begin a marker."""
-        start = buf.rfind(MARK[:1], max(0, len(buf) - len(self._prefix) + 1))
-        if start < 0 or not self._prefix.startswith(buf[start:]):
-            return 0
-        return len(buf) - start
+    @staticmethod
+    def _partial(buf: bytes, pos: int) -> int:
+        """Where trailing bytes that could begin a marker start (``len(buf)`` if none)."""
+        start = buf.rfind(MARK[:1], max(pos, len(buf) - len(MARK) + 1))
+        if start < 0 or not MARK.startswith(buf[start:]):
+            return len(buf)
+        return start
 
     def flush(self) -> bytes:
         """Bytes held back when the stream ended without completing a marker."""

@@ -127,6 +127,22 @@ async def test_stdin_a_command_leaves_unread_never_reaches_the_shell() -> None:
         assert (await sh.run("ls /tmp/pwned 2>&1; echo rc=$?")).stdout.endswith("rc=1\n")
 
 
+async def test_exit_in_a_command_given_stdin() -> None:
+    """Under a POSIX sh a command given stdin runs in a subshell: its ``exit`` ends only that
+    (the result has its status, the shell lives); under bash it ends the shell itself."""
+    async with box() as sb, sb.session() as sh:
+        with anyio.fail_after(30):
+            r = await sh.run("read v; echo got $v; exit 3", stdin="hi\n")
+        assert r.exit_code == 3 and r.stdout == "got hi\n" and "shell_ended" not in r.metadata
+        r = await sh.run("echo next")
+        assert r.stdout == "next\n" and r.stderr == ""  # no stray marker bytes
+    async with box(IMAGE_PYTHON) as sb, sb.session() as sh:
+        with anyio.fail_after(30):
+            r = await sh.run("read v; echo got $v; exit 3", stdin="hi\n")
+        assert r.exit_code == 3 and r.stdout == "got hi\n"
+        assert r.metadata["shell_ended"] == "true"
+
+
 async def test_background_job_does_not_hold_the_command() -> None:
     async with box() as sb, sb.session() as sh:
         with anyio.fail_after(20):  # the exec-level drain would add seconds; a hang fails

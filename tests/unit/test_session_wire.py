@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,22 @@ def test_ready_after_the_end_marker_still_counts() -> None:
     still see it, or the reader would take the next command line as its end."""
     out, marks, ended, dropped = scan([b"o" + marker(b"e") + b"bg" + marker(b"r") + b"x"])
     assert out == b"o" and marks == [b"e", b"r"] and ended and dropped == 3
+
+
+def test_stale_markers_are_dropped_silently() -> None:
+    """The previous command's second pair of markers never shows as output or ends this one."""
+    out, marks, _, _ = scan(
+        [marker(b"x0:/", OTHER)[:20], marker(b"x0:/", OTHER)[20:] + b"a" + marker(b"e", OTHER)
+         + b"b"])
+    assert out == marker(b"x0:/", OTHER) + b"a" + marker(b"e", OTHER) + b"b"  # unknown: output
+    assert marks == []
+    scanner = MarkerScanner(NONCE, stale=(OTHER,))
+    got, marks = scanner.feed(marker(b"x0:/", OTHER) + b"a" + marker(b"e", OTHER) + b"b")
+    assert b"".join(got) == b"ab" and marks == [] and not scanner.ended
+
+
+def test_pipeline_wrapper_marks_even_when_the_command_exits_its_subshell() -> None:
+    line = wrap("exit 5", NONCE, "cid", reader=True)
+    done = subprocess.run(["sh"], input=line.encode() + b":\n", capture_output=True, check=True)
+    _, marks, ended, _ = scan([done.stdout])
+    assert marks[:1] == [b"x5:" + str(Path.cwd()).encode()] and ended
