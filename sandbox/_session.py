@@ -135,6 +135,7 @@ class _Run:
         self.timed_out = False
         self.kill_started = False
         self.status = -1
+        self.got_end = False
         self.cwd = session.cwd
         self.last_output = time.monotonic()
         self.callback_error: BaseException | None = None
@@ -158,7 +159,10 @@ class _Run:
             kind = payload[:1]
             if kind == b"r":
                 self.ready.set()
-            elif kind == b"x":
+            elif kind == b"x" and not self.got_end:
+                # The first: a command fed stdin has its markers printed twice, and the
+                # second pair carries the status of the marker printing, not the command's.
+                self.got_end = True
                 self.status, self.cwd = parse_end(payload)
         if self.scanners["stdout"].ended and self.scanners["stderr"].ended:
             self.done.set()
