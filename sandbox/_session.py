@@ -42,6 +42,7 @@ from ._session_wire import (
     SETUP,
     STDIN_END,
     MarkerScanner,
+    exit_trap,
     head_tail,
     parse_end,
     stdin_lines,
@@ -104,6 +105,8 @@ class _Shell:
         self.why = ""  # how it ended, when it ended
         self.error: SandboxError | None = None  # why it could not run, if it never did
         self.scope = anyio.CancelScope()
+        self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
+        self.stopping = False
 
     @property
     def alive(self) -> bool:
@@ -122,8 +125,9 @@ class _Run:
         stale = (session._last_nonce,)  # its markers may still come, printed twice
         session._last_nonce = self.nonce
         self.scanners: dict[StreamName, MarkerScanner] = {
-            "stdout": MarkerScanner(self.nonce, stale), "stderr": MarkerScanner(self.nonce, stale),
+            name: MarkerScanner(self.nonce, stale, shell.nonce) for name in ("stdout", "stderr")
         }
+        self.quit_code: int | None = None  # the shell's exit trap spoke
         self.capture = OutputCapture(max_output_bytes)
         self.callbacks: dict[StreamName, Callback | None] = {
             "stdout": on_stdout, "stderr": on_stderr,
@@ -164,7 +168,12 @@ class _Run:
                 # second pair carries the status of the marker printing, not the command's.
                 self.got_end = True
                 self.status, self.cwd = parse_end(payload)
+            elif kind == b"q":
+                self.quit_code = parse_end(b"x" + payload[1:] + b":")[0]
         if self.scanners["stdout"].ended and self.scanners["stderr"].ended:
+            if self.quit_code is not None and not self.got_end:
+                self.shell.exit_code = self.quit_code
+                self.shell_ended(f"the session's shell exited with code {self.quit_code}")
             self.done.set()
             self.wake.set()
 
@@ -453,7 +462,7 @@ class Session:
         await tg.start(self._hold, shell, spec)
         self._shell = shell
         assert shell.proc is not None
-        await shell.proc.write_stdin(SETUP)
+        await shell.proc.write_stdin(SETUP + exit_trap(shell.nonce))
         probe = await self._begin_on(shell, 'printf %s "${BASH_VERSION:+bash}"', measure=False)
         result = await self._finish(probe, "", 30.0, None, audit=False)
         if probe.shell_lost:
@@ -499,11 +508,20 @@ class Session:
                 run.shell_ended(shell.why)
 
     async def _stop_shell(self) -> None:
-        """Kill the shell and all it started, and wait until its task is gone."""
+        """Stop the current shell (see `_stop`) and wait until it is gone."""
         shell, self._shell = self._shell, None
-        if shell is None or shell.ended.is_set():
-            return
+        if shell is not None:
+            await self._stop(shell)
+
+    async def _stop(self, shell: _Shell) -> None:
+        """Kill ``shell`` and all it started (also when it already exited: its background
+        jobs may live on), and wait until its task is gone; a second call just waits."""
         with anyio.CancelScope(shield=True):
+            if shell.stopping:
+                with anyio.move_on_after(40):
+                    await shell.ended.wait()
+                return
+            shell.stopping = True
             if shell.proc is not None:
                 with contextlib.suppress(Exception):
                     await shell.proc.kill()
@@ -638,8 +656,12 @@ class Session:
                                         else "", cwd=run.cwd, env={}, result=result)
         if run.shell_lost:
             self._lost = run.shell_lost
-            if run.shell is self._shell:
-                await self._stop_shell()
+            if run.shell is self._shell:  # cleared now, killed meanwhile: the result is ready
+                self._shell = None
+                if self._tg is not None and not self._closed:
+                    self._tg.start_soon(self._stop, run.shell)
+                else:
+                    await self._stop(run.shell)
         return result
 
     async def _watch(self, run: _Run, limit: float | None, idle: float | None) -> None:

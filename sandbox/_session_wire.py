@@ -48,6 +48,13 @@ SETUP: Final = (
     "fi 2>/dev/null\n"
 )
 
+def exit_trap(nonce: str) -> str:
+    """Set-up making the shell say it is exiting (``q`` + status on stdout, ``Q`` on stderr),
+    so an ``exit`` is seen at once even while a background job holds the output open."""
+    return (f"trap 'printf \"{_MARK_FMT}{nonce}:q%d\\000\" \"$?\"; "
+            f"printf \"{_MARK_FMT}{nonce}:Q\\000\" >&2' EXIT\n")
+
+
 #: Starts bash when the image has it, else the POSIX sh, reading commands from stdin.
 AUTO_SHELL: Final = (
     "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec /bin/sh"
@@ -104,12 +111,14 @@ class MarkerScanner:
 
     `feed` returns the output to pass on and the payloads of markers seen, in order; bytes
     that could be the start of a marker are held until the next chunk says. Output after the
-    end marker (``x`` or ``e``) is not the command's: it is counted in `dropped`. Markers of a
-    ``stale`` nonce (the previous command's, printed twice by design) are dropped silently.
+    end marker (``x`` or ``e``; ``q`` or ``Q`` with the ``shell`` nonce: the shell exits) is
+    not the command's: it is counted in `dropped`. Markers of a ``stale`` nonce (the previous
+    command's, printed twice by design) are dropped silently.
     """
 
-    def __init__(self, nonce: str, stale: tuple[str, ...] = ()) -> None:
+    def __init__(self, nonce: str, stale: tuple[str, ...] = (), shell: str = "") -> None:
         self._nonce = nonce.encode()
+        self._own = frozenset(n.encode() for n in (nonce, shell) if n)
         self._stale = frozenset(n.encode() for n in stale)
         self._plen = len(MARK) + len(self._nonce) + 1
         self._held = b""
@@ -135,7 +144,7 @@ class MarkerScanner:
                 self._held = buf[at:]
                 break
             nonce = buf[at + len(MARK) : at + plen - 1]
-            if buf[at + plen - 1] != 0x3A or (nonce != self._nonce and nonce not in self._stale):
+            if buf[at + plen - 1] != 0x3A or (nonce not in self._own and nonce not in self._stale):
                 search = at + 1
                 continue
             end = buf.find(b"\0", at + plen, at + plen + MAX_PAYLOAD + 1)
@@ -147,10 +156,10 @@ class MarkerScanner:
                 self._held = buf[at:]
                 break
             self._emit(out, buf[pos:at])
-            if nonce == self._nonce:
+            if nonce in self._own:
                 payload = buf[at + plen : end]
                 marks.append(payload)
-                if payload[:1] in (b"x", b"e"):
+                if payload[:1] in (b"x", b"e", b"q", b"Q"):
                     self.ended = True  # later output is not the command's; a late r counts
             pos = search = end + 1
         return out, marks

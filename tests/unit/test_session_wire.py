@@ -12,6 +12,7 @@ from sandbox._session_wire import (
     MARK,
     STDIN_END,
     MarkerScanner,
+    exit_trap,
     parse_end,
     printf_format,
     quote,
@@ -147,3 +148,15 @@ def test_pipeline_wrapper_marks_even_when_the_command_exits_its_subshell() -> No
     done = subprocess.run(["sh"], input=line.encode() + b":\n", capture_output=True, check=True)
     _, marks, ended, _ = scan([done.stdout])
     assert marks[:1] == [b"x5:" + str(Path.cwd()).encode()] and ended
+
+
+def test_exit_trap_marks_both_streams_with_the_status() -> None:
+    """Checked with the host's sh: after ``exit 4`` the trap prints q4 and Q."""
+    done = subprocess.run(["sh"], input=(exit_trap(OTHER) + "exit 4\n").encode(),
+                          capture_output=True, check=False)
+    assert done.returncode == 4
+    scanner = MarkerScanner(NONCE, shell=OTHER)
+    _, marks = scanner.feed(done.stdout)
+    assert marks == [b"q4"] and scanner.ended
+    err = MarkerScanner(NONCE, shell=OTHER)
+    assert err.feed(done.stderr)[1] == [b"Q"] and err.ended
