@@ -176,7 +176,9 @@ class ExecProcess:
         """Set the size of the command's terminal (``tty=True``); the engine ignores it
         without one. Raises `ConfigError` for a size outside 1..65535."""
         check_terminal_size(rows, cols)
-        await self._engine.resize_exec(self.exec_id, rows, cols)
+        await self._engine.request("resize the command's terminal",
+                                   f"exec/{self.exec_id}/resize", "POST",
+                                   params={"h": rows, "w": cols})
 
     def container_stopped(self, error: SandboxError) -> None:
         """Tell the command its container stopped; `error` is raised if its output never ends.

@@ -423,11 +423,7 @@ class Engine:
         return str(created["Id"])
 
     async def attach_exec(self, action: str, exec_id: str, *, tty: bool = False) -> ExecStream:
-        """Start an exec attached: its output and stdin over one hijacked connection.
-
-        With ``tty`` (an exec created with ``Tty``) the output is the terminal's raw bytes,
-        read as stdout frames.
-        """
+        """Start an exec attached: output (raw terminal bytes with ``tty``) and stdin."""
         stream = ExecStream(Exec(self.docker, exec_id, tty=tty).start(detach=False))
         try:
             async with self._call(action):
@@ -438,11 +434,6 @@ class Engine:
             raise
         stream._end_output_on_eof()
         return stream
-
-    async def resize_exec(self, exec_id: str, rows: int, cols: int) -> None:
-        """Set the terminal size of an exec created with ``Tty``."""
-        await self.request("resize the command's terminal", f"exec/{exec_id}/resize", "POST",
-                           params={"h": rows, "w": cols})
 
     async def inspect_exec(self, exec_id: str, *, deadline: float | None = None) -> \
             dict[str, Any]:

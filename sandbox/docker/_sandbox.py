@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -360,11 +360,8 @@ class DockerSandbox(PoolPrimitives):
             with self._tracked(proc):
                 yield proc
 
-    async def command_finalizer(self) -> Finalizer:
-        """What completes a session command's result (usage, OOM); see ``sandbox._session``."""
-        self._life.require_running()
-        assert self._finisher is not None
-        return await self._finisher.finalizer()
+    async def command_finalizer(self) -> Finalizer:  # usage and OOM for a session's results
+        return await cast(ResultFinisher, self._finisher).finalizer()
 
     def _helper(self, what: str, *, rate: float | None = None,
                 max_time: float | None = None) -> HelperRunner:
