@@ -50,13 +50,14 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy --strict
 
-# docker-py lives only in this separate bench virtualenv (same python3, the SDK editable), never
-# in $(VENV); `venv` first so python3's venv module is known to work.
+# docker-py and the peer SDKs (llm-sandbox, openai-agents) live only in this separate bench
+# virtualenv (same python3, the SDK editable), never in $(VENV); `venv` first so python3's
+# venv module is known to work.
 BENCH_VENV ?= .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml | venv
 	python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e . docker
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e . docker llm-sandbox openai-agents
 	touch $@
 
 bench: $(BENCH_VENV)/.installed engine images test-tools

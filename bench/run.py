@@ -52,7 +52,7 @@ from sandbox import (
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout", "pool", "checkpoint")
+             "rssout", "pool", "checkpoint", "session", "peers")
 BASELINE = "aiodocker"
 
 
@@ -486,6 +486,18 @@ class Bench:
         self.add(Row("start from that checkpoint", "sandbox SDK", "ms", started))
         self.add(Row("fork x10 (100 MiB written)", "sandbox SDK", "ms", forked,
                      note="checkpoint + 10 sandboxes started"))
+
+    async def s_session(self) -> None:
+        """A persistent shell against an exec per command (scenario_session.py)."""
+        from scenario_session import session_scenario
+
+        await session_scenario(self)
+
+    async def s_peers(self) -> None:
+        """Create-to-first-command and a round trip beside llm-sandbox and openai-agents."""
+        from scenario_session import peers_scenario
+
+        await peers_scenario(self)
 
     # -- report -------------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from ._errors import SandboxNotFound as SandboxNotFound
 from ._errors import SandboxNotRunning as SandboxNotRunning
 from ._errors import SandboxPermissionDenied as SandboxPermissionDenied
 from ._errors import SecurityViolation as SecurityViolation
+from ._errors import SessionClosed as SessionClosed
 from ._errors import StdinClosed as StdinClosed
 from ._errors import TimeoutExceeded as TimeoutExceeded
 from ._errors import UnsafeArchive as UnsafeArchive
@@ -62,6 +63,9 @@ from ._protocol import CommandLike as CommandLike
 from ._protocol import ExecutionSandbox as ExecutionSandbox
 from ._protocol import OutputCallback as OutputCallback
 from ._sandbox import Sandbox as Sandbox
+from ._session import Session as Session
+from ._session import SessionJob as SessionJob
+from ._session import head_tail as head_tail
 from ._signals import cleanup_on_signals as cleanup_on_signals
 
 #: The package version; the same as pyproject.toml's (a test checks).
@@ -117,6 +121,9 @@ __all__ = [
     "SandboxStatus",
     "SecurityPolicy",
     "SecurityViolation",
+    "Session",
+    "SessionClosed",
+    "SessionJob",
     "StdinClosed",
     "TimeoutExceeded",
     "UnsafeArchive",
@@ -124,6 +131,7 @@ __all__ = [
     "cleanup_on_signals",
     "from_json",
     "gc",
+    "head_tail",
     "remove_checkpoint",
     "to_json",
 ]

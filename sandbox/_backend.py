@@ -48,6 +48,8 @@ class ProcessSpec:
         max_output_bytes: Output kept per stream; more is dropped and marked truncated.
         time_limit: Seconds before the process and all it started are killed; None: no limit.
         idle_timeout: Seconds without output before it is killed; None: no limit.
+        tty: Run it on a pseudo-terminal (its output all comes as stdout, with CRLF line
+            ends), for interactive programs; see `Process.resize`.
     """
 
     argv: tuple[str, ...] = attrs.field(converter=_argv)
@@ -58,6 +60,7 @@ class ProcessSpec:
     max_output_bytes: int = 1 << 20
     time_limit: float | None = None
     idle_timeout: float | None = None
+    tty: bool = False
 
 
 @runtime_checkable
@@ -95,6 +98,10 @@ class Process(Protocol):
 
     async def kill(self, signal: int | str = "KILL") -> None:
         """Send ``signal`` to the command and everything it started."""
+        ...
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Set the size of the command's terminal (``tty=True``); ignored without one."""
         ...
 
     async def wait(self) -> CommandResult:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
+from ._cli_tty import is_terminal, run_on_terminal
 from ._constants import DEFAULT_WORKING_DIR
 from ._errors import ConfigError, SandboxError
 from ._json import from_json, to_json
@@ -272,6 +273,14 @@ async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool,
                         await feeder
 
 
+async def _on_terminal(config: SandboxConfig, argv: Sequence[str], *,
+                       quiet: bool = False) -> CommandResult:
+    progress = PullProgress(quiet=quiet)
+    async with cleanup_on_signals(), _sandbox_for(config, progress) as sb:
+        progress.done()
+        return await run_on_terminal(sb, list(argv))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``sandbox run [flags] -- CMD...``: run one command and exit with its status."""
     config = _config(args)
@@ -288,7 +297,10 @@ def cmd_shell(args: argparse.Namespace) -> int:
     config = _config(args)
     argv = [args.shell, "-i"] if sys.stdin is not None and sys.stdin.isatty() else [args.shell]
     try:
-        result = asyncio.run(_attached(config, argv, stdin=True, quiet=args.quiet))
+        if is_terminal():  # a terminal of its own: keys, Ctrl-C and job control work
+            result = asyncio.run(_on_terminal(config, argv, quiet=args.quiet))
+        else:
+            result = asyncio.run(_attached(config, argv, stdin=True, quiet=args.quiet))
     except SystemExit as exc:
         return _terminated(args, exc)
     return _exit_status(args, result)

@@ -9,6 +9,7 @@ Each class also derives from the builtin exception with the same meaning, so exi
     │   └── SandboxNotFound (LookupError)
     ├── SandboxInitFailed
     │   └── SandboxAlreadyExists
+    ├── SessionClosed
     ├── CommandExecutionFailed
     │   ├── StdinClosed (BrokenPipeError)
     │   └── CommandStartFailed
@@ -63,6 +64,7 @@ __all__ = [
     "SandboxNotRunning",
     "SandboxPermissionDenied",
     "SecurityViolation",
+    "SessionClosed",
     "StdinClosed",
     "TimeoutExceeded",
     "UnsafeArchive",
@@ -172,6 +174,13 @@ class CommandExecutionFailed(SandboxError):
     ) -> None:
         super().__init__(message, details=details, retryable=retryable, cause=cause)
         self.result = result
+
+
+class SessionClosed(SandboxError):
+    """Raised when a session cannot run a command: it was closed, or its shell ended and it
+    was opened with ``restart=False``."""
+
+    code = "SESSION_CLOSED"
 
 
 class StdinClosed(CommandExecutionFailed, BrokenPipeError):

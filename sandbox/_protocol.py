@@ -56,9 +56,10 @@ class ExecutionSandbox(Protocol):
         """Run `cmd` to completion and collect its result, streaming output to the callbacks."""
         ...
 
-    def stream_command(self, cmd: CommandLike) -> AbstractAsyncContextManager[Process]:
+    def stream_command(self, cmd: CommandLike, *,
+                       tty: bool = False) -> AbstractAsyncContextManager[Process]:
         """Start `cmd` and yield its live `Process` handle; leaving the block kills it if it
-        still runs (as ``await proc.aclose()`` does)."""
+        still runs (as ``await proc.aclose()`` does). ``tty=True`` runs it on a terminal."""
         ...
 
     async def copy_files(

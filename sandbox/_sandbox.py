@@ -39,6 +39,7 @@ from ._policy import merge_environment, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
 from ._provisions import Provisions, check_provisions, provision
 from ._registry import backend_for, check_type
+from ._session import Session, open_session
 from ._shield import finish_despite_cancel
 
 if TYPE_CHECKING:
@@ -199,10 +200,14 @@ class Sandbox:
         return result
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[Process]:
+    async def stream_command(self, cmd: CommandLike, *,
+                             tty: bool = False) -> AsyncIterator[Process]:
         """Start a command and yield its live `Process` handle (iterate it for output chunks).
 
         Leaving the block kills the command if it still runs, as ``await proc.aclose()`` does.
+        With ``tty=True`` it runs on a pseudo-terminal, for interactive programs (a REPL, an
+        editor, job control): all its output comes as stdout, with CRLF line ends, and
+        ``await proc.resize(rows, cols)`` sets the terminal's size.
 
         Example:
             async with sb.stream_command("make test") as proc:
@@ -212,6 +217,8 @@ class Sandbox:
         """
         self._life.require_running()
         spec = self._plan(cmd)
+        if tty:
+            spec = attrs.evolve(spec, tty=True)
         proc: Process | None = None
         try:
             async with self._impl.open_process(spec) as proc:
@@ -251,6 +258,27 @@ class Sandbox:
                               details="SandboxConfig.mcp_servers names none, or the sandbox "
                               "was not initialized")
         return open_client(self._provisions.server(name), **session_options)
+
+    def session(self, *, shell: str | None = None, restart: bool = True,
+                usage: bool = False) -> AbstractAsyncContextManager[Session]:
+        """Open a persistent shell: ``cd``, ``export`` and functions carry over between its
+        commands, each costing a pipe write instead of an exec (see `Session`).
+
+        Args:
+            shell: The shell program (e.g. ``"bash"``); by default bash where the image has
+                it, else ``/bin/sh``.
+            restart: When the shell dies (``exit``, killed, OOM), start a fresh one for the
+                next command (True), or make it raise `SessionClosed` (False).
+            usage: Give each result the resource usage during its command, as
+                ``execute_command`` does; it reads the container's cgroup before and after
+                each command, several times the cost of a bare command.
+
+        Example:
+            async with sb.session() as sh:
+                await sh.run("cd /tmp && export X=1")
+                print((await sh.run("echo $PWD $X")).stdout)  # /tmp 1
+        """
+        return open_session(self, shell=shell, restart=restart, usage=usage)
 
     # -- files: paths are resolved here, the backend moves bytes ---------------------------------
 

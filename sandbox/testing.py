@@ -28,7 +28,12 @@ import attrs
 from ._archive import check_limits
 from ._audit import Auditor
 from ._backend import Process, ProcessSpec
-from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES, DEFAULT_USER
+from ._constants import (
+    DEFAULT_COPY_MAX_BYTES,
+    DEFAULT_COPY_MAX_ENTRIES,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_USER,
+)
 from ._errors import (
     CheckpointFailed,
     SandboxError,
@@ -50,9 +55,11 @@ from ._models import (
 )
 from ._protocol import CommandLike, OutputCallback, to_command
 from ._sandbox import Sandbox
+from ._session import Callback, Session, SessionJob
 from ._signals import parse_signal, signal_name
+from ._tty import check_terminal_size
 
-__all__ = ["FakeBackend", "FakeProcess", "FakeSandbox"]
+__all__ = ["FakeBackend", "FakeProcess", "FakeSandbox", "FakeSession"]
 
 Responder = CommandResult | SandboxError | Callable[[Command], CommandResult]
 
@@ -70,6 +77,8 @@ class FakeProcess:
         self._scripted = result
         self._stdin_closed = False
         self._result: CommandResult | None = None
+        #: The last size given to `resize`, if any.
+        self.size: tuple[int, int] | None = None
 
     def __aiter__(self) -> AsyncIterator[OutputChunk]:
         return self._chunks()
@@ -112,6 +121,11 @@ class FakeProcess:
         number = parse_signal(signal)
         self._end(attrs.evolve(self._scripted, exit_code=128 + number, success=False,
                                signal=signal_name(128 + number)))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Record the terminal size in `size` (checked as the real handle checks it)."""
+        check_terminal_size(rows, cols)
+        self.size = (rows, cols)
 
     async def wait(self) -> CommandResult:
         """Return the result (the scripted one, unless killed first)."""
@@ -422,12 +436,20 @@ class FakeSandbox(Sandbox):
             self._pending.clear()
 
     @contextlib.asynccontextmanager
-    async def stream_command(self, cmd: CommandLike) -> AsyncIterator[Process]:
+    async def session(self, *, shell: str | None = None, restart: bool = True,
+                      usage: bool = False) -> AsyncIterator[Session]:
+        """A `FakeSession`: each command answers from the rules, as `execute_command` does."""
+        self._check("session")
+        yield FakeSession(self)
+
+    @contextlib.asynccontextmanager
+    async def stream_command(self, cmd: CommandLike, *,
+                             tty: bool = False) -> AsyncIterator[Process]:
         self._check("stream_command")
         command = to_command(cmd)
         self._pending.append(command)
         try:
-            async with super().stream_command(command) as proc:
+            async with super().stream_command(command, tty=tty) as proc:
                 self._pending.clear()
                 yield proc
         finally:
@@ -465,3 +487,36 @@ class FakeSandbox(Sandbox):
     async def get_info(self) -> SandboxInfo:
         self._check("get_info")
         return await super().get_info()
+
+
+class FakeSession(Session):
+    """The fake's session: ``run`` and ``start`` answer each command line from the fake's
+    rules (it is recorded in `FakeSandbox.commands` as ``/bin/sh -c LINE``); nothing runs and
+    no state carries over, and ``start`` always returns the finished result."""
+
+    def __init__(self, fake: FakeSandbox) -> None:
+        super().__init__(fake, shell=None, restart=True)
+        self._fake_sandbox = fake
+        self._kind = "sh"
+
+    async def run(
+        self, cmd: str, *,
+        timeout: float | None = None,  # noqa: ASYNC109 (as Session.run)
+        idle_timeout: float | None = None, stdin: bytes | str | None = None,
+        on_stdout: Callback | None = None, on_stderr: Callback | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> CommandResult:
+        self._check_args(cmd, timeout, idle_timeout, max_output_bytes)
+        command = Command.shell(cmd, stdin=stdin, max_output_bytes=max_output_bytes,
+                                timeout=timeout or 0, idle_timeout=idle_timeout or 0)
+        return await self._fake_sandbox.execute_command(command, on_stdout=on_stdout,
+                                                        on_stderr=on_stderr)
+
+    async def start(
+        self, cmd: str, *, yield_after: float = 10.0,
+        timeout: float | None = None,  # noqa: ASYNC109 (as Session.start)
+        idle_timeout: float | None = None, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        keep_chars: int = 16_000,
+    ) -> CommandResult | SessionJob:
+        return await self.run(cmd, timeout=timeout, idle_timeout=idle_timeout,
+                              max_output_bytes=max_output_bytes)

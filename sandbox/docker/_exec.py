@@ -36,6 +36,7 @@ from .._models import CommandResult, OutputChunk
 from .._output import OutputCapture, StreamName
 from .._signals import parse_signal
 from .._tasks import first_of, single_errors
+from .._tty import check_terminal_size
 from ._exec_kill import MARKER_VAR, overdue, sweep
 from ._exec_result import build_result, read_exit_info
 from ._exec_start import check_exec_size, read_start_failure
@@ -170,6 +171,14 @@ class ExecProcess:
         if name == "KILL":
             self._killed = True
         await self._sweep(name)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Set the size of the command's terminal (``tty=True``); the engine ignores it
+        without one. Raises `ConfigError` for a size outside 1..65535."""
+        check_terminal_size(rows, cols)
+        await self._engine.request("resize the command's terminal",
+                                   f"exec/{self.exec_id}/resize", "POST",
+                                   params={"h": rows, "w": cols})
 
     def container_stopped(self, error: SandboxError) -> None:
         """Tell the command its container stopped; `error` is raised if its output never ends.
@@ -380,7 +389,7 @@ async def open_exec(
         "AttachStdin": attach_stdin,
         "AttachStdout": True,
         "AttachStderr": True,
-        "Tty": False,
+        "Tty": spec.tty,
     }
     try:
         exec_id = await engine.create_exec("start a command", container_id, body)
@@ -393,7 +402,7 @@ async def open_exec(
             "the sandbox's container is not running", details=exc.details, cause=exc
         ) from exc
     # Closes itself if attaching fails; from here on it is closed below.
-    stream = await engine.attach_exec("attach to the command", exec_id)
+    stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
     proc: ExecProcess | None = None
     try:
         proc = ExecProcess(

@@ -404,9 +404,9 @@ class Engine:
                                         data=dict(body))
         return str(created["Id"])
 
-    async def attach_exec(self, action: str, exec_id: str) -> ExecStream:
-        """Start an exec attached: its output and stdin over one hijacked connection."""
-        stream = ExecStream(Exec(self.docker, exec_id, tty=False).start(detach=False))
+    async def attach_exec(self, action: str, exec_id: str, *, tty: bool = False) -> ExecStream:
+        """Start an exec attached: output (raw terminal bytes with ``tty``) and stdin."""
+        stream = ExecStream(Exec(self.docker, exec_id, tty=tty).start(detach=False))
         try:
             async with self._call(action):
                 await stream._stream._init()

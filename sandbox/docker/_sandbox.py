@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -41,7 +41,7 @@ from . import _files
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
-from ._exec import ExecProcess, open_exec
+from ._exec import ExecProcess, Finalizer, open_exec
 from ._facts import EngineFacts
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, new_client
@@ -359,6 +359,9 @@ class DockerSandbox(PoolPrimitives):
                              iterate=True, finalize=await self._finisher.finalizer()) as proc:
             with self._tracked(proc):
                 yield proc
+
+    async def command_finalizer(self) -> Finalizer:  # usage and OOM for a session's results
+        return await cast(ResultFinisher, self._finisher).finalizer()
 
     def _helper(self, what: str, *, rate: float | None = None,
                 max_time: float | None = None) -> HelperRunner:

@@ -55,6 +55,7 @@ from .._errors import (
 from .._models import CommandResult, OutputChunk
 from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
+from .._tty import check_terminal_size
 from ..docker._exec_kill import _SWEEP_SH, MARKER_VAR
 from ..docker._exec_start import check_exec_size
 from ._gateway import ExecSocket, ExecStreamLost
@@ -259,6 +260,11 @@ class KubeProcess:
         if name == "KILL":
             self._killed = True
         await self._sweep(name)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Checked, then ignored: this backend runs commands without a terminal (tty=True is
+        refused at start)."""
+        check_terminal_size(rows, cols)
 
     async def wait(self) -> CommandResult:
         """Wait for the command to end and return its result."""

@@ -29,6 +29,7 @@ from .._backend import ProcessSpec
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
 from .._errors import (
     CommandStartFailed,
+    ConfigError,
     SandboxAlreadyExists,
     SandboxError,
     SandboxInitFailed,
@@ -422,6 +423,9 @@ class KubernetesSandbox:
     @contextlib.asynccontextmanager
     async def open_process(self, spec: ProcessSpec) -> AsyncIterator[_exec.KubeProcess]:
         self._life.require_running()
+        if spec.tty:
+            raise ConfigError("tty=True is not supported by the Kubernetes backend yet: it "
+                              "runs commands without a terminal")
         async with self._open(spec, attach_stdin=True, iterate=True) as proc:
             yield proc
 

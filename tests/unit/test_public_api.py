@@ -24,8 +24,9 @@ PUBLIC = [
     "SandboxFileNotFound", "SandboxInfo", "SandboxInitFailed", "SandboxIsADirectory",
     "SandboxNotFound", "SandboxNotRunning", "SandboxPermissionDenied", "SandboxPool",
     "SandboxStatus",
-    "SecurityPolicy", "SecurityViolation", "StdinClosed", "TimeoutExceeded", "UnsafeArchive",
-    "checkpoints", "cleanup_on_signals", "from_json", "gc", "remove_checkpoint",
+    "SecurityPolicy", "SecurityViolation", "Session", "SessionClosed", "SessionJob",
+    "StdinClosed", "TimeoutExceeded", "UnsafeArchive",
+    "checkpoints", "cleanup_on_signals", "from_json", "gc", "head_tail", "remove_checkpoint",
     "to_json",
 ]
 

@@ -1,0 +1,788 @@
+"""Sessions: one long-lived shell per session, commands at about the cost of a pipe write.
+
+A `Session` starts one shell process through the backend's ``open_process`` (one exec on
+Docker) and feeds it one line per command (``_session_wire``). The shell prints end markers
+holding a fresh nonce when the command is done, so completion is an event: no polling, no
+second round trip. State persists as in a terminal (``cd``, ``export``, functions, aliases).
+
+A timeout kills every process the command started (each carries a per-command environment
+variable; a second process sweeps ``/proc`` for it, as the same user), and the shell lives on.
+A command stuck in the shell itself (a ``while :`` loop) cannot be killed apart from the
+shell: then the shell is replaced, and the result says its state was lost. The shell dying
+(``exit``, a kill, OOM) ends the running command at once with a result saying so; the next
+command starts a new shell, or raises `SessionClosed` when the session was opened with
+``restart=False``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup, TaskStatus
+
+from ._backend import Backend, Process, ProcessSpec
+from ._constants import DEFAULT_MAX_OUTPUT_BYTES
+from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
+from ._models import Command, CommandResult, ResourceUsage
+from ._output import LazyText, OutputCapture, StreamName
+from ._policy import seconds
+from ._session_wire import (
+    AUTO_SHELL,
+    COMMAND_VAR,
+    NONCE_LEN,
+    SETUP,
+    STDIN_END,
+    MarkerScanner,
+    exit_trap,
+    head_tail,
+    parse_end,
+    stdin_lines,
+    wrap,
+)
+from ._signals import signal_name
+from ._tasks import first_of, single_errors
+
+if TYPE_CHECKING:
+    from ._sandbox import Sandbox
+
+__all__ = ["Callback", "Session", "SessionJob", "head_tail"]
+
+Callback = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
+
+#: How long a killed command's shell may take to print its end markers before it is replaced.
+KILL_GRACE = 3.0
+#: The usage of a result without a measurement: built once (validating one costs ~0.5 ms).
+_NO_USAGE = ResourceUsage()
+#: How long the forked stdin reader of a command may take to start.
+READER_START = 30.0
+#: Characters of output a `SessionJob` keeps for a model between two looks (head and tail).
+DEFAULT_KEEP_CHARS = 16_000
+
+# POSIX sh: STOP then KILL every process whose environment holds the marker, until none is
+# left. Unlike the exec sweep it never kills a process group: the shell shares the group of
+# the commands it runs, and must live on.
+_SWEEP_SH = r"""m="$1"; i=0
+while [ $i -lt 100 ]; do
+  pids=""
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$$" ] && continue
+    e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || continue
+    case "$e" in *"$m"*) pids="$pids $p";; esac
+  done
+  [ -z "$pids" ] && exit 0
+  kill -STOP $pids 2>/dev/null; kill -KILL $pids 2>/dev/null
+  i=$((i+1)); sleep 0.02
+done
+exit 1"""
+
+
+async def _call(callback: Callback | None, data: bytes) -> None:
+    if callback is None:
+        return
+    outcome = callback(data)
+    if inspect.isawaitable(outcome):
+        await outcome
+
+
+class _Shell:
+    """One shell process: its handle, the task reading it, and how it ended."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.proc: Process | None = None
+        self.ended = anyio.Event()
+        self.exit_code: int | None = None
+        self.why = ""  # how it ended, when it ended
+        self.error: SandboxError | None = None  # why it could not run, if it never did
+        self.scope = anyio.CancelScope()
+        self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
+        self.stopping = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and not self.ended.is_set()
+
+
+class _Run:
+    """One command in flight: its markers, captured output and how it ended."""
+
+    def __init__(self, session: Session, shell: _Shell, *, max_output_bytes: int,
+                 on_stdout: Callback | None, on_stderr: Callback | None,
+                 keep_chars: int) -> None:
+        self.shell = shell
+        self.nonce = secrets.token_hex(NONCE_LEN // 2)
+        self.command_id = secrets.token_hex(12)
+        stale = (session._last_nonce,)  # its markers may still come, printed twice
+        session._last_nonce = self.nonce
+        self.scanners: dict[StreamName, MarkerScanner] = {
+            name: MarkerScanner(self.nonce, stale, shell.nonce) for name in ("stdout", "stderr")
+        }
+        self.quit_code: int | None = None  # the shell's exit trap spoke
+        self.capture = OutputCapture(max_output_bytes)
+        self.callbacks: dict[StreamName, Callback | None] = {
+            "stdout": on_stdout, "stderr": on_stderr,
+        }
+        self.ready = anyio.Event()  # the stdin reader runs: input lines may be sent
+        self.done = anyio.Event()  # both end markers came, or the shell ended
+        self.wake = anyio.Event()  # done, or a callback raised: the watcher has work
+        self.finalize: Callable[[CommandResult], Awaitable[CommandResult]] | None = None
+        self.timed_out = False
+        self.kill_started = False
+        self.status = -1
+        self.got_end = False
+        self.cwd = session.cwd
+        self.last_output = time.monotonic()
+        self.callback_error: BaseException | None = None
+        self.kill_reason = ""
+        self.killed = False
+        self.shell_lost = ""  # why the shell is gone, when it went during this command
+        self.stdin_open = False
+        self.stdin_lock = anyio.Lock()
+        self.keep_chars = keep_chars
+        self.recent: list[bytes] = []  # combined output since the last look (SessionJob)
+        self.recent_size = 0
+        self.recent_dropped = 0
+        self.start_time = datetime.now(UTC)
+        self.t0 = time.monotonic()
+
+    async def feed(self, stream: StreamName, data: bytes) -> None:
+        out, marks = self.scanners[stream].feed(data)
+        for piece in out:
+            await self._output(stream, piece)
+        for payload in marks:
+            kind = payload[:1]
+            if kind == b"r":
+                self.ready.set()
+            elif kind == b"x" and not self.got_end:
+                # The first: a command fed stdin has its markers printed twice, and the
+                # second pair carries the status of the marker printing, not the command's.
+                self.got_end = True
+                self.status, self.cwd = parse_end(payload)
+            elif kind == b"q":
+                self.quit_code = parse_end(b"x" + payload[1:] + b":")[0]
+        if self.scanners["stdout"].ended and self.scanners["stderr"].ended:
+            if self.quit_code is not None and not self.got_end:
+                self.shell.exit_code = self.quit_code
+                self.shell_ended(f"the session's shell exited with code {self.quit_code}")
+            self.done.set()
+            self.wake.set()
+
+    async def _output(self, stream: StreamName, data: bytes) -> None:
+        self.last_output = time.monotonic()
+        self.capture.feed(stream, data)
+        if self.keep_chars:
+            # Keep the first chunk and the latest bytes for a model's view (a UTF-8
+            # character is at most 4 bytes); chunks dropped from the middle are counted.
+            budget = 4 * self.keep_chars + 16
+            self.recent.append(data)
+            self.recent_size += len(data)
+            while len(self.recent) > 2 and self.recent_size - len(self.recent[1]) >= budget:
+                self.recent_dropped += len(self.recent[1])
+                self.recent_size -= len(self.recent[1])
+                del self.recent[1]
+        if self.callback_error is None:
+            try:
+                await _call(self.callbacks[stream], data)
+            except Exception as exc:  # the command is killed and run() raises it
+                self.callback_error = exc
+                self.wake.set()
+
+    def take_recent(self) -> str:
+        """Output since the last call, as text bounded to ``keep_chars`` (head and tail)."""
+        data, dropped = b"".join(self.recent), self.recent_dropped
+        self.recent, self.recent_size, self.recent_dropped = [], 0, 0
+        text = data.decode("utf-8", errors="replace")
+        if dropped:
+            cut = min(len(text), self.keep_chars // 2)
+            text = (text[:cut] + f"\n[... {dropped} bytes of output omitted ...]\n"
+                    + text[cut:])
+        return head_tail(text, self.keep_chars)
+
+    def shell_ended(self, why: str) -> None:
+        if not self.done.is_set():
+            self.shell_lost = why
+            for name, scanner in self.scanners.items():
+                held = scanner.flush()
+                if held:
+                    self.capture.feed(name, held)
+            self.done.set()
+            self.wake.set()
+
+
+class SessionJob:
+    """A command `Session.start` left running: poll it, write to it, kill it.
+
+    Attributes:
+        command: The command line it runs.
+        output: The output printed since the previous look (start or poll), as text bounded
+            with its head and tail kept and a marker where the middle was dropped.
+    """
+
+    def __init__(self, session: Session, run: _Run, command: str, task_done: anyio.Event,
+                 outcome: list[CommandResult | BaseException]) -> None:
+        self._session = session
+        self._run = run
+        self.command = command
+        self.output = ""
+        self._task_done = task_done
+        self._outcome = outcome
+
+    @property
+    def running(self) -> bool:
+        """True until the command has ended."""
+        return not self._task_done.is_set()
+
+    async def poll(self, yield_after: float) -> CommandResult | SessionJob:
+        """Wait up to ``yield_after`` seconds: the result if it ended, else this job with
+        `output` set to what it printed meanwhile."""
+        _check_wait("yield_after", yield_after)
+        with anyio.move_on_after(yield_after):
+            await self._task_done.wait()
+        if self._task_done.is_set():
+            return self._result()
+        self.output = self._run.take_recent()
+        return self
+
+    def _result(self) -> CommandResult:
+        if not self._outcome:
+            raise SessionClosed(f"the job {self.command!r} was cancelled with its session")
+        outcome = self._outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def write(self, data: bytes | str) -> None:
+        """Send input to the command's stdin.
+
+        Raises:
+            StdinClosed: The command ended, or its stdin was closed.
+        """
+        await self._session._write_stdin(self._run, data.encode() if isinstance(data, str)
+                                         else data)
+
+    async def close_stdin(self) -> None:
+        """End the command's input: it reads EOF (the session's shell does not)."""
+        await self._session._close_stdin(self._run)
+
+    async def kill(self) -> CommandResult:
+        """Kill the command and everything it started; return its result."""
+        if not self._task_done.is_set():
+            self._run.kill_reason = self._run.kill_reason or "killed by SessionJob.kill()"
+            await self._session._kill_command(self._run)
+        await self._task_done.wait()
+        return self._result()
+
+    async def wait(self) -> CommandResult:
+        """Wait for the command to end and return its result."""
+        await self._task_done.wait()
+        return self._result()
+
+
+def _check_wait(name: str, value: float | None) -> None:
+    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
+                              or math.isnan(value) or value < 0):
+        raise ConfigError(f"{name} must be a number of seconds >= 0 (or None for no limit), "
+                          f"not {value!r}")
+
+
+class Session:
+    """A persistent shell in the sandbox: ``cd``, ``export`` and functions carry over, and a
+    command costs a pipe write instead of an exec.
+
+    Get one with ``async with sandbox.session() as sh``. Commands on one session run one at a
+    time: a second call waits until the first has ended (a sandbox may hold several sessions,
+    and ``execute_command`` keeps working beside them). Each command's stdin is /dev/null
+    unless ``stdin=`` is given; then it reads that input and EOF. Output a background process
+    prints while no command of the session runs is dropped.
+
+    Attributes:
+        id: A random id for this session (in each result's metadata).
+    """
+
+    def __init__(self, sandbox: Sandbox, *, shell: str | None, restart: bool,
+                 usage: bool = False) -> None:
+        self._sandbox = sandbox
+        self._usage = usage
+        self._backend: Backend = sandbox._impl
+        self._shell_cmd = shell
+        self._restart = restart
+        self.id = secrets.token_hex(6)
+        self._cwd = sandbox.get_working_directory()
+        self._lock = anyio.Lock()
+        self._shell: _Shell | None = None
+        self._shells = 0
+        self._tg: TaskGroup | None = None
+        self._closed = False
+        self._kind = ""
+        self._spec: ProcessSpec | None = None
+        self._lost = ""  # how the last shell ended under a command, until a new one starts
+        self._last_nonce = ""  # the previous command's marker nonce
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def cwd(self) -> str:
+        """The shell's working directory after the last command."""
+        return self._cwd
+
+    @property
+    def shell(self) -> str:
+        """Which shell runs: "bash", or "sh" (the image's POSIX shell)."""
+        return self._kind
+
+    @property
+    def alive(self) -> bool:
+        """True while the current shell runs."""
+        return self._shell is not None and self._shell.alive
+
+    async def run(
+        self, cmd: str, *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the command's limit: it is killed)
+        idle_timeout: float | None = None,
+        stdin: bytes | str | None = None, on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> CommandResult:
+        """Run a shell command line in the session and return its result.
+
+        Args:
+            cmd: A shell command line (it may span lines, define functions, ``cd``...).
+            timeout: Seconds before the command and all it started are killed; None uses the
+                sandbox config's timeout (0 there: no limit).
+            idle_timeout: Seconds without output before it is killed; None: no limit.
+            stdin: Input for the command, followed by EOF; None: /dev/null.
+            on_stdout: Called with each chunk of stdout as it arrives (may be async).
+            on_stderr: The same for stderr.
+            max_output_bytes: Output kept per stream in the result; more is flagged truncated.
+
+        Raises:
+            SessionClosed: The session was closed, or its shell ended and it was opened with
+                ``restart=False``.
+        """
+        self._check_args(cmd, timeout, idle_timeout, max_output_bytes)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        async with self._lock:
+            run = await self._begin(cmd, stdin=data, open_stdin=False,
+                                    max_output_bytes=max_output_bytes, on_stdout=on_stdout,
+                                    on_stderr=on_stderr, keep_chars=0)
+            return await self._finish(run, cmd, timeout, idle_timeout)
+
+    async def start(
+        self, cmd: str, *, yield_after: float = 10.0,
+        timeout: float | None = None,  # noqa: ASYNC109 (the command's limit, as in run)
+        idle_timeout: float | None = None, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        keep_chars: int = DEFAULT_KEEP_CHARS,
+    ) -> CommandResult | SessionJob:
+        """Start a command and wait up to ``yield_after`` seconds for it, as a model's tool.
+
+        Returns its result if it ended by then; else a `SessionJob` whose `output` holds what
+        it printed so far (at most ``keep_chars`` characters: head and tail), to `poll`,
+        `write` to (its stdin stays open until `close_stdin`) or `kill`.
+        The job holds the session: later commands wait until it has ended.
+        """
+        self._check_args(cmd, timeout, idle_timeout, max_output_bytes)
+        _check_wait("yield_after", yield_after)
+        if keep_chars < 0:
+            raise ConfigError(f"keep_chars must be at least 0, not {keep_chars}")
+        tg = self._require_open()
+        started: list[_Run] = []
+        outcome: list[CommandResult | BaseException] = []
+        task_done = anyio.Event()
+
+        async def job(*, task_status: TaskStatus[None]) -> None:
+            try:
+                async with self._lock:
+                    run = await self._begin(cmd, stdin=None, open_stdin=True,
+                                            max_output_bytes=max_output_bytes, on_stdout=None,
+                                            on_stderr=None, keep_chars=keep_chars)
+                    started.append(run)
+                    task_status.started()
+                    outcome.append(await self._finish(run, cmd, timeout, idle_timeout))
+            except Exception as exc:
+                outcome.append(exc)
+                if not started:
+                    raise
+            finally:
+                task_done.set()
+
+        await tg.start(job)
+        handle = SessionJob(self, started[0], cmd, task_done, outcome)
+        return await handle.poll(yield_after)
+
+    async def restart(self) -> None:
+        """Replace the shell with a new one (in the sandbox's working directory); everything
+        the old one started is killed."""
+        async with self._lock:
+            self._require_open()
+            await self._stop_shell()
+            self._cwd = self._sandbox.get_working_directory()
+            self._lost = ""
+            await self._start_shell()
+
+    # -- the shell -----------------------------------------------------------------------------
+
+    def _check_args(self, cmd: str, timeout: float | None, idle_timeout: float | None,
+                    max_output_bytes: int) -> None:
+        if not isinstance(cmd, str) or not cmd.strip():
+            raise ConfigError(f"the session command must be a non-empty shell string, not "
+                              f"{cmd!r}")
+        if "\0" in cmd:
+            raise ConfigError("the session command contains a NUL character, which no shell "
+                              "can take")
+        _check_wait("timeout", timeout)
+        _check_wait("idle_timeout", idle_timeout)
+        if not isinstance(max_output_bytes, int) or max_output_bytes < 0:
+            raise ConfigError(f"max_output_bytes must be an int >= 0, not {max_output_bytes!r}")
+
+    def _require_open(self) -> TaskGroup:
+        if self._closed or self._tg is None:
+            raise SessionClosed("the session is closed; open a new one with sandbox.session()")
+        return self._tg
+
+    async def _start_shell(self) -> _Shell:
+        tg = self._require_open()
+        self._shells += 1
+        shell = _Shell(self._shells)
+        if self._spec is None:
+            script = AUTO_SHELL if self._shell_cmd is None else f"exec {self._shell_cmd}"
+            spec = self._sandbox._plan(Command.argv(["/bin/sh", "-c", script, "sandbox-session"]))
+            # The shell itself has no time limit and keeps no output: each command has its own.
+            self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
+                                      max_output_bytes=0, stdin=None)
+        spec = attrs.evolve(self._spec, workdir=self._cwd)
+        await tg.start(self._hold, shell, spec)
+        self._shell = shell
+        assert shell.proc is not None
+        await shell.proc.write_stdin(SETUP + exit_trap(shell.nonce))
+        probe = await self._begin_on(shell, 'printf %s "${BASH_VERSION:+bash}"', measure=False)
+        result = await self._finish(probe, "", 30.0, None, audit=False)
+        if probe.shell_lost:
+            if shell.error is not None:
+                raise shell.error
+            raise SessionClosed("the session's shell ended as it started",
+                                details=f"{probe.shell_lost}; output: {result.combined}")
+        self._kind = "bash" if result.stdout == "bash" else "sh"
+        return shell
+
+    async def _hold(self, shell: _Shell, spec: ProcessSpec, *,
+                    task_status: TaskStatus[None]) -> None:
+        """Own the shell process: route its output to the running command until it ends."""
+        why = "the session's shell ended"
+        try:
+            with shell.scope:
+                async with self._backend.open_process(spec) as proc:
+                    shell.proc = proc
+                    task_status.started()
+                    try:
+                        async for chunk in proc:
+                            run = self._running
+                            if run is not None and run.shell is shell:
+                                await run.feed(chunk.stream, chunk.data)
+                    except SandboxError as exc:  # e.g. the shell's program is missing
+                        shell.error = exc
+                        shell.why = f"the session's shell could not run: {exc}"
+                    try:
+                        with anyio.move_on_after(10):
+                            result = await proc.wait()
+                            shell.exit_code = result.exit_code
+                            why = (f"the session's shell exited with code {result.exit_code}"
+                                   + (f" ({result.signal})" if result.signal else ""))
+                    except SandboxError as exc:
+                        why = f"the session's shell was lost: {exc}"
+        finally:
+            if shell.scope.cancelled_caught and not shell.why:
+                why = "the session's shell was stopped"
+            shell.why = shell.why or why
+            shell.ended.set()
+            run = self._running
+            if run is not None and run.shell is shell:
+                run.shell_ended(shell.why)
+
+    async def _stop_shell(self) -> None:
+        """Stop the current shell (see `_stop`) and wait until it is gone."""
+        shell, self._shell = self._shell, None
+        if shell is not None:
+            await self._stop(shell)
+
+    async def _stop(self, shell: _Shell) -> None:
+        """Kill ``shell`` and all it started (also when it already exited: its background
+        jobs may live on), and wait until its task is gone; a second call just waits."""
+        with anyio.CancelScope(shield=True):
+            if shell.stopping:
+                with anyio.move_on_after(40):
+                    await shell.ended.wait()
+                return
+            shell.stopping = True
+            if shell.proc is not None:
+                with contextlib.suppress(Exception):
+                    await shell.proc.kill()
+            with anyio.move_on_after(10):
+                await shell.ended.wait()
+            if not shell.ended.is_set():
+                shell.scope.cancel()
+                await shell.ended.wait()
+
+    _running: _Run | None = None
+
+    async def _ready_shell(self) -> _Shell:
+        self._require_open()
+        shell = self._shell
+        if shell is not None and shell.alive:
+            return shell
+        if shell is not None:
+            self._lost = self._lost or shell.why
+            await self._stop_shell()
+        if self._lost and not self._restart:
+            raise SessionClosed(
+                f"{self._lost}; this session was opened with restart=False",
+                details="open a new session, or call restart() for a fresh shell")
+        self._lost = ""
+        return await self._start_shell()
+
+    async def _begin(self, cmd: str, *, stdin: bytes | None, open_stdin: bool,
+                     max_output_bytes: int, on_stdout: Callback | None,
+                     on_stderr: Callback | None, keep_chars: int) -> _Run:
+        shell = await self._ready_shell()
+        return await self._begin_on(shell, cmd, stdin=stdin, open_stdin=open_stdin,
+                                    max_output_bytes=max_output_bytes, on_stdout=on_stdout,
+                                    on_stderr=on_stderr, keep_chars=keep_chars)
+
+    async def _begin_on(self, shell: _Shell, cmd: str, *, stdin: bytes | None = None,
+                        open_stdin: bool = False, max_output_bytes: int = 1 << 16,
+                        on_stdout: Callback | None = None, on_stderr: Callback | None = None,
+                        keep_chars: int = 0, measure: bool = True) -> _Run:
+        """Send ``cmd`` to ``shell`` (the caller holds the lock); return it in flight."""
+        run = _Run(self, shell, max_output_bytes=max_output_bytes, on_stdout=on_stdout,
+                   on_stderr=on_stderr, keep_chars=keep_chars)
+        if measure and self._usage:
+            run.finalize = await self._finalizer()
+        reader = stdin is not None or open_stdin
+        self._running = run
+        assert shell.proc is not None
+        try:
+            await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader))
+            if reader:
+                # Even when the command is done: the reader waits for its end line.
+                with anyio.move_on_after(READER_START):
+                    await first_of(run.ready, shell.ended)
+                if not run.ready.is_set():
+                    run.shell_ended(shell.why or "the command's stdin reader did not start "
+                                    "(no free process?); the shell was replaced")
+                    return run
+                run.stdin_open = True
+                if stdin is not None:
+                    await self._send_stdin(run, stdin)
+                    await self._close_stdin(run)
+        except (SandboxError, OSError) as exc:
+            run.shell_ended(f"the session's shell could not take the command: {exc}")
+        return run
+
+    async def _finalizer(self) -> Callable[[CommandResult], Awaitable[CommandResult]] | None:
+        """The backend's per-command completion (resource usage, OOM), if it has one."""
+        make = getattr(self._backend, "command_finalizer", None)
+        if make is None:
+            return None
+        result: Callable[[CommandResult], Awaitable[CommandResult]] = await make()
+        return result
+
+    # -- stdin -----------------------------------------------------------------------------
+
+    async def _send_stdin(self, run: _Run, data: bytes) -> None:
+        assert run.shell.proc is not None
+        for line in stdin_lines(data):
+            if run.done.is_set():
+                break
+            await run.shell.proc.write_stdin(line)
+
+    async def _write_stdin(self, run: _Run, data: bytes) -> None:
+        async with run.stdin_lock:
+            if not run.stdin_open or run.done.is_set():
+                raise StdinClosed("cannot write to the command's stdin: "
+                                  + ("it has ended" if run.done.is_set() else
+                                     "it was closed (close_stdin)"))
+            try:
+                await self._send_stdin(run, data)
+            except (SandboxError, OSError) as exc:
+                raise StdinClosed("cannot write to the command's stdin: the session's shell "
+                                  "is gone", cause=exc) from exc
+
+    async def _close_stdin(self, run: _Run) -> None:
+        async with run.stdin_lock:
+            if not run.stdin_open:
+                return
+            run.stdin_open = False
+            if run.shell.alive:
+                assert run.shell.proc is not None
+                with contextlib.suppress(SandboxError, OSError):
+                    await run.shell.proc.write_stdin(STDIN_END)
+
+    # -- ending a command ------------------------------------------------------------------
+
+    async def _finish(self, run: _Run, cmd: str, time_limit: float | None,
+                      idle_timeout: float | None, *, audit: bool = True) -> CommandResult:
+        """Wait for ``run`` to end (killing it at its limits) and build its result."""
+        limit = time_limit if time_limit is not None else seconds(self._sandbox.config.timeout)
+        limit = limit or None
+        try:
+            await self._watch(run, limit, idle_timeout)
+            if run.callback_error is not None and not run.shell_lost:
+                run.kill_reason = run.kill_reason or "an output callback raised"
+                await self._kill_command(run)
+        finally:
+            if not run.done.is_set():  # cancelled: leave nothing running, the shell usable
+                with anyio.CancelScope(shield=True):
+                    run.kill_reason = run.kill_reason or "the call was cancelled"
+                    await self._kill_command(run)
+            with anyio.CancelScope(shield=True):
+                await self._close_stdin(run)
+            self._running = None
+        if run.callback_error is not None:
+            raise run.callback_error
+        result = self._result(run)
+        if run.finalize is not None:
+            with contextlib.suppress(SandboxError):
+                result = await run.finalize(result)
+        if audit:
+            self._backend.audit.command(["session", cmd], user=self._spec.user if self._spec
+                                        else "", cwd=run.cwd, env={}, result=result)
+        if run.shell_lost:
+            self._lost = run.shell_lost
+            if run.shell is self._shell:  # cleared now, killed meanwhile: the result is ready
+                self._shell = None
+                if self._tg is not None and not self._closed:
+                    self._tg.start_soon(self._stop, run.shell)
+                else:
+                    await self._stop(run.shell)
+        return result
+
+    async def _watch(self, run: _Run, limit: float | None, idle: float | None) -> None:
+        deadline = math.inf if limit is None else run.t0 + limit
+        while not run.done.is_set() and run.callback_error is None:
+            now = time.monotonic()
+            if now >= deadline:
+                run.kill_reason = f"command timed out after {limit:g} s"
+                run.timed_out = True
+                break
+            wake = deadline
+            if idle is not None:
+                idle_at = run.last_output + idle
+                if now >= idle_at:
+                    run.kill_reason = f"command produced no output for {idle:g} s " \
+                                      "(idle timeout)"
+                    run.timed_out = True
+                    break
+                wake = min(wake, idle_at)
+            with anyio.move_on_after(max(wake - now, 0.005)):
+                await run.wake.wait()
+        if not run.done.is_set():
+            await self._kill_command(run)
+
+    async def _kill_command(self, run: _Run) -> None:
+        """Kill every process ``run`` started; replace the shell if it does not come back."""
+        if run.done.is_set():
+            return
+        run.killed = True
+        if run.kill_started:  # another task kills it: wait for the same end
+            with anyio.CancelScope(shield=True):
+                await run.done.wait()
+            return
+        run.kill_started = True
+        with anyio.CancelScope(shield=True):
+            await self._close_stdin(run)
+            spec = self._spec
+            assert spec is not None
+            sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-kill",
+                                      f"{COMMAND_VAR}={run.command_id}"),
+                                user=spec.user, workdir="/", max_output_bytes=1 << 12,
+                                time_limit=30.0)
+            with contextlib.suppress(SandboxError):
+                await self._backend.run_process(sweep)
+            with anyio.move_on_after(KILL_GRACE):
+                await run.done.wait()
+            if not run.done.is_set():
+                # Stuck in the shell itself (a builtin loop), or it cleared its environment.
+                run.shell.why = ("the command did not end when its processes were killed "
+                                 "(a loop in the shell itself?); the shell was replaced, its "
+                                 "variables, functions and directory were lost")
+                run.shell_ended(run.shell.why)
+                if run.shell is self._shell:
+                    await self._stop_shell()
+
+    def _result(self, run: _Run) -> CommandResult:
+        cap = run.capture
+        out = cap.output()
+        errors: list[str] = []
+        if run.kill_reason:
+            errors.append(run.kill_reason)
+        exit_code = run.status
+        sig = ""
+        if run.shell_lost:
+            errors.append(run.shell_lost)
+            if run.shell.exit_code is not None and not run.killed:
+                exit_code = run.shell.exit_code
+            elif run.killed:
+                exit_code = 137
+        else:
+            self._cwd = run.cwd
+        sig = signal_name(exit_code) if exit_code > 128 else ""
+        if run.killed and not sig:
+            sig = "SIGKILL"
+        if cap.truncated:
+            errors.append("output truncated at max_output_bytes")
+        timed_out = run.timed_out
+        metadata = {"session_id": self.id, "shell": str(run.shell.number)}
+        if run.shell_lost:
+            metadata["shell_ended"] = "true"
+        return CommandResult(
+            exit_code=exit_code,
+            success=exit_code == 0 and not timed_out and not run.shell_lost,
+            stdout=LazyText(out, "stdout"),
+            stderr=LazyText(out, "stderr"),
+            combined=LazyText(out, "combined"),
+            start_time=run.start_time,
+            end_time=datetime.now(UTC),
+            duration=timedelta(seconds=time.monotonic() - run.t0),
+            error="; ".join(errors),
+            signal=sig,
+            metadata=metadata,
+            timed_out=timed_out,
+            truncated=cap.truncated,
+            stdout_bytes=out.stdout,
+            stderr_bytes=out.stderr,
+            resource_usage=_NO_USAGE,
+        )
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    async def _close(self) -> None:
+        self._closed = True
+        await self._stop_shell()
+
+
+@contextlib.asynccontextmanager
+async def open_session(sandbox: Sandbox, *, shell: str | None = None, restart: bool = True,
+                       usage: bool = False) -> AsyncIterator[Session]:
+    """Start a session's shell; on leaving, kill it and everything started in it."""
+    sandbox._life.require_running()
+    session = Session(sandbox, shell=shell, restart=restart, usage=usage)
+    async with single_errors(), anyio.create_task_group() as tg:
+        session._tg = tg
+        try:
+            async with session._lock:
+                await session._start_shell()
+            yield session
+        finally:
+            with anyio.CancelScope(shield=True):
+                await session._close()
+            tg.cancel_scope.cancel()
+
+

@@ -1,0 +1,213 @@
+"""The text a session writes to its shell and the markers it reads back: pure functions.
+
+Each command is one line fed to a long-lived shell. After the command the shell prints an end
+marker on stdout (carrying the exit status and the working directory) and one on stderr; a
+marker is ``\\x1eSBX`` + a fresh random nonce + ``:`` + payload + NUL. The shell renders the
+marker with ``printf`` from octal escapes, so the wrapper's own text (visible with ``set -x``
+or ``set -v``) never contains the marker bytes, and a command cannot know the nonce of its own
+marker: output imitating a marker is output. Both streams carry a marker because the engine
+copies stdout and stderr separately: only the marker on a stream says that stream's output of
+the command is all in.
+
+A command given stdin reads it through a pipe from a small reader the shell forks, which takes
+the input from the shell's own stdin as lines of ``printf`` formats (``#`` + escapes, a comment
+if the shell itself ever read one) until a line ``:`` (a no-op for the shell); so the input ends
+with EOF for the command while the session's stdin stays open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final, Literal
+
+#: Every marker starts so; the nonce and a colon follow.
+MARK: Final = b"\x1eSBX"
+#: How the wrapper writes ``MARK`` (rendered by printf; the text itself never matches).
+_MARK_FMT: Final = "\\036SBX"
+#: Hex digits in a nonce.
+NONCE_LEN: Final = 32
+#: The environment variable marking every process a command starts, for the timeout sweep.
+COMMAND_VAR: Final = "SANDBOX_SESSION_CMD"
+#: Payload a marker may carry before its NUL (the working directory is at most PATH_MAX).
+MAX_PAYLOAD: Final = 64 << 10
+#: Input bytes per reader line (each byte takes up to 4 characters).
+STDIN_LINE: Final = 4096
+#: The line that ends a command's input (a no-op should the shell read it).
+STDIN_END: Final = ":\n"
+
+StreamName = Literal["stdout", "stderr"]
+
+# Bytes printf may take literally in a format; all else is written as an octal escape.
+_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 ,./_=+:@")
+_ESCAPE = [chr(b) if b in _PLAIN else f"\\{b:03o}" for b in range(256)]
+
+#: Shell set-up sent once: bash runs the last element of a pipeline in the shell itself (so
+#: a command given stdin keeps its cd and export) and expands aliases as a terminal does.
+SETUP: Final = (
+    'if [ -n "${BASH_VERSION:-}" ]; then shopt -s lastpipe expand_aliases; set +o history; '
+    "fi 2>/dev/null\n"
+)
+
+def exit_trap(nonce: str) -> str:
+    """Set-up making the shell say it is exiting (``q`` + status on stdout, ``Q`` on stderr),
+    so an ``exit`` is seen at once even while a background job holds the output open."""
+    return (f"trap 'printf \"{_MARK_FMT}{nonce}:q%d\\000\" \"$?\"; "
+            f"printf \"{_MARK_FMT}{nonce}:Q\\000\" >&2' EXIT\n")
+
+
+#: Starts bash when the image has it, else the POSIX sh, reading commands from stdin.
+AUTO_SHELL: Final = (
+    "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec /bin/sh"
+)
+
+
+def quote(text: str) -> str:
+    """``text`` as one single-quoted shell word."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def printf_format(data: bytes) -> str:
+    """A printf format printing exactly ``data`` (safe in double quotes, never starts with -)."""
+    return "".join([_ESCAPE[b] for b in data])
+
+
+def stdin_lines(data: bytes) -> Iterator[str]:
+    """The reader's lines carrying ``data`` (without the end line)."""
+    for off in range(0, len(data), STDIN_LINE):
+        yield "#" + printf_format(data[off : off + STDIN_LINE]) + "\n"
+
+
+def _end_markers(nonce: str) -> str:
+    return (f"printf '{_MARK_FMT}{nonce}:x%d:%s\\000' \"$?\" \"$PWD\"; "
+            f"printf '{_MARK_FMT}{nonce}:e\\000' >&2")
+
+
+def wrap(command: str, nonce: str, command_id: str, *, reader: bool) -> str:
+    """The line that runs ``command`` in the shell itself and then prints its end markers.
+
+    ``command eval`` keeps a syntax error from ending a POSIX shell. Without ``reader`` the
+    command's stdin is /dev/null (never the session's own stdin, which carries the commands);
+    with it, a forked reader feeds the command and first prints a ``r`` marker on stderr,
+    after which (and not before: dash reads its input in blocks) input lines may be sent.
+    """
+    setup = f"{COMMAND_VAR}={command_id}; export {COMMAND_VAR}; "
+    body = f"command eval {quote(command + chr(10))}"
+    if not reader:
+        return f"{setup}{body} </dev/null; {_end_markers(nonce)}\n"
+    feeder = (
+        "{ trap '' PIPE; "
+        f"printf '{_MARK_FMT}{nonce}:r\\000' >&2; "
+        "while IFS= read -r l; do case $l in '#'*) printf \"${l#?}\" 2>/dev/null;; "
+        "*) break;; esac; done; }"
+    )
+    # The markers again after the pipeline: under a POSIX sh the command runs in a subshell,
+    # and an ``exit`` there skips the inner ones. Seen twice, the second pair is dropped.
+    return (f"{setup}{feeder} | {{ {body}; {_end_markers(nonce)}; }}; "
+            f"{_end_markers(nonce)}\n")
+
+
+class MarkerScanner:
+    """Split one stream into the command's output and the markers bearing ``nonce``.
+
+    `feed` returns the output to pass on and the payloads of markers seen, in order; bytes
+    that could be the start of a marker are held until the next chunk says. Output after the
+    end marker (``x`` or ``e``; ``q`` or ``Q`` with the ``shell`` nonce: the shell exits) is
+    not the command's: it is counted in `dropped`. Markers of a ``stale`` nonce (the previous
+    command's, printed twice by design) are dropped silently.
+    """
+
+    def __init__(self, nonce: str, stale: tuple[str, ...] = (), shell: str = "") -> None:
+        self._nonce = nonce.encode()
+        self._own = frozenset(n.encode() for n in (nonce, shell) if n)
+        self._stale = frozenset(n.encode() for n in stale)
+        self._plen = len(MARK) + len(self._nonce) + 1
+        self._held = b""
+        self.ended = False
+        self.dropped = 0
+
+    def feed(self, data: bytes) -> tuple[list[bytes], list[bytes]]:
+        out: list[bytes] = []
+        marks: list[bytes] = []
+        buf = self._held + data if self._held else data
+        self._held = b""
+        pos = search = 0  # pos: first byte not yet passed on; search: where to look next
+        plen = self._plen
+        while True:
+            at = buf.find(MARK, search)
+            if at < 0:
+                keep = self._partial(buf, pos)
+                self._emit(out, buf[pos:keep])
+                self._held = buf[keep:]
+                break
+            if len(buf) - at < plen:  # too short to tell yet
+                self._emit(out, buf[pos:at])
+                self._held = buf[at:]
+                break
+            nonce = buf[at + len(MARK) : at + plen - 1]
+            if buf[at + plen - 1] != 0x3A or (nonce not in self._own and nonce not in self._stale):
+                search = at + 1
+                continue
+            end = buf.find(b"\0", at + plen, at + plen + MAX_PAYLOAD + 1)
+            if end < 0:
+                if len(buf) - at > plen + MAX_PAYLOAD:
+                    search = at + 1  # no NUL within reach: not a marker of ours
+                    continue
+                self._emit(out, buf[pos:at])
+                self._held = buf[at:]
+                break
+            self._emit(out, buf[pos:at])
+            if nonce in self._own:
+                payload = buf[at + plen : end]
+                marks.append(payload)
+                if payload[:1] in (b"x", b"e", b"q", b"Q"):
+                    self.ended = True  # later output is not the command's; a late r counts
+            pos = search = end + 1
+        return out, marks
+
+    def _emit(self, out: list[bytes], piece: bytes) -> None:
+        if not piece:
+            return
+        if self.ended:
+            self.dropped += len(piece)
+        else:
+            out.append(piece)
+
+    @staticmethod
+    def _partial(buf: bytes, pos: int) -> int:
+        """Where trailing bytes that could begin a marker start (``len(buf)`` if none)."""
+        start = buf.rfind(MARK[:1], max(pos, len(buf) - len(MARK) + 1))
+        if start < 0 or not MARK.startswith(buf[start:]):
+            return len(buf)
+        return start
+
+    def flush(self) -> bytes:
+        """Bytes held back when the stream ended without completing a marker."""
+        held, self._held = self._held, b""
+        return held
+
+
+def parse_end(payload: bytes) -> tuple[int, str]:
+    """The exit status and working directory from an ``x`` marker's payload."""
+    status, _, cwd = payload[1:].partition(b":")
+    try:
+        code = int(status)
+    except ValueError:
+        code = -1
+    return code, cwd.decode("utf-8", errors="replace")
+
+
+def head_tail(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, keeping its start and end.
+
+    The dropped middle is replaced by a line saying how much was left out, so a model reading
+    it knows the output is incomplete.
+    """
+    if limit < 0:
+        raise ValueError(f"limit must be at least 0, not {limit}")
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    dropped = len(text) - head - tail
+    return (f"{text[:head]}\n[... {dropped} characters of output omitted ...]\n"
+            f"{text[len(text) - tail:] if tail else ''}")
