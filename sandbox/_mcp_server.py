@@ -95,8 +95,6 @@ def build_server(sb: Sandbox, *, name: str = "sandbox",
     """An MCP server whose tools act on ``sb`` (already initialized); with ``sessions``, also
     the persistent session tools."""
     server = _import_server()(name, instructions=INSTRUCTIONS)
-    if sessions is not None:
-        add_session_tools(server, sessions, _reported)
 
     @server.tool()
     async def run_command(command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT,  # noqa: ASYNC109
@@ -146,6 +144,8 @@ def build_server(sb: Sandbox, *, name: str = "sandbox",
         with _reported():
             return dict(_wire(await sb.get_resource_usage()))
 
+    if sessions is not None:
+        add_session_tools(server, sessions, _reported)
     return server
 
 

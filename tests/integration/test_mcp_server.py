@@ -174,6 +174,13 @@ async def test_session_tools_keep_state_and_come_back_to_jobs(tmp_path: Path) ->
             bad = await session.call_tool("session_run", {"command": "true",
                                                           "yield_after": -1})
             assert bad.is_error and "yield_after" in bad.content[0].text
+
+            # A job still running when the client goes away does not keep the server.
+            ran = structured(await session.call_tool(
+                "session_run", {"command": "sleep 100", "yield_after": 0}))
+            assert ran["status"] == "running"
+            started = time.monotonic()
+    assert time.monotonic() - started < 60
     assert labelled(mark) == []
 
 
