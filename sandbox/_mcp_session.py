@@ -45,6 +45,9 @@ class SessionTools:
         self._stop = anyio.Event()
         self._jobs: dict[str, SessionJob] = {}
         self._ids = itertools.count(1)
+        #: session_run calls one at a time: a second would otherwise pass `busy` and then
+        #: wait inside the session for the first one's job to end.
+        self.starting = anyio.Lock()
 
     async def _hold(self, *, task_status: TaskStatus[Session]) -> None:
         async with self._sb.session() as session:
@@ -123,9 +126,10 @@ def add_session_tools(server: MCPServer[Any], tools: SessionTools,
         job_id and the output so far: use session_poll, session_write or session_kill."""
         with reported():
             check_wait(yield_after)
-            tools.busy()
-            session = await tools.session()
-            return tools.report(await session.start(command, yield_after=yield_after))
+            async with tools.starting:
+                tools.busy()
+                session = await tools.session()
+                return tools.report(await session.start(command, yield_after=yield_after))
 
     @server.tool()
     async def session_poll(job_id: str,

@@ -165,6 +165,21 @@ async def test_session_tools_keep_state_and_come_back_to_jobs(tmp_path: Path) ->
             ran = structured(await session.call_tool("session_run", {"command": "pwd"}))
             assert ran["stdout"] == "/tmp\n"
 
+            # Two at once: one job, one refusal naming it (not a call stuck behind the job).
+            calls: list[Any] = []
+
+            async def call() -> None:
+                calls.append(await session.call_tool(
+                    "session_run", {"command": "sleep 100", "yield_after": 1}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                tg.start_soon(call)
+            [job] = [structured(c)["job_id"] for c in calls if not c.is_error]
+            [refused] = [c for c in calls if c.is_error]
+            assert job in refused.content[0].text
+            await session.call_tool("session_kill", {"job_id": job})
+
             # Output given to the model is bounded, keeping its head and tail.
             ran = structured(await session.call_tool(
                 "session_run", {"command": "echo first; seq 1 200000; echo last"}))
