@@ -2,6 +2,7 @@
 
 The client starts the server as a subprocess speaking MCP on stdin/stdout (the server creates
 one sandbox), lists its tools, and calls them: write a script, run it, read what it wrote,
+use the persistent session (a `cd` that carries over, a slow command polled to its end),
 look at the resource use. When the client closes, the server removes the sandbox.
 
     pip install 'sandbox[mcp]'
@@ -54,6 +55,16 @@ async def main() -> None:
         slow = await session.call_tool("run_command", {"command": "sleep 30", "timeout": 1})
         print("a command past its timeout: timed_out =",
               (slow.structured_content or {}).get("timed_out"))
+        # The persistent session: cd carries over, and a long command comes back early.
+        await session.call_tool("session_run", {"command": "cd /tmp"})
+        job = (await session.call_tool("session_run", {
+            "command": "pwd; sleep 2; echo built", "yield_after": 0.5})).structured_content or {}
+        print(f"session_run: {job.get('status')} as job {job.get('job_id')}, so far: "
+              f"{str(job.get('output')).strip()}")
+        done = (await session.call_tool("session_poll", {
+            "job_id": job.get("job_id", ""), "yield_after": 30})).structured_content or {}
+        print(f"session_poll: exit {done.get('exit_code')}, stdout: "
+              f"{' '.join(str(done.get('stdout')).split())}")
         usage = (await session.call_tool("resource_usage", {})).structured_content or {}
         print(f"resource_usage: {usage.get('memory_usage', 0) // 1024} KiB of memory, "
               f"{usage.get('process_count')} processes")

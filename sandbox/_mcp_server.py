@@ -6,8 +6,10 @@ stdin on stdio, or a signal); a server killed outright leaves a container whose 
 gone, which ``sandbox gc`` removes.
 
 Tools: ``run_command`` (a shell command with a timeout), ``read_file``, ``write_file``,
-``list_files`` and ``resource_usage``. A failed operation comes back as a tool error naming
-what went wrong; a command's own failure is a normal result with its exit code.
+``list_files`` and ``resource_usage``; with a persistent session (``_mcp_session``),
+``session_run``, ``session_poll``, ``session_write`` and ``session_kill``. A failed
+operation comes back as a tool error naming what went wrong; a command's own failure is a
+normal result with its exit code.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, SandboxError
 from ._json import to_json
+from ._mcp_session import SessionTools, add_session_tools, session_tools
 from ._models import Command, SandboxConfig
 from ._sandbox import Sandbox
 from ._signals import cleanup_on_signals
@@ -42,7 +45,9 @@ INSTRUCTIONS = (
     "An isolated Linux sandbox (a container). run_command runs a shell command in it and "
     "returns its exit code and output; read_file, write_file and list_files work on its "
     "files; resource_usage shows its CPU, memory and processes. Relative paths start at the "
-    "sandbox's working directory."
+    "sandbox's working directory. session_run runs a command in one persistent shell (cd and "
+    "export carry over) and returns within yield_after seconds: its exit code, or a job_id "
+    "and the output so far, to follow with session_poll, session_write or session_kill."
 )
 
 
@@ -85,8 +90,10 @@ def _wire(value: Any) -> Any:
     return json.loads(to_json(value))
 
 
-def build_server(sb: Sandbox, *, name: str = "sandbox") -> MCPServer[Any]:
-    """An MCP server whose tools act on ``sb`` (already initialized)."""
+def build_server(sb: Sandbox, *, name: str = "sandbox",
+                 sessions: SessionTools | None = None) -> MCPServer[Any]:
+    """An MCP server whose tools act on ``sb`` (already initialized); with ``sessions``, also
+    the persistent session tools."""
     server = _import_server()(name, instructions=INSTRUCTIONS)
 
     @server.tool()
@@ -137,6 +144,8 @@ def build_server(sb: Sandbox, *, name: str = "sandbox") -> MCPServer[Any]:
         with _reported():
             return dict(_wire(await sb.get_resource_usage()))
 
+    if sessions is not None:
+        add_session_tools(server, sessions, _reported)
     return server
 
 
@@ -147,8 +156,8 @@ async def serve(config: SandboxConfig, *, http: bool = False, host: str = "127.0
     if http:
         check_loopback(host)
     _import_server()
-    async with cleanup_on_signals(), Sandbox(config) as sb:
-        server = build_server(sb)
+    async with cleanup_on_signals(), Sandbox(config) as sb, session_tools(sb) as sessions:
+        server = build_server(sb, sessions=sessions)
         if http:
             await server.run_streamable_http_async(host=host, port=port)
         else:

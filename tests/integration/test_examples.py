@@ -29,7 +29,10 @@ EXPECTED = {
     "parallel.py": [r"too slow\s+-?\d+ timeout", r"fails\s+3 failed\s",
                     r"count\s+0 ok\s+[\d.]+\s+100000",
                     r"10 tasks in 10 sandboxes, 8 succeeded"],
-    "mcp_client.py": [r"tools: run_command, read_file, write_file, list_files, resource_usage",
+    "mcp_client.py": [r"tools: run_command, read_file, write_file, list_files, resource_usage, "
+                      r"session_run, session_poll, session_write, session_kill",
+                      r"session_run: running as job 1, so far: /tmp",
+                      r"session_poll: exit 0, stdout: /tmp built",
                       r"run_command: exit 0, stdout: hello from Linux as uid 1000",
                       r"read_file out.txt: written inside the sandbox",
                       r"list_files: hello.py, out.txt", r"timed_out = True",

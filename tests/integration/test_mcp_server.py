@@ -21,7 +21,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from sandbox import IMAGE_BUSYBOX, SandboxConfig, gc, to_json
+from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, SandboxConfig, gc, to_json
 from sandbox._constants import LABEL_OWNER_PID
 from tests.conftest import docker_cli
 
@@ -35,11 +35,12 @@ def labelled(mark: str) -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def server(tmp_path: Path, *extra: str) -> AsyncIterator[tuple[ClientSession, str]]:
+async def server(tmp_path: Path, *extra: str,
+                 image: str = IMAGE_BUSYBOX) -> AsyncIterator[tuple[ClientSession, str]]:
     """The server on stdio, its sandbox labelled with a fresh mark; yields (session, mark)."""
     mark = uuid.uuid4().hex
     config = tmp_path / "config.json"
-    config.write_text(to_json(SandboxConfig(image=IMAGE_BUSYBOX, labels={"test.mcp": mark})))
+    config.write_text(to_json(SandboxConfig(image=image, labels={"test.mcp": mark})))
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "sandbox", "mcp", "--config", str(config), *extra],
                                    env={"PYTHONPATH": os.getcwd()})
@@ -78,7 +79,8 @@ async def test_tools_run_commands_and_move_files(tmp_path: Path) -> None:
     async with server(tmp_path, "--memory", "256m") as (session, mark):
         tools = {t.name for t in (await session.list_tools()).tools}
         assert tools == {"run_command", "read_file", "write_file", "list_files",
-                         "resource_usage"}
+                         "resource_usage", "session_run", "session_poll", "session_write",
+                         "session_kill"}
         [container] = labelled(mark)
         assert container["State"]["Running"]
         assert container["HostConfig"]["Memory"] == 256 * 1024 * 1024
@@ -107,6 +109,93 @@ async def test_tools_run_commands_and_move_files(tmp_path: Path) -> None:
         missing = await session.call_tool("read_file", {"path": "/nope"})
         assert missing.is_error and "/nope" in "".join(c.text for c in missing.content)
     # The client went away (stdin closed): the server removed the sandbox before exiting.
+    assert labelled(mark) == []
+
+
+def ps(container: dict[str, Any]) -> str:
+    """The container's process list, as `docker top` shows it (not through the SDK)."""
+    return docker_cli("top", container["Id"])
+
+
+async def test_session_tools_keep_state_and_come_back_to_jobs(tmp_path: Path) -> None:
+    # bash: a started command runs in the shell itself (lastpipe); under a POSIX sh its cd
+    # and export would be lost (README, Sessions).
+    async with server(tmp_path, image=IMAGE_PYTHON) as (session, mark):
+        [container] = labelled(mark)
+        with anyio.fail_after(60):
+            ran = structured(await session.call_tool("session_run", {"command": "cd /tmp"}))
+            assert (ran["status"], ran["exit_code"]) == ("exited", 0)
+            ran = structured(await session.call_tool(
+                "session_run", {"command": "export GREETING=hi; pwd; echo $GREETING"}))
+            assert (ran["exit_code"], ran["stdout"], ran["cwd"]) == (0, "/tmp\nhi\n", "/tmp")
+
+            # Not done within yield_after: a job id and the output so far, then its end.
+            ran = structured(await session.call_tool(
+                "session_run", {"command": "echo early; sleep 2; echo done",
+                                "yield_after": 0.5}))
+            assert ran["status"] == "running" and ran["output"] == "early\n"
+            job = ran["job_id"]
+            refused = await session.call_tool("session_run", {"command": "true"})
+            assert refused.is_error and job in refused.content[0].text
+            polled = structured(await session.call_tool(
+                "session_poll", {"job_id": job, "yield_after": 30}))
+            assert (polled["status"], polled["exit_code"]) == ("exited", 0)
+            assert polled["stdout"] == "early\ndone\n"
+            gone = await session.call_tool("session_poll", {"job_id": job})
+            assert gone.is_error and "no running session job" in gone.content[0].text
+
+            # Input to a job waiting for it.
+            ran = structured(await session.call_tool(
+                "session_run", {"command": "read line; echo got $line", "yield_after": 0.2}))
+            assert ran["status"] == "running"
+            assert "wrote 4 bytes" in text(await session.call_tool(
+                "session_write", {"job_id": ran["job_id"], "text": "abc\n"}))
+            polled = structured(await session.call_tool(
+                "session_poll", {"job_id": ran["job_id"], "yield_after": 30}))
+            assert (polled["exit_code"], polled["stdout"]) == (0, "got abc\n")
+
+            # A killed job ends, with what it started, and the session lives on.
+            ran = structured(await session.call_tool(
+                "session_run", {"command": "sleep 100", "yield_after": 0.2}))
+            assert ran["status"] == "running" and "sleep 100" in ps(container)
+            killed = structured(await session.call_tool("session_kill",
+                                                        {"job_id": ran["job_id"]}))
+            assert killed["status"] == "exited" and killed["exit_code"] != 0
+            assert "sleep 100" not in ps(container)
+            ran = structured(await session.call_tool("session_run", {"command": "pwd"}))
+            assert ran["stdout"] == "/tmp\n"
+
+            # Two at once: one job, one refusal naming it (not a call stuck behind the job).
+            calls: list[Any] = []
+
+            async def call() -> None:
+                calls.append(await session.call_tool(
+                    "session_run", {"command": "sleep 100", "yield_after": 1}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                tg.start_soon(call)
+            [job] = [structured(c)["job_id"] for c in calls if not c.is_error]
+            [refused] = [c for c in calls if c.is_error]
+            assert job in refused.content[0].text
+            await session.call_tool("session_kill", {"job_id": job})
+
+            # Output given to the model is bounded, keeping its head and tail.
+            ran = structured(await session.call_tool(
+                "session_run", {"command": "echo first; seq 1 200000; echo last"}))
+            assert len(ran["stdout"]) < 20_000 and "omitted" in ran["stdout"]
+            assert ran["stdout"].startswith("first\n") and ran["stdout"].endswith("last\n")
+
+            bad = await session.call_tool("session_run", {"command": "true",
+                                                          "yield_after": -1})
+            assert bad.is_error and "yield_after" in bad.content[0].text
+
+            # A job still running when the client goes away does not keep the server.
+            ran = structured(await session.call_tool(
+                "session_run", {"command": "sleep 100", "yield_after": 0}))
+            assert ran["status"] == "running"
+            started = time.monotonic()
+    assert time.monotonic() - started < 60
     assert labelled(mark) == []
 
 
