@@ -141,6 +141,7 @@ class _Run:
         self.status = -1
         self.got_end = False
         self.cwd = session.cwd
+        self.subshell = False  # the command ran in a subshell (its cd does not persist)
         self.last_output = time.monotonic()
         self.callback_error: BaseException | None = None
         self.kill_reason = ""
@@ -566,6 +567,9 @@ class Session:
         if measure and self._usage:
             run.finalize = await self._finalizer()
         reader = stdin is not None or open_stdin
+        # A POSIX sh runs a command fed stdin in a subshell: the directory it ends in is not
+        # the shell's, so the session's working directory stays as it was.
+        run.subshell = reader and self._kind != "bash"
         self._running = run
         assert shell.proc is not None
         try:
@@ -731,7 +735,7 @@ class Session:
                 exit_code = run.shell.exit_code
             elif run.killed:
                 exit_code = 137
-        else:
+        elif not run.subshell:
             self._cwd = run.cwd
         sig = signal_name(exit_code) if exit_code > 128 else ""
         if run.killed and not sig:

@@ -127,6 +127,19 @@ async def test_stdin_a_command_leaves_unread_never_reaches_the_shell() -> None:
         assert (await sh.run("ls /tmp/pwned 2>&1; echo rc=$?")).stdout.endswith("rc=1\n")
 
 
+async def test_a_cd_in_a_subshell_does_not_move_the_session() -> None:
+    """Under a POSIX sh a command given stdin runs in a subshell: its ``cd`` is lost, and
+    the session's ``cwd`` says where the shell really is (it once took the subshell's)."""
+    async with box() as sb, sb.session() as sh:
+        assert sh.shell == "sh"
+        r = await sh.run("read v; cd /tmp; pwd", stdin="x\n")
+        assert r.stdout == "/tmp\n"
+        assert sh.cwd == "/workspace"
+        assert (await sh.run("pwd")).stdout == "/workspace\n"
+        await sh.run("cd /tmp")
+        assert sh.cwd == "/tmp"
+
+
 async def test_exit_in_a_command_given_stdin() -> None:
     """Under a POSIX sh a command given stdin runs in a subshell: its ``exit`` ends only that
     (the result has its status, the shell lives); under bash it ends the shell itself."""
