@@ -10,12 +10,16 @@ whether packets can leave the host is then up to the engine's forwarding setting
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._audit import Auditor
 from .._constants import DEFAULT_CLEANUP_TIMEOUT
+from .._egress import EgressPolicy
+from .._egress_stats import EgressStats
 from .._errors import ConfigError, SandboxError, SandboxInitFailed
 from .._models import NetworkConfig, SandboxConfig
+from ._egress import EgressGate
 from ._gateway import Engine, EngineNotFound
 from ._wire import host_port
 
@@ -30,13 +34,17 @@ class SandboxNetwork:
     """The network of one sandbox, and the removal of the one the SDK made for it."""
 
     def __init__(self, engine: Engine, config: SandboxConfig, *, name: str,
-                 labels: Mapping[str, str]) -> None:
+                 labels: Mapping[str, str], audit: Callable[[], Auditor] | None = None,
+                 proxy_runtime: str = "") -> None:
         self._engine = engine
         self._config = config
         self._name = name
         self._labels = dict(labels)
+        self._audit, self._proxy_runtime = audit, proxy_runtime
         #: Id of the network made for this sandbox; cleanup removes it.
         self.created_id: str | None = None
+        #: The egress proxy, when the config names hosts.
+        self.gate: EgressGate | None = None
 
     @property
     def net(self) -> NetworkConfig:
@@ -44,13 +52,23 @@ class SandboxNetwork:
         return self._config.network
 
     async def prepare(self, body: dict[str, Any], *, networked: bool,
-                      needs_network: bool) -> None:
+                      needs_network: bool, egress: EgressPolicy | None = None) -> None:
         """Before create: make the sandbox's network, or check the named one, and use it.
 
         ``plan_container`` already refused what is not enforced and filled DNS, proxies and
-        port bindings; ``needs_network`` means it left ``NetworkMode`` for us.
+        port bindings; ``needs_network`` means it left ``NetworkMode`` for us. With an
+        ``egress`` policy the sandbox goes behind its egress proxy (`_egress`) instead.
         """
         if not networked:
+            return
+        if egress is not None:
+            self.gate = EgressGate(
+                self._engine, sandbox_id=self._name.removeprefix("sandbox-"), policy=egress,
+                outside=self.net.bridge, labels=self._labels,
+                audit=self._audit or (lambda: Auditor(self._name, self._config.security)),
+                runtime=self._proxy_runtime)
+            await self.gate.start()
+            self.gate.apply(body)
             return
         host = body.setdefault("HostConfig", {})
         if not needs_network:
@@ -81,8 +99,14 @@ class SandboxNetwork:
                 details="host networking would bypass the sandbox; for no network keep "
                         "network.isolated=True")
 
+    def egress_stats(self) -> EgressStats:
+        """What the egress proxy decided so far (``enforced=False`` without one)."""
+        return self.gate.stats() if self.gate is not None else EgressStats()
+
     async def remove(self) -> list[str]:
         """Remove the network made for this sandbox (after its container); return errors."""
+        if self.gate is not None:
+            return await self.gate.remove()
         if self.created_id is None:
             return []
         try:

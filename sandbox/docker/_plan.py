@@ -69,12 +69,13 @@ network.isolated, security.isolate_     HC ``NetworkMode=none`` unless the sandb
 network.dns_servers / dns_search        HC ``Dns`` / ``DnsSearch``
 network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; networked
                                         only; host_ip "" means 127.0.0.1, protocol "" tcp
+security/network.allowed_hosts,         ``egress`` (an `EgressPolicy`): the backend puts the
+  blocked_hosts, allowed_ports          sandbox behind an egress proxy (``_egress``);
+                                        networked only; not with proxies, DNS or ports
 ======================================  =================================================
 
 Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
-``network_out_limit``, and ``network.allowed_hosts``, ``blocked_hosts``, ``allowed_ports``,
-``ingress_limit``, ``egress_limit``, ``security.allowed_hosts``, ``blocked_hosts``,
-``allowed_ports`` (no egress policy yet). Not create options, left to the
+``network_out_limit``, ``ingress_limit``, ``egress_limit``. Not create options, left to the
 backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
 ``tools`` and ``mcp_servers`` (`Sandbox` provides them after start, ``sandbox._provisions``),
 ``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
@@ -106,9 +107,11 @@ from typing import Any, Final
 import attrs
 
 from .._constants import DEFAULT_USER, LABEL_PREFIX
+from .._egress import EgressPolicy
 from .._errors import ConfigError, SandboxInitFailed
 from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
 from .._policy import ROOT_NAMES, with_group
+from ._egress import plan_egress
 from ._facts import EngineFacts
 from ._resources import resource_options
 from ._rootfs import filesystem_options
@@ -122,9 +125,7 @@ ANNOTATION_LABEL_PREFIX: Final = f"{LABEL_PREFIX}annotation."
 ANNOTATIONS_MIN_API: Final = (1, 43)
 STOP_TIMEOUT: Final = 2
 HOSTNAME_MAX: Final = 63
-_UNENFORCED_NETWORK: Final = (
-    "allowed_hosts", "blocked_hosts", "allowed_ports", "ingress_limit", "egress_limit",
-)
+_UNENFORCED_NETWORK: Final = ("ingress_limit", "egress_limit")
 _PROXY_FIELDS: Final = ("http_proxy", "https_proxy", "no_proxy")
 
 
@@ -144,6 +145,8 @@ class CreatePlan:
             create a network and put its name in ``body["HostConfig"]["NetworkMode"]``.
         opt_ins: Privileges the config asked for explicitly (root, added capabilities), one
             ``"setting: what"`` line each, for the backend to audit and log.
+        egress: The egress policy the hosts fields make (see `_egress`): the backend puts
+            the sandbox behind its egress proxy instead of on ``NetworkMode``.
     """
 
     body: dict[str, Any]
@@ -153,6 +156,7 @@ class CreatePlan:
     networked: bool = False
     needs_network: bool = False
     opt_ins: tuple[str, ...] = ()
+    egress: EgressPolicy | None = None
 
 
 def plan_container(
@@ -184,6 +188,8 @@ def plan_container(
     gvisor = engine.is_gvisor(effective)
     pids_limit = resource_options(config.resources, effective, engine, host)
     networked = _is_networked(config)
+    egress = plan_egress(config, networked=networked, no_network_runtime="--network=none" in
+                         engine.runtime_args.get(effective, ()))
     exposed = _network(config.network, networked, host)
     user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)
@@ -217,8 +223,9 @@ def plan_container(
         pids_limit=pids_limit,
         writable_paths=writable,
         networked=networked,
-        needs_network=networked and not config.network.bridge,
+        needs_network=networked and not config.network.bridge and egress is None,
         opt_ins=opt_ins,
+        egress=egress,
     )
 
 
