@@ -21,6 +21,7 @@ from .._errors import ConfigError, SandboxError, SandboxInitFailed
 from .._models import NetworkConfig, SandboxConfig
 from ._egress import EgressGate
 from ._gateway import Engine, EngineNotFound
+from ._shaping import plan_shaping
 from ._wire import host_port
 
 _NO_MASQUERADE = {"com.docker.network.bridge.enable_ip_masquerade": "false"}
@@ -45,6 +46,7 @@ class SandboxNetwork:
         self.created_id: str | None = None
         #: The egress proxy, when the config names hosts.
         self.gate: EgressGate | None = None
+        self._networked = False
 
     @property
     def net(self) -> NetworkConfig:
@@ -59,8 +61,11 @@ class SandboxNetwork:
         port bindings; ``needs_network`` means it left ``NetworkMode`` for us. With an
         ``egress`` policy the sandbox goes behind its egress proxy (`_egress`) instead.
         """
+        self._networked = networked
         if not networked:
             return
+        if (shaping := plan_shaping(self._config)) is not None:
+            shaping.check_host()
         if egress is not None:
             self.gate = EgressGate(
                 self._engine, sandbox_id=self._name.removeprefix("sandbox-"), policy=egress,
@@ -98,6 +103,12 @@ class SandboxNetwork:
                 f"network.bridge {name!r} is a {info.get('Driver')} network, not a bridge",
                 details="host networking would bypass the sandbox; for no network keep "
                         "network.isolated=True")
+
+    async def shape(self, container_id: str) -> None:
+        """After start: set the bandwidth limits (`_shaping`), if any, on a networked one."""
+        shaping = plan_shaping(self._config)
+        if shaping is not None and self._networked:
+            await shaping.apply(self._engine, container_id)
 
     def egress_stats(self) -> EgressStats:
         """What the egress proxy decided so far (``enforced=False`` without one)."""

@@ -72,10 +72,11 @@ network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; 
 security/network.allowed_hosts,         ``egress`` (an `EgressPolicy`): the backend puts the
   blocked_hosts, allowed_ports          sandbox behind an egress proxy (``_egress``);
                                         networked only; not with proxies, DNS or ports
+network.egress_limit / ingress_limit,   ``tc`` in the sandbox's network namespace after start
+  resources.network_out/in_limit        (``_shaping``); networked only, root on the host
 ======================================  =================================================
 
-Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
-``network_out_limit``, ``ingress_limit``, ``egress_limit``. Not create options, left to the
+Refused, because nothing here would enforce it: ``disk_request``. Not create options, left to the
 backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
 ``tools`` and ``mcp_servers`` (`Sandbox` provides them after start, ``sandbox._provisions``),
 ``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
@@ -116,6 +117,7 @@ from ._facts import EngineFacts
 from ._resources import resource_options
 from ._rootfs import filesystem_options
 from ._security import security_options
+from ._shaping import plan_shaping
 
 __all__ = ["CreatePlan", "plan_container"]
 
@@ -125,7 +127,6 @@ ANNOTATION_LABEL_PREFIX: Final = f"{LABEL_PREFIX}annotation."
 ANNOTATIONS_MIN_API: Final = (1, 43)
 STOP_TIMEOUT: Final = 2
 HOSTNAME_MAX: Final = 63
-_UNENFORCED_NETWORK: Final = ("ingress_limit", "egress_limit")
 _PROXY_FIELDS: Final = ("http_proxy", "https_proxy", "no_proxy")
 
 
@@ -190,6 +191,7 @@ def plan_container(
     networked = _is_networked(config)
     egress = plan_egress(config, networked=networked, no_network_runtime="--network=none" in
                          engine.runtime_args.get(effective, ()))
+    plan_shaping(config)  # conflicting bandwidth fields are refused here, before anything
     exposed = _network(config.network, networked, host)
     user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)
@@ -247,13 +249,6 @@ def _is_networked(config: SandboxConfig) -> bool:
 
 def _network(net: NetworkConfig, networked: bool, host: dict[str, Any]) -> dict[str, Any]:
     """Fill the network options of `host` and return ``ExposedPorts``."""
-    unenforced = [f for f in _UNENFORCED_NETWORK if getattr(net, f)]
-    if unenforced:
-        fields = ", ".join(f"network.{f}" for f in unenforced)
-        raise SandboxInitFailed(
-            f"{fields}: not enforced yet: no egress policy",
-            details="remove them, or keep the sandbox isolated",
-        )
     host["NetworkMode"] = net.bridge if networked else "none"
     if net.dns_servers:
         host["Dns"] = list(net.dns_servers)

@@ -108,12 +108,6 @@ def resource_options(
             "resources.disk_request: Docker cannot reserve disk space",
             details="remove it; resources.disk_limit caps the writable layer where supported",
         )
-    for field in ("network_in_limit", "network_out_limit"):
-        if getattr(res, field):
-            raise SandboxInitFailed(
-                f"resources.{field}: bandwidth limits are not enforced yet",
-                details="remove it, or keep the sandbox isolated",
-            )
 
     ulimits: list[dict[str, Any]] = []
     processes = res.process_limit or DEFAULT_PROCESS_LIMIT

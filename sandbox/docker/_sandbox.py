@@ -257,6 +257,7 @@ class DockerSandbox(PoolPrimitives):
         await engine.request("start the sandbox container",
                              f"containers/{self._container_id}/start", "POST")
         self._started_at = datetime.now(UTC)
+        await self._network.shape(self._container_id)  # before any command runs
         self._life.advance(SandboxStatus.RUNNING)
         self._helpers = Helpers(engine, self._container_id, user=self._user,
                                 ready=self._life.require_running, tracked=self._tracked)

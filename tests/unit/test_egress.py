@@ -313,3 +313,41 @@ def test_bad_pattern_is_a_config_error() -> None:
     net = attrs.evolve(NETWORKED, allowed_hosts=("a b",))
     with pytest.raises(ConfigError, match="allowed_hosts: 'a b' is not a host name"):
         plan(network=net, security=OPEN)
+
+
+# --- bandwidth ------------------------------------------------------------------------------
+
+
+def test_bandwidth_fields_make_tc_commands() -> None:
+    from sandbox._models import ResourceLimits, SandboxConfig
+    from sandbox.docker._shaping import plan_shaping
+
+    shaping = plan_shaping(SandboxConfig(network=NetworkConfig(egress_limit=100_000),
+                                         resources=ResourceLimits(network_in_limit=50_000)))
+    assert shaping is not None
+    assert (shaping.egress, shaping.ingress) == (100_000, 50_000)
+    assert shaping.tbf("eth0", shaping.egress) == [
+        "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "800000bit", "burst",
+        "16384", "latency", "400ms"]
+    assert shaping.tbf("veth1", 10_000_000)[8] == "1000000"  # burst: a tenth of a second
+    assert plan_shaping(SandboxConfig()) is None
+
+
+def test_both_bandwidth_fields_must_agree() -> None:
+    from sandbox._models import ResourceLimits
+
+    with pytest.raises(ConfigError, match=r"network.egress_limit \(10\) and "
+                                          r"resources.network_out_limit \(20\)"):
+        plan(network=NetworkConfig(egress_limit=10),
+             resources=ResourceLimits(network_out_limit=20))
+    same = plan(network=NetworkConfig(egress_limit=10),
+                resources=ResourceLimits(network_out_limit=10))
+    assert same.body
+
+
+def test_devices_of_a_namespace() -> None:
+    from sandbox.docker._shaping import _devices
+
+    net_dev = ("Inter-|   Receive\n face |bytes\n    lo: 0 0\n  eth0: 1 2\n"
+               "  eth1: 3 4\n")
+    assert _devices(net_dev) == ["eth0", "eth1"]
