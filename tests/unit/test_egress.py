@@ -329,7 +329,7 @@ def test_bandwidth_fields_make_tc_commands() -> None:
     assert shaping.tbf("eth0", shaping.egress) == [
         "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "800000bit", "burst",
         "16384", "latency", "400ms"]
-    assert shaping.tbf("veth1", 10_000_000)[8] == "1000000"  # burst: a tenth of a second
+    assert shaping.tbf("veth1", 10_000_000)[9] == "1000000"  # burst: a tenth of a second
     assert plan_shaping(SandboxConfig()) is None
 
 
