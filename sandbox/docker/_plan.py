@@ -35,7 +35,11 @@ resources.file_limit                    ulimit ``nofile`` soft = hard
 resources.cpu_time_limit                ulimit ``cpu`` in whole seconds, rounded up; hard =
                                         soft + 1 s, so SIGXCPU comes first (SIGKILL later)
 resources.disk_limit                    HC ``StorageOpt.size``; only btrfs, zfs,
-                                        devicemapper, or overlay2 on xfs, else refused
+                                        devicemapper, or overlay2 on xfs; else with
+                                        read_only_root ``size=`` on each tmpfs; else
+                                        refused (``_disk``)
+resources.disk_request                  refuse to start when the engine's data root has
+                                        less free space (checked from here)
 security.run_as_user / run_as_group     ``User`` "u:g" (the backend execs as it): "" = the
                                         image's own non-root ``User``, else 1000:1000; a
                                         number without a group gets the same number as
@@ -76,10 +80,9 @@ network.egress_limit / ingress_limit,   ``tc`` in the sandbox's network namespac
   resources.network_out/in_limit        (``_shaping``); networked only, root on the host
 ======================================  =================================================
 
-Refused, because nothing here would enforce it: ``disk_request``. Not create options, left to the
-backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
-``tools`` and ``mcp_servers`` (`Sandbox` provides them after start, ``sandbox._provisions``),
-``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
+Not create options, left to the backend or the SDK: ``resources.wall_time_limit`` (the
+backend's clock), ``type``, ``tools`` and ``mcp_servers`` (`Sandbox` provides them after
+start, ``sandbox._provisions``), ``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
 ``stats_interval``, ``security.enable_audit_log``, ``security.log_security_events``.
 
 Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none``):
@@ -112,6 +115,7 @@ from .._egress import EgressPolicy
 from .._errors import ConfigError, SandboxInitFailed
 from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
 from .._policy import ROOT_NAMES, with_group
+from ._disk import disk_options
 from ._egress import plan_egress
 from ._facts import EngineFacts
 from ._resources import resource_options
@@ -196,6 +200,7 @@ def plan_container(
     user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)
     writable = filesystem_options(config.security, user, working_dir, gvisor, host)
+    disk_options(config, engine, host)
     opt_ins += security_options(config.security, gvisor, engine, host)
 
     body: dict[str, Any] = {
