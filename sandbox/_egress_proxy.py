@@ -188,11 +188,12 @@ class EgressProxy:
 
 def _forward_head(method: str, path: str, version: str, headers: list[str], host: str,
                   port: int) -> bytes:
-    """The request in origin form, without proxy headers, closing after one exchange."""
+    """The request in origin form, without proxy headers, closing after one exchange; its
+    ``Host`` is the checked one (a client's own could name another site on that server)."""
     kept = [line for line in headers if line and not line.lower().startswith(
-        ("proxy-", "connection:", "keep-alive:"))]
-    if not any(line.lower().startswith("host:") for line in kept):
-        kept.insert(0, f"Host: {host}" + ("" if port == 80 else f":{port}"))
+        ("proxy-", "connection:", "keep-alive:", "host:"))]
+    shown = f"[{host}]" if ":" in host else host
+    kept.insert(0, f"Host: {shown}" + ("" if port == 80 else f":{port}"))
     lines = [f"{method} {path} {version}", *kept, "Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
 

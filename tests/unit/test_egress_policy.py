@@ -174,11 +174,12 @@ async def test_plain_http_forwarded_in_origin_form(origin: tuple[int, list[bytes
                                              allowed_ports=[port]), events)
     async with server:
         answer = await _ask(proxy_port, f"GET http://127.0.0.1:{port}/x?y=1 HTTP/1.1\r\n"
-                            "Host: 127.0.0.1\r\nProxy-Authorization: secret\r\n"
+                            "Host: evil.test\r\nProxy-Authorization: secret\r\n"
                             "Connection: keep-alive\r\n\r\n".encode())
     assert answer.endswith(b"hello")
     assert seen[0].startswith(b"GET /x?y=1 HTTP/1.1\r\n")
     assert b"Proxy-Authorization" not in seen[0] and b"Connection: close" in seen[0]
+    assert f"Host: 127.0.0.1:{port}\r\n".encode() in seen[0] and b"evil" not in seen[0]
     assert events == [{"decision": "allowed", "method": "GET", "host": "127.0.0.1",
                        "port": port, "address": "127.0.0.1"}]
 
