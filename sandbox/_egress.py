@@ -193,9 +193,10 @@ def merged_policy(security: Any, network: Any) -> EgressPolicy | None:
     if not any(values.values()):
         return None
     if not values["allowed_hosts"]:
-        named = [f for f in fields if values[f]]
+        named = [f"{place}.{f}" for f in fields for place, obj in
+                 (("security", security), ("network", network)) if getattr(obj, f)]
         raise ValueError(
-            f"{' and '.join(named)} given without allowed_hosts: the egress proxy allows only "
+            f"{', '.join(named)}: given without allowed_hosts: the egress proxy allows only "
             "hosts that allowed_hosts lists; add the hosts (or '*' for every public host)")
     return EgressPolicy.from_fields(
         allowed_hosts=values["allowed_hosts"], blocked_hosts=values["blocked_hosts"],

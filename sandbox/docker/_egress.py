@@ -60,20 +60,23 @@ _NO_PROXY: Final = "localhost,127.0.0.1,::1"
 def plan_egress(config: SandboxConfig, *, networked: bool,
                 no_network_runtime: bool) -> EgressPolicy | None:
     """The sandbox's egress policy, or None; refuses what cannot go with one (pure)."""
+    named = [f"{place}.{f}" for place in ("security", "network")
+             for f in ("allowed_hosts", "blocked_hosts", "allowed_ports")
+             if getattr(getattr(config, place), f)]
+    if named and not networked:
+        raise SandboxInitFailed(
+            f"{', '.join(named)}: an isolated sandbox reaches no host", details="set network."
+            "isolated=False, security.isolate_network=False and security.allow_networking=True")
     try:
         policy = merged_policy(config.security, config.network)
     except ValueError as exc:
-        raise ConfigError(f"security/network {exc}") from exc
+        raise ConfigError(str(exc)) from exc
     if policy is None:
         return None
     net = config.network
     conflicts = [f"network.{f}" for f in ("http_proxy", "https_proxy", "no_proxy",
                                           "dns_servers", "dns_search", "port_mappings")
                  if getattr(net, f)]
-    if not networked:
-        raise SandboxInitFailed(
-            "allowed_hosts: an isolated sandbox reaches no host", details="set network.isolated"
-            "=False, security.isolate_network=False and security.allow_networking=True")
     if conflicts:
         raise SandboxInitFailed(
             f"{', '.join(conflicts)}: cannot go with an egress policy (allowed_hosts)",

@@ -195,7 +195,13 @@ def plan_container(
     networked = _is_networked(config)
     egress = plan_egress(config, networked=networked, no_network_runtime="--network=none" in
                          engine.runtime_args.get(effective, ()))
-    plan_shaping(config)  # conflicting bandwidth fields are refused here, before anything
+    if plan_shaping(config) is not None and not networked:  # (it refuses conflicting ones)
+        named = [f"{place}.{f}" for place, f in (
+            ("network", "ingress_limit"), ("network", "egress_limit"),
+            ("resources", "network_in_limit"), ("resources", "network_out_limit"))
+            if getattr(getattr(config, place), f)]
+        raise SandboxInitFailed(f"{', '.join(named)}: an isolated sandbox has no network to "
+                                "limit", details="remove them, or give the sandbox a network")
     exposed = _network(config.network, networked, host)
     user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)

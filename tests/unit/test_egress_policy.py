@@ -105,7 +105,7 @@ def test_both_config_places_make_one_policy() -> None:
 
 
 def test_blocked_or_ports_without_allowed_hosts_refused() -> None:
-    with pytest.raises(ValueError, match="blocked_hosts given without allowed_hosts"):
+    with pytest.raises(ValueError, match=r"^security\.blocked_hosts: given without allowed_hos"):
         merged_policy(SecurityPolicy(blocked_hosts=("x.test",)), NetworkConfig())
 
 
@@ -334,14 +334,23 @@ def test_bandwidth_fields_make_tc_commands() -> None:
     assert plan_shaping(SandboxConfig()) is None
 
 
+def test_bandwidth_on_an_isolated_sandbox_refused() -> None:
+    from sandbox._models import ResourceLimits
+
+    with pytest.raises(SandboxInitFailed, match=r"^network\.egress_limit, resources\.network_in_"
+                                                r"limit: an isolated sandbox has no network"):
+        plan(network=NetworkConfig(egress_limit=10),
+             resources=ResourceLimits(network_in_limit=20))
+
+
 def test_both_bandwidth_fields_must_agree() -> None:
     from sandbox._models import ResourceLimits
 
     with pytest.raises(ConfigError, match=r"network.egress_limit \(10\) and "
                                           r"resources.network_out_limit \(20\)"):
-        plan(network=NetworkConfig(egress_limit=10),
+        plan(network=attrs.evolve(NETWORKED, egress_limit=10), security=OPEN,
              resources=ResourceLimits(network_out_limit=20))
-    same = plan(network=NetworkConfig(egress_limit=10),
+    same = plan(network=attrs.evolve(NETWORKED, egress_limit=10), security=OPEN,
                 resources=ResourceLimits(network_out_limit=10))
     assert same.body
 
