@@ -33,7 +33,12 @@ import anyio
 
 from .. import _egress, _egress_proxy
 from .._audit import Auditor
-from .._constants import DEFAULT_CLEANUP_TIMEOUT, IMAGE_PYTHON, LABEL_PREFIX
+from .._constants import (
+    DEFAULT_CLEANUP_TIMEOUT,
+    IMAGE_PYTHON,
+    LABEL_PREFIX,
+    LABEL_SANDBOX_ID,
+)
 from .._egress import EgressPolicy, merged_policy
 from .._egress_stats import EgressStats
 from .._errors import ConfigError, SandboxError, SandboxInitFailed
@@ -241,7 +246,10 @@ class EgressGate:
             "Image": PROXY_IMAGE, "User": "65534:65534", "Tty": True,
             "Cmd": ["python3", "-I", "-c", _egress_proxy.BOOT, *sources, settings],
             "Env": ["PYTHONDONTWRITEBYTECODE=1"], "WorkingDir": "/",
-            "Labels": {**self._labels, PROXY_LABEL: self.sandbox_id},
+            # Not the sandbox-id label: looking for the sandbox's container by it (after a
+            # lost create answer) must never find the proxy.
+            "Labels": {**{k: v for k, v in self._labels.items() if k != LABEL_SANDBOX_ID},
+                       PROXY_LABEL: self.sandbox_id},
             "HostConfig": host,
         }
 

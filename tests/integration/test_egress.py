@@ -9,6 +9,7 @@ is on this machine; the stand-in addresses are private ones, so the policy lists
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -255,10 +256,34 @@ async def test_proxy_variables_and_no_hosts_without_network(internet: Internet) 
         assert inspect["Config"]["User"] == "65534:65534"
         assert inspect["HostConfig"]["CapDrop"] == ["ALL"]
         assert inspect["HostConfig"]["ReadonlyRootfs"] is True
+    # runsc here is registered with --network=none: the sandbox could not reach the proxy.
+    with pytest.raises(SandboxInitFailed, match="--network=none"):
+        async with Sandbox(attrs.evolve(config(internet), runtime="runsc")):
+            pass
     with pytest.raises(SandboxInitFailed, match="an isolated sandbox reaches no host"):
         async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, network=NetworkConfig(
                 allowed_hosts=("web.test",)))):
             pass
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.8, 1.5, 3.0])
+async def test_cancel_at_any_point_of_initialize_leaves_nothing(internet: Internet,
+                                                                delay: float) -> None:
+    sb = Sandbox(config(internet))
+    task = asyncio.ensure_future(sb.initialize())
+    await asyncio.sleep(delay)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:  # it finished first: then it works, with its proxy
+        assert (await sb.execute_command("echo $http_proxy")).stdout.startswith("http://")
+        # The proxy does not carry the sandbox's id label: that one finds the sandbox.
+        assert len(docker_cli("ps", "-q", "--filter", f"label=io.sandbox.id={sb.id}").split()) \
+            == 1
+        await sb.cleanup()
+    assert_gone(sb.id)
 
 
 def assert_gone(sandbox_id: str) -> None:

@@ -361,3 +361,10 @@ def test_devices_of_a_namespace() -> None:
     net_dev = ("Inter-|   Receive\n face |bytes\n    lo: 0 0\n  eth0: 1 2\n"
                "  eth1: 3 4\n")
     assert _devices(net_dev) == ["eth0", "eth1"]
+
+
+def test_a_backend_without_a_proxy_reports_nothing_enforced() -> None:
+    from sandbox import Sandbox
+    from sandbox.testing import FakeBackend
+
+    assert Sandbox(backend=FakeBackend()).egress_stats() == EgressStats()
