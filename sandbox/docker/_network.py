@@ -11,7 +11,7 @@ whether packets can leave the host is then up to the engine's forwarding setting
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._audit import Auditor
 from .._constants import DEFAULT_CLEANUP_TIMEOUT
@@ -19,10 +19,15 @@ from .._egress import EgressPolicy
 from .._egress_stats import EgressStats
 from .._errors import ConfigError, SandboxError, SandboxInitFailed
 from .._models import NetworkConfig, SandboxConfig
+from .._shield import finish_despite_cancel
 from ._egress import EgressGate
 from ._gateway import Engine, EngineNotFound
 from ._shaping import plan_shaping
 from ._wire import host_port
+
+if TYPE_CHECKING:
+    from ._facts import EngineFacts
+    from ._plan import CreatePlan
 
 _NO_MASQUERADE = {"com.docker.network.bridge.enable_ip_masquerade": "false"}
 
@@ -36,12 +41,14 @@ class SandboxNetwork:
 
     def __init__(self, engine: Engine, config: SandboxConfig, *, name: str,
                  labels: Mapping[str, str], audit: Callable[[], Auditor] | None = None,
-                 proxy_runtime: str = "") -> None:
+                 facts: EngineFacts | None = None) -> None:
         self._engine = engine
         self._config = config
         self._name = name
         self._labels = dict(labels)
-        self._audit, self._proxy_runtime = audit, proxy_runtime
+        self._audit = audit
+        # The proxy needs a network: runc, not a runtime like runsc here (--network=none).
+        self._proxy_runtime = "runc" if facts is not None and "runc" in facts.runtimes else ""
         #: Id of the network made for this sandbox; cleanup removes it.
         self.created_id: str | None = None
         #: The egress proxy, when the config names hosts.
@@ -52,6 +59,14 @@ class SandboxNetwork:
     def net(self) -> NetworkConfig:
         """The sandbox's network settings."""
         return self._config.network
+
+    async def set_up(self, body: dict[str, Any], plan: CreatePlan) -> None:
+        """`prepare` as the create plan says. A network create cancelled in flight would still
+        be made by the engine after cleanup looked for it, so it finishes despite a cancel;
+        the egress gate shields its own creates and stays cancellable while it waits."""
+        prepare = self.prepare(body, networked=plan.networked,
+                               needs_network=plan.needs_network, egress=plan.egress)
+        await (prepare if plan.egress else finish_despite_cancel(prepare))
 
     async def prepare(self, body: dict[str, Any], *, networked: bool,
                       needs_network: bool, egress: EgressPolicy | None = None) -> None:

@@ -16,7 +16,6 @@ from .. import _constants
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import DEFAULT_CLEANUP_TIMEOUT, GVISOR_CLEANUP_TIMEOUT, LABEL_SANDBOX_ID
-from .._egress_stats import EgressStats
 from .._errors import (
     ConfigError,
     EngineUnavailable,
@@ -236,14 +235,10 @@ class DockerSandbox(PoolPrimitives):
         # _remove_everything undoes both even if a later step fails.
         self._workspace = Workspace(cfg.repository)
         await self._workspace.prepare(body, sandbox_user=self._user)
-        self._network = SandboxNetwork(
-            engine, cfg, name=f"sandbox-{self.id}", labels=labels, audit=lambda: self._audit,
-            proxy_runtime="runc" if "runc" in self._facts.runtimes else "")
-        # Like the container create below: a network create cancelled in flight would still
-        # be made by the engine, after cleanup looked for it (the egress gate shields its own).
-        prepare = self._network.prepare(body, networked=plan.networked,
-                                        needs_network=plan.needs_network, egress=plan.egress)
-        await (prepare if plan.egress else finish_despite_cancel(prepare))
+        self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels,
+                                       audit=lambda: self._audit, facts=self._facts)
+        self.egress_stats = self._network.egress_stats  # what Sandbox.egress_stats reads
+        await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
 
         async def create() -> None:
@@ -418,10 +413,6 @@ class DockerSandbox(PoolPrimitives):
                 engine, container_id, interval=1.0,
                 host_mem=self._facts.mem_total if self._facts else 0)
         return sampler.latest or await sampler.sample_now()
-
-    def egress_stats(self) -> EgressStats:
-        """What the egress proxy decided so far (see `sandbox.Sandbox.egress_stats`)."""
-        return self._network.egress_stats() if self._network else EgressStats()
 
     def usage_history(self) -> list[ResourceUsage]:
         """The samples kept so far (the last 600), oldest first."""
