@@ -11,6 +11,7 @@ from ._checkpoint import checkpoints as checkpoints
 from ._checkpoint import remove_checkpoint as remove_checkpoint
 from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
 from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
+from ._egress_stats import EgressStats as EgressStats
 from ._errors import CheckpointFailed as CheckpointFailed
 from ._errors import CommandExecutionFailed as CommandExecutionFailed
 from ._errors import CommandNotExecutable as CommandNotExecutable
@@ -85,6 +86,7 @@ __all__ = [
     "CommandStartFailed",
     "ConfigError",
     "CopyLimitExceeded",
+    "EgressStats",
     "EngineTimeout",
     "EngineUnavailable",
     "ExecutionSandbox",

@@ -133,6 +133,12 @@ class Auditor:
         if self.security:
             self._emit("opt_in", {"setting": setting, "granted": granted})
 
+    def egress(self, decision: str, fields: Mapping[str, Any]) -> None:
+        """Record one egress proxy decision: a refusal as a security event, the rest as
+        activity."""
+        if self.security if decision == "refused" else self.activity:
+            self._emit("egress", {"decision": decision, **fields})
+
     def limit(self, limit: str, detail: str, *, argv: Sequence[str] | None = None) -> None:
         """Record a limit that stopped a command or the sandbox."""
         if self.security:

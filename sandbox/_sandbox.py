@@ -14,6 +14,7 @@ import attrs
 from ._archive import check_limits
 from ._backend import Backend, Process, ProcessSpec
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
+from ._egress_stats import EgressStats
 from ._errors import (
     ConfigError,
     EngineUnavailable,
@@ -365,6 +366,13 @@ class Sandbox:
     def usage_history(self) -> list[ResourceUsage]:
         """Resource samples kept so far (bounded), oldest first."""
         return self._impl.usage_history()
+
+    def egress_stats(self) -> EgressStats:
+        """Counters of the sandbox's egress proxy: requests allowed, refused (per rule) and
+        failed; ``enforced`` is False when the config names no hosts (or the backend has no
+        proxy)."""
+        stats = getattr(self._impl, "egress_stats", None)
+        return stats() if callable(stats) else EgressStats()
 
     async def get_info(self) -> SandboxInfo:
         """The sandbox's identity, state and allocated resources as the backend sees them,

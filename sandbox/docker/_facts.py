@@ -40,6 +40,8 @@ class EngineFacts:
         mem_total: Host memory in bytes; 0 when unknown (no upper check).
         ncpu: Host CPUs; 0 when unknown (no upper check).
         api_version: Engine API version, e.g. ``"1.41"``; ``""`` when unknown.
+        docker_root_dir: The engine's data root (``DockerRootDir``), e.g.
+            ``"/var/lib/docker"``; ``""`` when unknown.
     """
 
     runtimes: frozenset[str] = frozenset({"runc"})
@@ -54,6 +56,7 @@ class EngineFacts:
     mem_total: int = 0
     ncpu: int = 0
     api_version: str = ""
+    docker_root_dir: str = ""
 
     @classmethod
     def from_info(
@@ -88,6 +91,7 @@ class EngineFacts:
             mem_total=int(info.get("MemTotal") or 0),
             ncpu=int(info.get("NCPU") or 0),
             api_version=str(version.get("ApiVersion") or ""),
+            docker_root_dir=str(info.get("DockerRootDir") or ""),
         )
 
     def is_gvisor(self, runtime: str) -> bool:

@@ -35,7 +35,11 @@ resources.file_limit                    ulimit ``nofile`` soft = hard
 resources.cpu_time_limit                ulimit ``cpu`` in whole seconds, rounded up; hard =
                                         soft + 1 s, so SIGXCPU comes first (SIGKILL later)
 resources.disk_limit                    HC ``StorageOpt.size``; only btrfs, zfs,
-                                        devicemapper, or overlay2 on xfs, else refused
+                                        devicemapper, or overlay2 on xfs; else with
+                                        read_only_root ``size=`` on each tmpfs; else
+                                        refused (``_disk``)
+resources.disk_request                  refuse to start when the engine's data root has
+                                        less free space (checked from here)
 security.run_as_user / run_as_group     ``User`` "u:g" (the backend execs as it): "" = the
                                         image's own non-root ``User``, else 1000:1000; a
                                         number without a group gets the same number as
@@ -69,15 +73,16 @@ network.isolated, security.isolate_     HC ``NetworkMode=none`` unless the sandb
 network.dns_servers / dns_search        HC ``Dns`` / ``DnsSearch``
 network.port_mappings                   HC ``PortBindings`` + ``ExposedPorts``; networked
                                         only; host_ip "" means 127.0.0.1, protocol "" tcp
+security/network.allowed_hosts,         ``egress`` (an `EgressPolicy`): the backend puts the
+  blocked_hosts, allowed_ports          sandbox behind an egress proxy (``_egress``);
+                                        networked only; not with proxies, DNS or ports
+network.egress_limit / ingress_limit,   ``tc`` in the sandbox's network namespace after start
+  resources.network_out/in_limit        (``_shaping``); networked only, root on the host
 ======================================  =================================================
 
-Refused, because nothing here would enforce them: ``disk_request``, ``network_in_limit``,
-``network_out_limit``, and ``network.allowed_hosts``, ``blocked_hosts``, ``allowed_ports``,
-``ingress_limit``, ``egress_limit``, ``security.allowed_hosts``, ``blocked_hosts``,
-``allowed_ports`` (no egress policy yet). Not create options, left to the
-backend or the SDK: ``resources.wall_time_limit`` (the backend's clock), ``type``,
-``tools`` and ``mcp_servers`` (`Sandbox` provides them after start, ``sandbox._provisions``),
-``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
+Not create options, left to the backend or the SDK: ``resources.wall_time_limit`` (the
+backend's clock), ``type``, ``tools`` and ``mcp_servers`` (`Sandbox` provides them after
+start, ``sandbox._provisions``), ``pull_policy``, ``repository``, ``timeout``, ``cleanup_delay``,
 ``stats_interval``, ``security.enable_audit_log``, ``security.log_security_events``.
 
 Measured on this engine (20.10, API 1.41, runsc registered with ``--network=none``):
@@ -106,13 +111,17 @@ from typing import Any, Final
 import attrs
 
 from .._constants import DEFAULT_USER, LABEL_PREFIX
+from .._egress import EgressPolicy
 from .._errors import ConfigError, SandboxInitFailed
 from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
 from .._policy import ROOT_NAMES, with_group
+from ._disk import disk_options
+from ._egress import plan_egress
 from ._facts import EngineFacts
 from ._resources import resource_options
 from ._rootfs import filesystem_options
 from ._security import security_options
+from ._shaping import plan_shaping
 
 __all__ = ["CreatePlan", "plan_container"]
 
@@ -122,9 +131,6 @@ ANNOTATION_LABEL_PREFIX: Final = f"{LABEL_PREFIX}annotation."
 ANNOTATIONS_MIN_API: Final = (1, 43)
 STOP_TIMEOUT: Final = 2
 HOSTNAME_MAX: Final = 63
-_UNENFORCED_NETWORK: Final = (
-    "allowed_hosts", "blocked_hosts", "allowed_ports", "ingress_limit", "egress_limit",
-)
 _PROXY_FIELDS: Final = ("http_proxy", "https_proxy", "no_proxy")
 
 
@@ -144,6 +150,8 @@ class CreatePlan:
             create a network and put its name in ``body["HostConfig"]["NetworkMode"]``.
         opt_ins: Privileges the config asked for explicitly (root, added capabilities), one
             ``"setting: what"`` line each, for the backend to audit and log.
+        egress: The egress policy the hosts fields make (see `_egress`): the backend puts
+            the sandbox behind its egress proxy instead of on ``NetworkMode``.
     """
 
     body: dict[str, Any]
@@ -153,6 +161,7 @@ class CreatePlan:
     networked: bool = False
     needs_network: bool = False
     opt_ins: tuple[str, ...] = ()
+    egress: EgressPolicy | None = None
 
 
 def plan_container(
@@ -184,10 +193,20 @@ def plan_container(
     gvisor = engine.is_gvisor(effective)
     pids_limit = resource_options(config.resources, effective, engine, host)
     networked = _is_networked(config)
+    egress = plan_egress(config, networked=networked, no_network_runtime="--network=none" in
+                         engine.runtime_args.get(effective, ()))
+    if plan_shaping(config) is not None and not networked:  # (it refuses conflicting ones)
+        named = [f"{place}.{f}" for place, f in (
+            ("network", "ingress_limit"), ("network", "egress_limit"),
+            ("resources", "network_in_limit"), ("resources", "network_out_limit"))
+            if getattr(getattr(config, place), f)]
+        raise SandboxInitFailed(f"{', '.join(named)}: an isolated sandbox has no network to "
+                                "limit", details="remove them, or give the sandbox a network")
     exposed = _network(config.network, networked, host)
     user, opt_ins = _user(config.security, image_user)
     working_dir = _working_dir(config.working_dir)
     writable = filesystem_options(config.security, user, working_dir, gvisor, host)
+    disk_options(config, engine, host)
     opt_ins += security_options(config.security, gvisor, engine, host)
 
     body: dict[str, Any] = {
@@ -217,8 +236,9 @@ def plan_container(
         pids_limit=pids_limit,
         writable_paths=writable,
         networked=networked,
-        needs_network=networked and not config.network.bridge,
+        needs_network=networked and not config.network.bridge and egress is None,
         opt_ins=opt_ins,
+        egress=egress,
     )
 
 
@@ -240,13 +260,6 @@ def _is_networked(config: SandboxConfig) -> bool:
 
 def _network(net: NetworkConfig, networked: bool, host: dict[str, Any]) -> dict[str, Any]:
     """Fill the network options of `host` and return ``ExposedPorts``."""
-    unenforced = [f for f in _UNENFORCED_NETWORK if getattr(net, f)]
-    if unenforced:
-        fields = ", ".join(f"network.{f}" for f in unenforced)
-        raise SandboxInitFailed(
-            f"{fields}: not enforced yet: no egress policy",
-            details="remove them, or keep the sandbox isolated",
-        )
     host["NetworkMode"] = net.bridge if networked else "none"
     if net.dns_servers:
         host["Dns"] = list(net.dns_servers)

@@ -44,7 +44,6 @@ MAX_PROCESS_LIMIT: Final = 4 * 1024 * 1024
 #: The kernel clamps smaller cgroup v1 shares to 2.
 MIN_CPU_SHARES: Final = 2
 #: Storage drivers that can cap a container's writable layer (StorageOpt size).
-_DISK_QUOTA_DRIVERS: Final = frozenset({"btrfs", "zfs", "devicemapper"})
 #: Limits that only cgroups enforce; process_limit is RLIMIT_NPROC under gVisor, not a cgroup.
 _CGROUP_LIMITS: Final = ("cpu_limit", "cpu_request", "memory_limit", "memory_request")
 
@@ -100,20 +99,6 @@ def resource_options(
                 f"resources.memory_limit ({res.memory_limit})"
             )
         host["MemoryReservation"] = res.memory_request
-    if res.disk_limit:
-        _check_disk_quota(engine)
-        host["StorageOpt"] = {"size": str(res.disk_limit)}
-    if res.disk_request:
-        raise SandboxInitFailed(
-            "resources.disk_request: Docker cannot reserve disk space",
-            details="remove it; resources.disk_limit caps the writable layer where supported",
-        )
-    for field in ("network_in_limit", "network_out_limit"):
-        if getattr(res, field):
-            raise SandboxInitFailed(
-                f"resources.{field}: bandwidth limits are not enforced yet",
-                details="remove it, or keep the sandbox isolated",
-            )
 
     ulimits: list[dict[str, Any]] = []
     processes = res.process_limit or DEFAULT_PROCESS_LIMIT
@@ -183,14 +168,3 @@ def _check_memory(field: str, value: int, engine: EngineFacts) -> None:
         raise SandboxInitFailed(
             f"{field}: {value} bytes is more than the engine's {engine.mem_total} bytes of memory"
         )
-
-
-def _check_disk_quota(engine: EngineFacts) -> None:
-    driver, backing = engine.storage_driver, engine.backing_filesystem
-    if driver in _DISK_QUOTA_DRIVERS or (driver == "overlay2" and backing == "xfs"):
-        return
-    raise SandboxInitFailed(
-        f"resources.disk_limit: storage driver {driver or 'unknown'} on "
-        f"{backing or 'unknown'} cannot limit a container's disk",
-        details="it needs btrfs, zfs, devicemapper, or overlay2 on xfs mounted with pquota",
-    )

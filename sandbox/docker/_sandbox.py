@@ -235,11 +235,10 @@ class DockerSandbox(PoolPrimitives):
         # _remove_everything undoes both even if a later step fails.
         self._workspace = Workspace(cfg.repository)
         await self._workspace.prepare(body, sandbox_user=self._user)
-        self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels)
-        # Like the container create below: a network create cancelled in flight would still
-        # be made by the engine, after cleanup looked for it.
-        await finish_despite_cancel(self._network.prepare(
-            body, networked=plan.networked, needs_network=plan.needs_network))
+        self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels,
+                                       audit=lambda: self._audit, facts=self._facts)
+        self.egress_stats = self._network.egress_stats  # what Sandbox.egress_stats reads
+        await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
 
         async def create() -> None:
@@ -253,6 +252,7 @@ class DockerSandbox(PoolPrimitives):
         await engine.request("start the sandbox container",
                              f"containers/{self._container_id}/start", "POST")
         self._started_at = datetime.now(UTC)
+        await self._network.shape(self._container_id)  # before any command runs
         self._life.advance(SandboxStatus.RUNNING)
         self._helpers = Helpers(engine, self._container_id, user=self._user,
                                 ready=self._life.require_running, tracked=self._tracked)

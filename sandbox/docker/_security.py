@@ -54,7 +54,6 @@ _SECCOMP_DENYING: Final = frozenset({
     "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD",
     "SCMP_ACT_TRAP",
 })
-_UNENFORCED_SECURITY: Final = ("allowed_hosts", "blocked_hosts", "allowed_ports")
 
 
 def security_options(
@@ -62,12 +61,6 @@ def security_options(
 ) -> tuple[str, ...]:
     """Fill capabilities, security options and the PID namespace of `host`; return the
     capability opt-ins."""
-    unenforced = [f"security.{f}" for f in _UNENFORCED_SECURITY if getattr(sec, f)]
-    if unenforced:
-        raise SandboxInitFailed(
-            f"{', '.join(unenforced)}: not enforced yet: no egress policy",
-            details="remove them, or keep the sandbox isolated",
-        )
     options: list[str] = []
     if sec.no_new_privileges or sec.prevent_escalation:
         options.append(NO_NEW_PRIVILEGES)

@@ -143,7 +143,7 @@ async def test_wall_time_and_refused_policy_are_security_events(
     caps, bandwidth = of(records, "refused")
     assert caps["rule"] == "security.add_capabilities" and caps["asked"] == "initialize"
     assert bandwidth["rule"] == "resources.network_in_limit"
-    assert "not enforced" in bandwidth["error"]
+    assert "an isolated sandbox has no network to limit" in bandwidth["error"]
 
 
 async def test_nothing_is_audited_by_default(caplog: pytest.LogCaptureFixture) -> None:

@@ -298,7 +298,7 @@ async def test_gvisor_enforces_read_only_root_and_hides_what_docker_masks() -> N
 @pytest.mark.parametrize(("config", "field", "error"), [
     (SandboxConfig(resources=ResourceLimits(disk_limit=1 << 30)), "resources.disk_limit",
      SandboxInitFailed),
-    (SandboxConfig(resources=ResourceLimits(disk_request=1 << 30)), "resources.disk_request",
+    (SandboxConfig(resources=ResourceLimits(disk_request=1 << 62)), "resources.disk_request",
      SandboxInitFailed),
     (SandboxConfig(resources=ResourceLimits(network_in_limit=1000)), "resources.network_in_limit",
      SandboxInitFailed),

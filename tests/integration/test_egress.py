@@ -1,0 +1,334 @@
+"""Egress by hostname through the SDK's proxy, against a stand-in "internet" on this machine.
+
+The "internet" is an internal network the test makes, with containers on it reached by names
+the test gives them (network aliases): ``web.test`` serves a PEP 503 index with a wheel the
+test builds, ``evil.test`` and ``other.test`` are the same server under other names, and
+``private.test`` is another container whose address the policy does not list. Every address
+is on this machine; the stand-in addresses are private ones, so the policy lists web's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import attrs
+import pytest
+
+from sandbox import (
+    IMAGE_PYTHON,
+    EgressStats,
+    NetworkConfig,
+    Sandbox,
+    SandboxConfig,
+    SandboxInitFailed,
+    SecurityPolicy,
+    gc,
+)
+from sandbox.docker._egress import PROXY_LABEL
+from tests.conftest import LABEL, docker_cli
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+ROOT = Path(__file__).resolve().parents[2]
+OPEN = SecurityPolicy(allow_networking=True, isolate_network=False, log_security_events=True)
+
+
+@attrs.frozen
+class Internet:
+    network: str
+    web_ip: str
+    private_ip: str
+
+
+def _wheel(directory: Path) -> Path:
+    """A minimal valid wheel ``tinypkg-0.1-py3-none-any.whl``."""
+    files = {
+        "tinypkg/__init__.py": b"VALUE = 1\n",
+        "tinypkg-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
+        "tinypkg-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                       b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"  # noqa: E501
+              for name, data in files.items()]
+    record.append("tinypkg-0.1.dist-info/RECORD,,")
+    files["tinypkg-0.1.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = directory / "tinypkg-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, data in files.items():
+            whl.writestr(name, data)
+    return path
+
+
+def _ip(container: str, network: str) -> str:
+    return docker_cli("inspect", "--format", f'{{{{(index .NetworkSettings.Networks "{network}")'
+                      '.IPAddress}}', container).strip()
+
+
+@pytest.fixture(scope="module")
+def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
+    name = f"egress-test-{uuid.uuid4().hex[:8]}"
+    root = tmp_path_factory.mktemp("index")
+    (root / "simple" / "tinypkg").mkdir(parents=True)
+    wheel = _wheel(root / "simple" / "tinypkg")
+    (root / "simple" / "tinypkg" / "index.html").write_text(
+        f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    (root / "simple" / "index.html").write_text('<a href="tinypkg/">tinypkg</a>\n')
+    docker_cli("network", "create", "--internal", "--label", LABEL, name)
+    made: list[str] = []
+    try:
+        web = docker_cli("create", "--network", name, "--label", LABEL, "--network-alias",
+                         "web.test", "--network-alias", "evil.test", "--network-alias",
+                         "other.test", IMAGE_PYTHON, "python3", "-m", "http.server", "80",
+                         "--directory", "/srv").strip()
+        made.append(web)
+        docker_cli("cp", f"{root}/simple", f"{web}:/srv/")
+        private = docker_cli("create", "--network", name, "--label", LABEL, "--network-alias",
+                             "private.test", IMAGE_PYTHON, "python3", "-m", "http.server",
+                             "80").strip()
+        made.append(private)
+        docker_cli("start", web, private)
+        yield Internet(name, _ip(web, name), _ip(private, name))
+    finally:
+        if made:
+            docker_cli("rm", "-f", *made, check=False)
+        docker_cli("network", "rm", name, check=False)
+
+
+def config(net: Internet, **network: object) -> SandboxConfig:
+    # Both config places: allowed hosts in NetworkConfig, the blocked one in SecurityPolicy.
+    return SandboxConfig(
+        image=IMAGE_PYTHON, security=attrs.evolve(OPEN, blocked_hosts=("evil.test",)),
+        network=NetworkConfig(isolated=False, bridge=net.network, allowed_hosts=(
+            "web.test", net.web_ip, "evil.test", "private.test"), **network))  # type: ignore[arg-type]
+
+
+async def counted(sb: Sandbox, done: Callable[[EgressStats], bool]) -> EgressStats:
+    """The counters once `done` holds: they follow the proxy's log, milliseconds behind."""
+    for _ in range(100):
+        if done(stats := sb.egress_stats()):
+            return stats
+        await anyio.sleep(0.1)
+    raise AssertionError(f"the counters never got there: {sb.egress_stats()}")
+
+
+PROBE = r"""
+import json, socket, sys, time, urllib.request
+out = {}
+def get(url):
+    try:
+        return urllib.request.urlopen(url, timeout=20).status
+    except urllib.error.HTTPError as e:
+        return f"{e.code} {e.reason}"
+    except Exception as e:
+        return f"error {e!r}"
+for key, url in [("web", "http://web.test/simple/"), ("other", "http://other.test/"),
+                 ("evil", "http://evil.test/"), ("private", "http://private.test/"),
+                 ("port", "http://web.test:8080/")]:
+    out[key] = get(url)
+for name in ["web.test", "private.test", "example.com"]:
+    start = time.monotonic()
+    try:
+        out["dns " + name] = socket.getaddrinfo(name, 80)[0][4][0]
+    except OSError as e:
+        out["dns " + name] = f"error {e}"
+    out["dns time " + name] = time.monotonic() - start
+s = socket.socket(); s.settimeout(10)
+try:
+    s.connect((sys.argv[1], 80)); out["direct"] = "connected"
+except OSError as e:
+    out["direct"] = f"error {e}"
+print(json.dumps(out))
+"""
+
+
+async def test_policy_enforced_through_the_proxy(internet: Internet,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sandbox.audit")
+    async with Sandbox(config(internet)) as sb:
+        r = await sb.execute_command(["python3", "-c", PROBE, internet.web_ip])
+        assert r.success, r.stderr
+        out = json.loads(r.stdout)
+        assert out["web"] == 200
+        assert out["other"] == "403 Forbidden by sandbox egress policy (allowed_hosts): " \
+            "other.test matches no allowed_hosts entry"
+        assert out["evil"] == "403 Forbidden by sandbox egress policy (blocked_hosts): " \
+            "evil.test matches blocked_hosts entry 'evil.test'"
+        assert out["private"] == "403 Forbidden by sandbox egress policy (private_address): " \
+            f"private.test resolves to {internet.private_ip}, a non-public address, which " \
+            "allowed_hosts does not list"
+        assert out["port"].startswith("403 Forbidden by sandbox egress policy (allowed_ports)")
+        # No DNS of its own: not even the stand-in names, and failing at once, not hanging.
+        for name in ["web.test", "private.test", "example.com"]:
+            assert out[f"dns {name}"].startswith("error"), out
+            assert out[f"dns time {name}"] < 5, out
+        # No route past the proxy to the stand-in host's address.
+        assert out["direct"].startswith("error"), out
+        stats = await counted(sb, lambda s: s.allowed + s.refused >= 5)
+        assert stats.enforced and stats.allowed == 1 and stats.refused == 4
+        assert dict(stats.refused_by_rule) == {"allowed_hosts": 1, "blocked_hosts": 1,
+                                               "private_address": 1, "allowed_ports": 1}
+    audit = [r.__dict__["audit"] for r in caplog.records if "audit" in r.__dict__]
+    refused = [a for a in audit if a["event"] == "egress" and a["decision"] == "refused"]
+    assert {a["rule"] for a in refused} == {"allowed_hosts", "blocked_hosts",
+                                            "private_address", "allowed_ports"}
+    assert all(a["sandbox_id"] == sb.id for a in refused)
+    assert_gone(sb.id)
+
+
+def _curl_files(tmp: Path) -> Path:
+    """The host's curl and its libcurl (the test image has every other library it needs)."""
+    curl = shutil.which("curl")
+    assert curl, "the tests need curl on the host (apt-get install curl)"
+    libs = subprocess.run(["ldd", curl], capture_output=True, text=True, check=True).stdout
+    lib = next(line.split()[2] for line in libs.splitlines() if "libcurl.so" in line)
+    target = tmp / "curl"
+    target.mkdir()
+    shutil.copy(curl, target / "curl")
+    shutil.copy(Path(lib).resolve(), target / Path(lib).name)
+    return target
+
+
+def _pip_wheel() -> Path:
+    import ensurepip
+    found = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl")) or \
+        sorted(Path("/usr/share/python-wheels").glob("pip-*.whl"))
+    assert found, "no pip wheel found (ensurepip's or python3-pip-whl's)"
+    return found[-1]
+
+
+async def test_curl_and_pip_download_through_the_proxy(internet: Internet,
+                                                       tmp_path: Path) -> None:
+    async with Sandbox(config(internet)) as sb:
+        await sb.copy_files(str(_curl_files(tmp_path)), "sandbox:/tmp/curl")
+        await sb.copy_files(str(_pip_wheel()), "sandbox:/tmp/pip.whl")
+        curl = "LD_LIBRARY_PATH=/tmp/curl /tmp/curl/curl -sS -o /dev/null -w '%{http_code}' "
+        # Plain proxying, then a CONNECT tunnel (what https would use).
+        r = await sb.execute_command(curl + "http://web.test/simple/tinypkg/")
+        assert (r.exit_code, r.stdout) == (0, "200"), r.stderr
+        r = await sb.execute_command(curl + "--proxytunnel http://web.test/simple/")
+        assert (r.exit_code, r.stdout) == (0, "200"), r.stderr
+        r = await sb.execute_command(curl + "-v --proxytunnel http://other.test/")
+        assert r.exit_code != 0
+        assert "< HTTP/1.1 403 Forbidden by sandbox egress policy (allowed_hosts): other.test " \
+            "matches no allowed_hosts entry" in r.stderr, r.stderr
+        r = await sb.execute_command(
+            "python3 /tmp/pip.whl/pip download --no-deps --no-cache-dir "
+            "--disable-pip-version-check --index-url http://web.test/simple/ --trusted-host "
+            "web.test -d /tmp/dl tinypkg && ls /tmp/dl")
+        assert r.success, r.stdout + r.stderr
+        assert "tinypkg-0.1-py3-none-any.whl" in r.stdout
+        # The same through a name the policy blocks: pip finds nothing (it logs the 403 only
+        # at debug level), and the proxy counted the refusal.
+        r = await sb.execute_command(
+            "python3 /tmp/pip.whl/pip download --no-deps --no-cache-dir --retries 0 "
+            "--disable-pip-version-check --index-url http://evil.test/simple/ --trusted-host "
+            "evil.test -d /tmp/dl2 tinypkg")
+        assert not r.success and "No matching distribution found" in r.stderr, r.stderr
+        await counted(sb, lambda s: s.refused_for("blocked_hosts") == 1)
+    assert_gone(sb.id)
+
+
+async def test_proxy_variables_and_no_hosts_without_network(internet: Internet) -> None:
+    async with Sandbox(config(internet)) as sb:
+        r = await sb.execute_command("echo $HTTP_PROXY $https_proxy $NO_PROXY")
+        url, url2, no_proxy = r.stdout.split()
+        assert url == url2 and url.startswith("http://") and url.endswith(":3128")
+        assert no_proxy == "localhost,127.0.0.1,::1"
+        proxy = docker_cli("ps", "-q", "--filter", f"label={PROXY_LABEL}={sb.id}").split()
+        assert len(proxy) == 1
+        # The proxy runs as nobody without capabilities on a read-only root.
+        inspect = json.loads(docker_cli("inspect", proxy[0]))[0]
+        assert inspect["Config"]["User"] == "65534:65534"
+        assert inspect["HostConfig"]["CapDrop"] == ["ALL"]
+        assert inspect["HostConfig"]["ReadonlyRootfs"] is True
+    # runsc here is registered with --network=none: the sandbox could not reach the proxy.
+    with pytest.raises(SandboxInitFailed, match="--network=none"):
+        async with Sandbox(attrs.evolve(config(internet), runtime="runsc")):
+            pass
+    with pytest.raises(SandboxInitFailed, match="an isolated sandbox reaches no host"):
+        async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, network=NetworkConfig(
+                allowed_hosts=("web.test",)))):
+            pass
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.8, 1.5, 3.0])
+async def test_cancel_at_any_point_of_initialize_leaves_nothing(internet: Internet,
+                                                                delay: float) -> None:
+    sb = Sandbox(config(internet))
+    task = asyncio.ensure_future(sb.initialize())
+    await asyncio.sleep(delay)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:  # it finished first: then it works, with its proxy
+        assert (await sb.execute_command("echo $http_proxy")).stdout.startswith("http://")
+        # The proxy does not carry the sandbox's id label: that one finds the sandbox.
+        assert len(docker_cli("ps", "-q", "--filter", f"label=io.sandbox.id={sb.id}").split()) \
+            == 1
+        await sb.cleanup()
+    assert_gone(sb.id)
+
+
+def assert_gone(sandbox_id: str) -> None:
+    assert docker_cli("ps", "-aq", "--filter", f"label={PROXY_LABEL}={sandbox_id}") == ""
+    assert docker_cli("ps", "-aq", "--filter", f"label=io.sandbox.id={sandbox_id}") == ""
+    names = docker_cli("network", "ls", "--format", "{{.Name}}").split()
+    assert f"sandbox-{sandbox_id}-egress" not in names
+
+
+CHILD = textwrap.dedent("""
+    import asyncio, sys
+    from sandbox import IMAGE_PYTHON, NetworkConfig, Sandbox, SandboxConfig, SecurityPolicy
+
+    async def main() -> None:
+        cfg = SandboxConfig(image=IMAGE_PYTHON, security=SecurityPolicy(
+            allow_networking=True, isolate_network=False), network=NetworkConfig(
+            isolated=False, bridge=sys.argv[1], allowed_hosts=("web.test",)))
+        async with Sandbox(cfg) as sb:
+            print(sb.id, flush=True)
+            await sb.execute_command("sleep 1000")
+
+    asyncio.run(main())
+""")
+
+
+async def test_gc_removes_the_proxy_and_network_of_a_killed_owner(internet: Internet) -> None:
+    proc = await anyio.to_thread.run_sync(lambda: subprocess.Popen(
+        [sys.executable, "-c", CHILD, internet.network], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ}))
+    try:
+        assert proc.stdout is not None
+        sandbox_id = (await anyio.to_thread.run_sync(proc.stdout.readline)).strip()
+        assert sandbox_id, proc.stderr.read() if proc.stderr else ""
+        await anyio.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no cleanup can run
+        await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
+    assert docker_cli("ps", "-aq", "--filter", f"label={PROXY_LABEL}={sandbox_id}") != ""
+    assert f"sandbox-{sandbox_id}-egress" in docker_cli("network", "ls", "--format",
+                                                       "{{.Name}}").split()
+    report = await gc()
+    removed = {i.name for i in report.removed_containers} | \
+        {i.name for i in report.removed_networks}
+    assert {f"sandbox-{sandbox_id}", f"sandbox-{sandbox_id}-proxy",
+            f"sandbox-{sandbox_id}-egress"} <= removed
+    assert_gone(sandbox_id)
+    # The test's own "internet" has no owner labels: gc left it alone.
+    assert internet.network in docker_cli("network", "ls", "--format", "{{.Name}}").split()
