@@ -23,6 +23,9 @@ __all__ = ["BACKENDS", "backend_for", "check_type"]
 BACKENDS: dict[str, str] = {
     "docker": "sandbox.docker:DockerBackend",
     "kubernetes": "sandbox.kubernetes:KubernetesBackend",
+    "process": "sandbox.process:ProcessBackend",
+    # A VM-isolated OCI runtime the engine lists (kata, firecracker), else refused by name.
+    "vm": "sandbox.docker:DockerBackend",
 }
 
 

@@ -35,6 +35,7 @@ from .._models import CommandResult, OutputChunk
 from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
 from .._tasks import single_errors
+from .._tty import check_terminal_size
 from ._spawn import spawn
 from ._tree import MARKER_VAR, sweep
 
@@ -147,6 +148,11 @@ class SandboxProcess:
         if number == _signal.SIGKILL:
             self._killed = True
         await self._sweep(number)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Checked, then ignored: this backend runs commands without a terminal (tty=True is
+        refused at start)."""
+        check_terminal_size(rows, cols)
 
     async def wait(self) -> CommandResult:
         """Wait for the command to end and return its result."""

@@ -276,6 +276,9 @@ class ProcessSandbox:
                     on_stderr: OutputCallback | None = None) -> AsyncIterator[SandboxProcess]:
         self._life.require_running()
         assert self._plan is not None
+        if spec.tty:
+            raise ConfigError("tty=True is not supported by the process backend yet: it runs "
+                              "commands without a terminal")
         if spec.user and spec.user != self._user:
             raise CommandStartFailed(
                 f"cannot start {spec.argv[0]!r} as user {spec.user!r}: a process sandbox runs "
