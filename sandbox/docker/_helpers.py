@@ -7,16 +7,12 @@ from ``/``, and is killed with everything it started when it stalls, since the t
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-import anyio
-
-from .. import _constants
 from .._backend import ProcessSpec
-from .._errors import TimeoutExceeded
+from .._deadline import HelperDeadline
 from .._models import CommandResult
 from ._exec import ExecProcess, open_exec
 from ._gateway import Engine
@@ -52,54 +48,21 @@ class Helpers:
         `TimeoutExceeded` naming ``what``.
         """
         self._ready()
-        fixed = _constants.HELPER_TIMEOUT
-        per_byte = 1.0 / (rate or _constants.HELPER_MIN_RATE)
-        ceiling = max(fixed, max_time or _constants.HELPER_MAX_TIME)
-        start = time.monotonic()
-        moved = 0
-        scope = anyio.CancelScope(deadline=start + fixed)
-
-        def credit(n: int) -> None:
-            nonlocal moved
-            moved += n
-            scope.deadline = start + min(fixed + moved * per_byte, ceiling)
-
-        def counted_out(data: bytes) -> object:
-            credit(len(data))
-            return on_stdout(data) if on_stdout is not None else None
-
-        async def counted_in(src: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-            if isinstance(src, bytes):
-                for off in range(0, len(src), 1 << 20):
-                    piece = src[off:off + (1 << 20)]
-                    credit(len(piece))
-                    yield piece
-            else:
-                async for piece in src:
-                    credit(len(piece))
-                    yield piece
-
-        with scope:
+        deadline = HelperDeadline(rate=rate, max_time=max_time)
+        with deadline.scope:
             spec = ProcessSpec(
                 argv=argv, env={}, workdir="/", user=self._user if user is None else user,
-                stdin=None if stdin is None else counted_in(stdin),
+                stdin=deadline.counted_in(stdin),
                 # A caller taking stdout through on_stdout (read_file, tar) needs the result
                 # only for error text; decoding 1 MiB of binary as UTF-8 cost ~25 ms per read.
                 max_output_bytes=(64 << 10) if on_stdout is not None else 1 << 20,
             )
             async with open_exec(self._engine, self._container_id, spec,
                                  attach_stdin=stdin is not None,
-                                 on_stdout=counted_out) as proc:
+                                 on_stdout=deadline.counted_out(on_stdout)) as proc:
                 with self._tracked(proc):
                     return await proc.wait()
-        allowed = scope.deadline - start
-        raise TimeoutExceeded(
-            f"{what} did not finish within {allowed:.0f} s (has a tool in the sandbox been "
-            "replaced?)",
-            details=f"the helper {argv[0]!r} was killed after moving {moved} bytes; helpers get "
-                    f"{fixed:g} s plus 1 s per {1 / per_byte:.0f} bytes moved, at most "
-                    f"{ceiling:g} s",
-        )
+        raise deadline.expired(what, argv, explain=True)
 
     def named(self, what: str, *, rate: float | None = None,
               max_time: float | None = None) -> HelperRunner:

@@ -55,6 +55,7 @@ from .._errors import (
 from .._models import CommandResult, OutputChunk
 from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
+from .._tasks import single_errors
 from .._tty import check_terminal_size
 from ..docker._exec_kill import _SWEEP_SH, MARKER_VAR
 from ..docker._exec_start import check_exec_size
@@ -492,7 +493,7 @@ async def open_exec(opener: Opener, spec: ProcessSpec, *, killer: Killer, framed
             max_output_bytes=spec.max_output_bytes, timeout=spec.time_limit,
             idle_timeout=spec.idle_timeout, on_stdout=on_stdout, on_stderr=on_stderr,
             iterate=iterate, workdir=spec.workdir, finalize=finalize)
-        async with _single_errors(), anyio.create_task_group() as tg:
+        async with single_errors(), anyio.create_task_group() as tg:
             proc.start(tg, spec.stdin)
             if spec.stdin is None and attach_stdin and not iterate:
                 await proc.close_stdin()
@@ -506,16 +507,3 @@ async def open_exec(opener: Opener, spec: ProcessSpec, *, killer: Killer, framed
             proc._receive.close()
         with anyio.CancelScope(shield=True):
             await sock.close()
-
-
-@contextlib.asynccontextmanager
-async def _single_errors() -> AsyncIterator[None]:
-    """Raise a task group's lone error as itself, so callers can ``except`` our error types."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        errors = group.exceptions
-        if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
-            raise errors[0] from errors[0].__cause__
-        raise
-

@@ -27,6 +27,7 @@ from .. import _constants
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
+from .._deadline import HelperDeadline
 from .._errors import (
     CommandStartFailed,
     ConfigError,
@@ -34,7 +35,6 @@ from .._errors import (
     SandboxError,
     SandboxInitFailed,
     SandboxNotFound,
-    TimeoutExceeded,
 )
 from .._gc import owner_labels
 from .._lifecycle import Lifecycle
@@ -435,43 +435,16 @@ class KubernetesSandbox:
     ) -> CommandResult:
         """Run a helper (file operation, probe) with the Docker backend's deadline rule:
         HELPER_TIMEOUT plus 1 s per HELPER_MIN_RATE bytes moved, at most HELPER_MAX_TIME."""
-        fixed, per_byte = _constants.HELPER_TIMEOUT, 1.0 / _constants.HELPER_MIN_RATE
         self._life.require_running()
-        ceiling = _constants.HELPER_MAX_TIME
-        start = time.monotonic()
-        moved = 0
-        scope = anyio.CancelScope(deadline=start + fixed)
-
-        def credit(n: int) -> None:
-            nonlocal moved
-            moved += n
-            scope.deadline = start + min(fixed + moved * per_byte, ceiling)
-
-        def counted_out(data: bytes) -> object:
-            credit(len(data))
-            return on_stdout(data) if on_stdout is not None else None
-
-        async def counted_in(src: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-            if isinstance(src, bytes):
-                for off in range(0, len(src), 1 << 20):
-                    credit(len(src[off:off + (1 << 20)]))
-                    yield src[off:off + (1 << 20)]
-            else:
-                async for piece in src:
-                    credit(len(piece))
-                    yield piece
-
-        with scope:
+        deadline = HelperDeadline()
+        with deadline.scope:
             spec = ProcessSpec(argv=argv, env={}, workdir="/", user=self._user,
-                               stdin=None if stdin is None else counted_in(stdin),
+                               stdin=deadline.counted_in(stdin),
                                max_output_bytes=(64 << 10) if on_stdout else 1 << 20)
             async with self._open(spec, attach_stdin=stdin is not None,
-                                  on_stdout=counted_out) as proc:
+                                  on_stdout=deadline.counted_out(on_stdout)) as proc:
                 return await proc.wait()
-        raise TimeoutExceeded(f"{what} did not finish within {scope.deadline - start:.0f} s "
-                              "(has a tool in the sandbox been replaced?)",
-                              details=f"the helper {argv[0]!r} was killed after moving "
-                                      f"{moved} bytes")
+        raise deadline.expired(what, argv)
 
     def _helper(self, what: str) -> Callable[..., Awaitable[CommandResult]]:
         async def run(argv: Sequence[str], *,
