@@ -17,7 +17,6 @@ command starts a new shell, or raises `SessionClosed` when the session was opene
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import secrets
 import time
@@ -29,22 +28,20 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._backend import Backend, Process, ProcessSpec
+from ._backend import Backend, ProcessSpec
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
-from ._output import LazyText, OutputCapture, StreamName
+from ._output import LazyText
 from ._policy import seconds
+from ._session_run import Callback, SessionJob, _check_wait, _Run, _Shell
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
-    NONCE_LEN,
     SETUP,
     STDIN_END,
-    MarkerScanner,
     exit_trap,
     head_tail,
-    parse_end,
     stdin_lines,
     wrap,
 )
@@ -55,8 +52,6 @@ if TYPE_CHECKING:
     from ._sandbox import Sandbox
 
 __all__ = ["Callback", "Session", "SessionJob", "head_tail"]
-
-Callback = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
 
 #: How long a killed command's shell may take to print its end markers before it is replaced.
 KILL_GRACE = 3.0
@@ -84,216 +79,6 @@ while [ $i -lt 100 ]; do
   i=$((i+1)); sleep 0.02
 done
 exit 1"""
-
-
-async def _call(callback: Callback | None, data: bytes) -> None:
-    if callback is None:
-        return
-    outcome = callback(data)
-    if inspect.isawaitable(outcome):
-        await outcome
-
-
-class _Shell:
-    """One shell process: its handle, the task reading it, and how it ended."""
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.proc: Process | None = None
-        self.ended = anyio.Event()
-        self.exit_code: int | None = None
-        self.why = ""  # how it ended, when it ended
-        self.error: SandboxError | None = None  # why it could not run, if it never did
-        self.scope = anyio.CancelScope()
-        self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
-        self.stopping = False
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and not self.ended.is_set()
-
-
-class _Run:
-    """One command in flight: its markers, captured output and how it ended."""
-
-    def __init__(self, session: Session, shell: _Shell, *, max_output_bytes: int,
-                 on_stdout: Callback | None, on_stderr: Callback | None,
-                 keep_chars: int) -> None:
-        self.shell = shell
-        self.nonce = secrets.token_hex(NONCE_LEN // 2)
-        self.command_id = secrets.token_hex(12)
-        stale = (session._last_nonce,)  # its markers may still come, printed twice
-        session._last_nonce = self.nonce
-        self.scanners: dict[StreamName, MarkerScanner] = {
-            name: MarkerScanner(self.nonce, stale, shell.nonce) for name in ("stdout", "stderr")
-        }
-        self.quit_code: int | None = None  # the shell's exit trap spoke
-        self.capture = OutputCapture(max_output_bytes)
-        self.callbacks: dict[StreamName, Callback | None] = {
-            "stdout": on_stdout, "stderr": on_stderr,
-        }
-        self.ready = anyio.Event()  # the stdin reader runs: input lines may be sent
-        self.done = anyio.Event()  # both end markers came, or the shell ended
-        self.wake = anyio.Event()  # done, or a callback raised: the watcher has work
-        self.finalize: Callable[[CommandResult], Awaitable[CommandResult]] | None = None
-        self.timed_out = False
-        self.kill_started = False
-        self.status = -1
-        self.got_end = False
-        self.cwd = session.cwd
-        self.subshell = False  # the command ran in a subshell (its cd does not persist)
-        self.last_output = time.monotonic()
-        self.callback_error: BaseException | None = None
-        self.kill_reason = ""
-        self.killed = False
-        self.shell_lost = ""  # why the shell is gone, when it went during this command
-        self.stdin_open = False
-        self.stdin_lock = anyio.Lock()
-        self.keep_chars = keep_chars
-        self.recent: list[bytes] = []  # combined output since the last look (SessionJob)
-        self.recent_size = 0
-        self.recent_dropped = 0
-        self.start_time = datetime.now(UTC)
-        self.t0 = time.monotonic()
-
-    async def feed(self, stream: StreamName, data: bytes) -> None:
-        out, marks = self.scanners[stream].feed(data)
-        for piece in out:
-            await self._output(stream, piece)
-        for payload in marks:
-            kind = payload[:1]
-            if kind == b"r":
-                self.ready.set()
-            elif kind == b"x" and not self.got_end:
-                # The first: a command fed stdin has its markers printed twice, and the
-                # second pair carries the status of the marker printing, not the command's.
-                self.got_end = True
-                self.status, self.cwd = parse_end(payload)
-            elif kind == b"q":
-                self.quit_code = parse_end(b"x" + payload[1:] + b":")[0]
-        if self.scanners["stdout"].ended and self.scanners["stderr"].ended:
-            if self.quit_code is not None and not self.got_end:
-                self.shell.exit_code = self.quit_code
-                self.shell_ended(f"the session's shell exited with code {self.quit_code}")
-            self.done.set()
-            self.wake.set()
-
-    async def _output(self, stream: StreamName, data: bytes) -> None:
-        self.last_output = time.monotonic()
-        self.capture.feed(stream, data)
-        if self.keep_chars:
-            # Keep the first chunk and the latest bytes for a model's view (a UTF-8
-            # character is at most 4 bytes); chunks dropped from the middle are counted.
-            budget = 4 * self.keep_chars + 16
-            self.recent.append(data)
-            self.recent_size += len(data)
-            while len(self.recent) > 2 and self.recent_size - len(self.recent[1]) >= budget:
-                self.recent_dropped += len(self.recent[1])
-                self.recent_size -= len(self.recent[1])
-                del self.recent[1]
-        if self.callback_error is None:
-            try:
-                await _call(self.callbacks[stream], data)
-            except Exception as exc:  # the command is killed and run() raises it
-                self.callback_error = exc
-                self.wake.set()
-
-    def take_recent(self) -> str:
-        """Output since the last call, as text bounded to ``keep_chars`` (head and tail)."""
-        data, dropped = b"".join(self.recent), self.recent_dropped
-        self.recent, self.recent_size, self.recent_dropped = [], 0, 0
-        text = data.decode("utf-8", errors="replace")
-        if dropped:
-            cut = min(len(text), self.keep_chars // 2)
-            text = (text[:cut] + f"\n[... {dropped} bytes of output omitted ...]\n"
-                    + text[cut:])
-        return head_tail(text, self.keep_chars)
-
-    def shell_ended(self, why: str) -> None:
-        if not self.done.is_set():
-            self.shell_lost = why
-            for name, scanner in self.scanners.items():
-                held = scanner.flush()
-                if held:
-                    self.capture.feed(name, held)
-            self.done.set()
-            self.wake.set()
-
-
-class SessionJob:
-    """A command `Session.start` left running: poll it, write to it, kill it.
-
-    Attributes:
-        command: The command line it runs.
-        output: The output printed since the previous look (start or poll), as text bounded
-            with its head and tail kept and a marker where the middle was dropped.
-    """
-
-    def __init__(self, session: Session, run: _Run, command: str, task_done: anyio.Event,
-                 outcome: list[CommandResult | BaseException]) -> None:
-        self._session = session
-        self._run = run
-        self.command = command
-        self.output = ""
-        self._task_done = task_done
-        self._outcome = outcome
-
-    @property
-    def running(self) -> bool:
-        """True until the command has ended."""
-        return not self._task_done.is_set()
-
-    async def poll(self, yield_after: float) -> CommandResult | SessionJob:
-        """Wait up to ``yield_after`` seconds: the result if it ended, else this job with
-        `output` set to what it printed meanwhile."""
-        _check_wait("yield_after", yield_after)
-        with anyio.move_on_after(yield_after):
-            await self._task_done.wait()
-        if self._task_done.is_set():
-            return self._result()
-        self.output = self._run.take_recent()
-        return self
-
-    def _result(self) -> CommandResult:
-        if not self._outcome:
-            raise SessionClosed(f"the job {self.command!r} was cancelled with its session")
-        outcome = self._outcome[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    async def write(self, data: bytes | str) -> None:
-        """Send input to the command's stdin.
-
-        Raises:
-            StdinClosed: The command ended, or its stdin was closed.
-        """
-        await self._session._write_stdin(self._run, data.encode() if isinstance(data, str)
-                                         else data)
-
-    async def close_stdin(self) -> None:
-        """End the command's input: it reads EOF (the session's shell does not)."""
-        await self._session._close_stdin(self._run)
-
-    async def kill(self) -> CommandResult:
-        """Kill the command and everything it started; return its result."""
-        if not self._task_done.is_set():
-            self._run.kill_reason = self._run.kill_reason or "killed by SessionJob.kill()"
-            await self._session._kill_command(self._run)
-        await self._task_done.wait()
-        return self._result()
-
-    async def wait(self) -> CommandResult:
-        """Wait for the command to end and return its result."""
-        await self._task_done.wait()
-        return self._result()
-
-
-def _check_wait(name: str, value: float | None) -> None:
-    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
-                              or math.isnan(value) or value < 0):
-        raise ConfigError(f"{name} must be a number of seconds >= 0 (or None for no limit), "
-                          f"not {value!r}")
 
 
 class Session:
