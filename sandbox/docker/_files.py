@@ -20,6 +20,7 @@ from typing import IO, Protocol
 
 import anyio
 
+from .. import _constants
 from .._archive import TarSpool, check_limits, extract_tar
 from .._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from .._errors import (
@@ -342,3 +343,42 @@ async def copy_from_sandbox(
             extract_tar, spool, target, base, source=src, max_bytes=max_bytes,
             max_entries=max_entries))
 
+
+class HelperFiles:
+    """The file primitives of a `Backend`, run as the helper commands above.
+
+    A backend that runs commands by argv (Docker, process) mixes this in and provides
+    ``_helper(what, rate=, max_time=)``, the runner whose deadline error names ``what``.
+    """
+
+    def _helper(self, what: str, *, rate: float | None = None,
+                max_time: float | None = None) -> Runner:
+        raise NotImplementedError
+
+    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
+        """Write a file at the absolute path ``target``, creating parent directories."""
+        await write_file(self._helper(f"write {target!r}"), target, content, mode)
+
+    async def read_file(self, target: str) -> bytes:
+        """Read a whole file (up to 1 GiB; use copy_out for larger ones)."""
+        return await read_file(self._helper(f"read {target!r}"), target)
+
+    async def list_files(self, target: str) -> list[FileInfo]:
+        """List a directory (or describe one file)."""
+        return await list_files(
+            self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
+                         max_time=_constants.LIST_MAX_TIME), target)
+
+    async def copy_in(self, source: Path, target: str) -> None:
+        """Copy a host file or tree to the absolute sandbox path ``target``."""
+        await copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
+
+    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
+                       max_entries: int) -> None:
+        """Copy the sandbox file or tree at ``target`` to the host, by the copy-out rules."""
+        await copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
+                                max_bytes=max_bytes, max_entries=max_entries)
+
+    async def path_kind(self, target: str) -> str:
+        """What is at ``target``: "dir", "none", or another kind."""
+        return await path_kind(self._helper(f"inspect {target!r}"), target)

@@ -7,12 +7,10 @@ import posixpath
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, cast
 
 import attrs
 
-from .. import _constants
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import DEFAULT_CLEANUP_TIMEOUT, GVISOR_CLEANUP_TIMEOUT, LABEL_SANDBOX_ID
@@ -27,7 +25,6 @@ from .._image_ref import parse_image_ref
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
-    FileInfo,
     ResourceLimits,
     ResourceUsage,
     SandboxConfig,
@@ -37,12 +34,12 @@ from .._models import (
 )
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
-from . import _files
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
 from ._exec import ExecProcess, Finalizer, open_exec
 from ._facts import EngineFacts
+from ._files import HelperFiles
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, new_client
 from ._helpers import HelperRunner, Helpers
@@ -61,7 +58,7 @@ KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait
 PullProgress = Callable[[Mapping[str, Any]], object]
 
 
-class DockerSandbox(PoolPrimitives):
+class DockerSandbox(HelperFiles, PoolPrimitives):
     """A sandbox backed by one Docker container: the Docker implementation of `Backend`.
 
     Use it through :class:`sandbox.Sandbox` (``Sandbox(config)`` builds one, or
@@ -368,36 +365,6 @@ class DockerSandbox(PoolPrimitives):
         self._life.require_running()
         assert self._helpers is not None
         return self._helpers.named(what, rate=rate, max_time=max_time)
-
-    # -- files -----------------------------------------------------------------------------------
-
-    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
-        """Write a file at the absolute path ``target``, creating parent directories."""
-        await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
-
-    async def read_file(self, target: str) -> bytes:
-        """Read a whole file (up to 1 GiB; use copy_out for larger ones)."""
-        return await _files.read_file(self._helper(f"read {target!r}"), target)
-
-    async def list_files(self, target: str) -> list[FileInfo]:
-        """List a directory (or describe one file)."""
-        return await _files.list_files(
-            self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
-                         max_time=_constants.LIST_MAX_TIME), target)
-
-    async def copy_in(self, source: Path, target: str) -> None:
-        """Copy a host file or tree to the absolute sandbox path ``target``."""
-        await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
-
-    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
-                       max_entries: int) -> None:
-        """Copy the sandbox file or tree at ``target`` to the host, by the copy-out rules."""
-        await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
-                                       max_bytes=max_bytes, max_entries=max_entries)
-
-    async def path_kind(self, target: str) -> str:
-        """What is at ``target``: "dir", "none", or another kind."""
-        return await _files.path_kind(self._helper(f"inspect {target!r}"), target)
 
     async def published_port(self, container_port: int, protocol: str = "tcp") -> int:
         """Return the host port a PortMapping published (the engine's pick when host_port=0)."""

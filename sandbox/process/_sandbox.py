@@ -23,7 +23,6 @@ from pathlib import Path
 import anyio
 import attrs
 
-from .. import _constants
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import LABEL_SANDBOX_ID
@@ -32,7 +31,6 @@ from .._gc import owner_labels
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
-    FileInfo,
     ResourceUsage,
     SandboxConfig,
     SandboxInfo,
@@ -42,8 +40,8 @@ from .._models import (
 from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
-from ..docker import _files
 from ..docker._cgroup import command_usage
+from ..docker._files import HelperFiles
 from . import _usage
 from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, prepare_state
 from ._cgroup import SandboxCgroup, available
@@ -59,7 +57,7 @@ HOST_NOBODY = (65534, 65534)
 READY_TIMEOUT = 30.0
 
 
-class ProcessSandbox:
+class ProcessSandbox(HelperFiles):
     """The process (bubblewrap) implementation of `Backend`; use it through `Sandbox`."""
 
     def __init__(self, config: SandboxConfig | None = None, *,
@@ -334,30 +332,6 @@ class ProcessSandbox:
                    ) -> contextlib.AbstractAsyncContextManager[SandboxProcess]:
             return self._open(spec, iterate=False, on_stdout=on_stdout)
         return helper_runner(opener, what, rate=rate, max_time=max_time)
-
-    # -- files: the Docker backend's tool-based operations, run here -----------------------
-
-    async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
-        await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
-
-    async def read_file(self, target: str) -> bytes:
-        return await _files.read_file(self._helper(f"read {target!r}"), target)
-
-    async def list_files(self, target: str) -> list[FileInfo]:
-        return await _files.list_files(
-            self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
-                         max_time=_constants.LIST_MAX_TIME), target)
-
-    async def copy_in(self, source: Path, target: str) -> None:
-        await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
-
-    async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
-                       max_entries: int) -> None:
-        await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
-                                       max_bytes=max_bytes, max_entries=max_entries)
-
-    async def path_kind(self, target: str) -> str:
-        return await _files.path_kind(self._helper(f"inspect {target!r}"), target)
 
     # -- usage and info --------------------------------------------------------------------
 
