@@ -1,9 +1,9 @@
-"""One command in a process sandbox: ``nsenter`` into its namespaces, output streamed apart.
+"""One command in a process sandbox, started by the fork server, output streamed apart.
 
 `SandboxProcess` is the backend's `Process` handle and `open_command` starts one. Output is
 read from two pipes as it comes (callbacks, iteration, a bounded capture); stdin is a pipe with
 a real EOF; a deadline or `kill` reaches every process the command started (`_tree.sweep`).
-The command ends when ``nsenter`` exits; output still held open by something it left in the
+The command ends when its first process exits; output still held open by something it left in the
 background is read for `DRAIN_AFTER_EXIT` more seconds, then dropped.
 """
 
@@ -14,7 +14,6 @@ import contextlib
 import inspect
 import math
 import os
-import re
 import signal as _signal
 import time
 import uuid
@@ -23,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import attrs
 
 from .._backend import ProcessSpec
 from .._errors import (
@@ -36,7 +36,7 @@ from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
 from .._tasks import single_errors
 from .._tty import check_terminal_size
-from ._spawn import spawn
+from ._spawner import RemoteProcess, Zygote, start
 from ._tree import MARKER_VAR, sweep
 
 #: How long output may stay open after the command exited (a background job holding it).
@@ -44,8 +44,6 @@ DRAIN_AFTER_EXIT = 2.0
 #: How long a killed command's spawner may take to report its end.
 KILL_GRACE = 5.0
 _CHUNK = 64 << 10
-#: What nsenter prints when it could not exec the program; nothing else ran to print it.
-_EXEC_FAILED = re.compile(rb"\Ansenter: failed to execute (.*): ([^\n]*)\n\Z", re.S)
 
 Callback = Callable[[bytes], Any]
 
@@ -60,7 +58,7 @@ async def _call(callback: Callback | None, data: bytes) -> None:
 class SandboxProcess:
     """A command running in a process sandbox (see `sandbox.Process`)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: ProcessSpec, *, marker: str,
+    def __init__(self, proc: RemoteProcess, spec: ProcessSpec, *, marker: str,
                  pid_ns: str, iterate: bool, on_stdout: Callback | None,
                  on_stderr: Callback | None) -> None:
         self._proc = proc
@@ -184,11 +182,7 @@ class SandboxProcess:
             await anyio.to_thread.run_sync(sweep, self._proc.pid, self._marker, self._pid_ns,
                                            sig)
             if sig == _signal.SIGKILL:
-                # nsenter stops itself when its child is stopped (as the sweep does first);
-                # wake it so it sees the child's end. It is not reaped yet: the pid is ours.
-                with contextlib.suppress(ProcessLookupError):
-                    self._proc.send_signal(_signal.SIGCONT)
-                with anyio.move_on_after(KILL_GRACE):  # nsenter ends once its child did
+                with anyio.move_on_after(KILL_GRACE):  # reported once the joiner reaped it
                     await self._exited.wait()
 
     def start(self, tg: anyio.abc.TaskGroup,
@@ -281,10 +275,6 @@ class SandboxProcess:
 
     def _build(self, code: int) -> CommandResult:
         out = self._capture.output()
-        if code in (126, 127) and not out.stdout and not self._killed:
-            failed = _EXEC_FAILED.match(out.stderr)
-            if failed:
-                raise start_error(failed.group(2).decode(errors="replace"), self.argv)
         sig = ""
         exit_code = code
         if code < 0:
@@ -308,7 +298,7 @@ class SandboxProcess:
 
 
 def start_error(reason: str, argv: Sequence[str]) -> CommandStartFailed:
-    """The error for a program nsenter could not exec, by ``strerror`` text."""
+    """The error for a program that could not be executed, by ``strerror`` text."""
     name = argv[0]
     low = reason.lower()
     if "no such file" in low:
@@ -322,22 +312,28 @@ def start_error(reason: str, argv: Sequence[str]) -> CommandStartFailed:
     return CommandStartFailed(f"could not start {name!r} in the sandbox", details=reason)
 
 
+@attrs.frozen(kw_only=True)
+class Entry:
+    """How every command enters one sandbox (see `_spawner.start`)."""
+
+    zygote: Zygote
+    rlimits: tuple[tuple[int, int, int], ...]
+
+
 @contextlib.asynccontextmanager
 async def open_command(
-    spec: ProcessSpec, *, prefix: Sequence[str], env: dict[str, str], workdir_fd: int,
-    pid_ns: str, cgroup_procs: Sequence[str], rlimits: Sequence[tuple[int, int, int]],
+    spec: ProcessSpec, *, entry: Entry, env: dict[str, str], workdir_fd: int, pid_ns: str,
     iterate: bool, on_stdout: Callback | None = None, on_stderr: Callback | None = None,
 ) -> AsyncIterator[SandboxProcess]:
-    """Start ``spec`` (``prefix`` enters the sandbox); leaving kills it if it still runs."""
+    """Start ``spec`` in the sandbox ``entry`` enters; leaving kills it if it still runs."""
     marker = uuid.uuid4().hex
     env = {**env, MARKER_VAR: marker}
-    argv = [*prefix, f"--wd=/proc/self/fd/{workdir_fd}", "--", *spec.argv]
-    attach = iterate or spec.stdin is not None
     try:
-        proc = await spawn(argv, env=env, stdin=asyncio.subprocess.PIPE if attach
-                           else asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                           stderr=asyncio.subprocess.PIPE, cgroup_procs=cgroup_procs,
-                           rlimits=rlimits, pass_fds=(workdir_fd,))
+        proc = await start(entry.zygote, spec.argv, env=env, workdir_fd=workdir_fd,
+                           attach_stdin=iterate or spec.stdin is not None,
+                           rlimits=entry.rlimits)
+    except OSError as exc:
+        raise start_error(exc.strerror or str(exc), spec.argv) from exc
     finally:
         os.close(workdir_fd)
     handle = SandboxProcess(proc, spec, marker=marker, pid_ns=pid_ns, iterate=iterate,
@@ -353,6 +349,6 @@ async def open_command(
         handle._send.close()
         handle._receive.close()
         if proc.returncode is None:
-            with anyio.CancelScope(shield=True), contextlib.suppress(ProcessLookupError):
+            with anyio.CancelScope(shield=True):
                 proc.kill()
                 await proc.wait()

@@ -45,11 +45,12 @@ from ..docker._files import HelperFiles
 from . import _usage
 from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, prepare_state
 from ._cgroup import SandboxCgroup, available
-from ._exec import SandboxProcess, open_command
+from ._exec import Entry, SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
 from ._plan import ProcessPlan, plan_sandbox
 from ._rootfs import resolve_rootfs
 from ._spawn import missing, open_in_root, spawn
+from ._spawner import Zygote, join
 from ._state import new_state, remove_state
 
 #: The host user the sandbox runs as when the SDK runs as root (never host root itself).
@@ -80,7 +81,8 @@ class ProcessSandbox(HelperFiles):
         self._root_fd = -1
         self._init_pid = 0
         self._pid_ns = ""
-        self._prefix: list[str] = []
+        self._entry: Entry | None = None
+        self._zygote: Zygote | None = None
         self._user = ""
         self._removing = False
         self._live: set[SandboxProcess] = set()
@@ -138,7 +140,7 @@ class ProcessSandbox(HelperFiles):
         cfg = self._config
         if cfg.type != "process":
             raise SandboxInitFailed(f"sandbox type {cfg.type!r} given to the process backend")
-        bwrap, nsenter = find_bwrap(), shutil.which("nsenter") or "/usr/bin/nsenter"
+        bwrap = find_bwrap()
         rootfs = await resolve_rootfs(cfg.image)
         root_user = os.getuid() == 0
         cgroup_problem = available()
@@ -197,11 +199,20 @@ class ProcessSandbox(HelperFiles):
         self._root_fd = os.open(f"/proc/{self._init_pid}/root",
                                 os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._pid_ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
-        # Unprivileged, the process keeps its own uid, which the map makes the sandbox user.
-        ids = ["-S", str(plan.uid), "-G", str(plan.gid)] if root_user else \
-            ["--preserve-credentials"]
-        self._prefix = [nsenter, "-t", str(self._init_pid), "-U", "-m", "-p", "-i", "-u", "-C",
-                        *([] if plan.host_network else ["-n"]), *ids]
+        # Unprivileged, the spawner keeps its own uid, which the map makes the sandbox user.
+        names = ["user", "mnt", "pid", "ipc", "uts", "cgroup",
+                 *([] if plan.host_network else ["net"])]
+        fds = []
+        try:
+            for name in names:
+                fds.append(os.open(f"/proc/{self._init_pid}/ns/{name}",
+                                   os.O_RDONLY | os.O_CLOEXEC))
+            self._zygote = join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs,
+                                ids=(plan.uid, plan.gid) if root_user else None)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._entry = Entry(zygote=self._zygote, rlimits=plan.rlimits)
         self._created_at = datetime.now(UTC)
         self._life.advance(SandboxStatus.RUNNING)
         work = [("the holder watcher", self._watch_holder)]
@@ -257,6 +268,9 @@ class ProcessSandbox(HelperFiles):
         if self._root_fd >= 0:
             os.close(self._root_fd)
             self._root_fd = -1
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
         errors: list[str] = []
         if self._state is not None:
             errors = await anyio.to_thread.run_sync(remove_state, self._state)
@@ -273,7 +287,7 @@ class ProcessSandbox(HelperFiles):
                     on_stdout: OutputCallback | None = None,
                     on_stderr: OutputCallback | None = None) -> AsyncIterator[SandboxProcess]:
         self._life.require_running()
-        assert self._plan is not None
+        assert self._plan is not None and self._entry is not None
         if spec.tty:
             raise ConfigError("tty=True is not supported by the process backend yet: it runs "
                               "commands without a terminal")
@@ -289,10 +303,8 @@ class ProcessSandbox(HelperFiles):
             raise CommandStartFailed(f"cannot start {spec.argv[0]!r}: its working directory "
                                      f"{spec.workdir!r} {what} in the sandbox") from exc
         async with open_command(
-            spec, prefix=self._prefix, env={**self._base_env, **spec.env}, workdir_fd=wd,
-            pid_ns=self._pid_ns, cgroup_procs=self._cgroup.procs_files if self._cgroup else (),
-            rlimits=self._plan.rlimits, iterate=iterate, on_stdout=on_stdout,
-            on_stderr=on_stderr,
+            spec, entry=self._entry, env={**self._base_env, **spec.env}, workdir_fd=wd,
+            pid_ns=self._pid_ns, iterate=iterate, on_stdout=on_stdout, on_stderr=on_stderr,
         ) as proc:
             self._live.add(proc)
             try:

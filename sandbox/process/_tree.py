@@ -1,6 +1,6 @@
 """Find and signal every process one command started, seen from the host's /proc.
 
-A command is the host process the backend spawned (``nsenter``) and everything below it. Its
+A command is the process the backend spawned in the sandbox and everything below it. Its
 descendants are found by parent links; a process that left the tree (a double fork re-parents
 to the sandbox's init) is still found by the marker variable in its environment, but only
 inside the sandbox's own pid namespace, so nothing outside the sandbox can ever be signalled.
