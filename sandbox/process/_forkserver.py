@@ -264,7 +264,7 @@ def serve(fd: int) -> None:
             if os.fork() == 0:
                 sock.close()
                 _zygote(req, fds)
-        except Exception:  # noqa: S110 - the zygote's socket closes unanswered: that says it
+        except Exception:
             pass
         for passed in fds:
             os.close(passed)
