@@ -383,7 +383,7 @@ def _add_entry(
         for conds in rules:
             array = (_ArgCmp * max(len(conds), 1))(*conds)
             _check(lib.seccomp_rule_add_array(ctx, action, number, len(conds), array),
-                   f"adding {where} for {name!r}", "two entries may give it different actions")
+                   f"adding {where} for {name!r}")
 
 
 def _check(rc: int, doing: str, hint: str = "", ok: Sequence[int] = ()) -> None:
