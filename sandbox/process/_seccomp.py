@@ -7,11 +7,9 @@ program into the calling process with two ``prctl`` calls, no libseccomp needed.
 runs `install` in its single-threaded child after it joined the sandbox's namespaces and right
 before exec, so the filter never has to allow what the SDK itself needs (setns, unshare, mount).
 
-Rules follow moby's profile handling (vendor/github.com/moby/profiles/seccomp/seccomp_linux.go)
-and runc's: the process sandbox holds no capabilities, so an entry with ``includes.caps`` never
-applies and one with ``excludes.caps`` always does; arches use Docker's names (amd64, arm64);
-``minKernel`` compares "major.minor" with ``os.uname().release``; names unknown on this host are
-skipped; several conditions on one argument index become one rule per condition.
+Rules follow moby's (profiles/seccomp/seccomp_linux.go) and runc's handling: with no capabilities
+held, ``includes.caps`` entries never apply and ``excludes.caps`` ones always do; arches use
+Docker's names (amd64, arm64); ``minKernel`` is "major.minor"; unknown names are skipped.
 """
 
 from __future__ import annotations
@@ -112,8 +110,6 @@ _DEFAULT_ARCH_MAP = [
     {"architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]},
     {"architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"]},
     {"architecture": "SCMP_ARCH_S390X", "subArchitectures": ["SCMP_ARCH_S390"]},
-    {"architecture": "SCMP_ARCH_RISCV64", "subArchitectures": None},
-    {"architecture": "SCMP_ARCH_LOONGARCH64", "subArchitectures": None},
 ]
 DEFAULT_PROFILE: Mapping[str, Any] = {
     "defaultAction": "SCMP_ACT_ERRNO",
@@ -125,9 +121,8 @@ DEFAULT_PROFILE: Mapping[str, Any] = {
     ],
 }
 
-#: Syscalls the default policy denies whatever their arguments (EPERM): the ones Docker's default
-#: profile allows only with a capability, plus those it never allows. Conditional ones (clone with
-#: namespace flags, clone3, personality, socket families 38 and 40) are not listed.
+#: Syscalls the default denies (EPERM) whatever their arguments: Docker's capability-gated ones and
+#: those it never allows; not the conditional clone, clone3, personality, socket (families 38, 40).
 DEFAULT_DENIED = _names("""
     _sysctl acct add_key afs_syscall bpf chroot clock_settime clock_settime64 create_module
     delete_module fanotify_init finit_module fsconfig fsmount fsopen fspick get_kernel_syms
@@ -141,36 +136,29 @@ DEFAULT_DENIED = _names("""
 """)
 
 _FIELD = "security.seccomp_profile"
-_ACT_ALLOW, _ACT_LOG, _ACT_TRAP = 0x7FFF0000, 0x7FFC0000, 0x00030000
-_ACT_KILL_THREAD, _ACT_KILL_PROCESS, _ACT_ERRNO = 0x00000000, 0x80000000, 0x00050000
-_ACTIONS = {"SCMP_ACT_ALLOW": _ACT_ALLOW, "SCMP_ACT_LOG": _ACT_LOG, "SCMP_ACT_TRAP": _ACT_TRAP,
-            "SCMP_ACT_KILL": _ACT_KILL_THREAD, "SCMP_ACT_KILL_THREAD": _ACT_KILL_THREAD,
-            "SCMP_ACT_KILL_PROCESS": _ACT_KILL_PROCESS, "SCMP_ACT_ERRNO": _ACT_ERRNO}
+_ACT_ERRNO = 0x00050000  # | errno; the action values are libseccomp's SCMP_ACT_* (seccomp.h)
+_ACTIONS = {"SCMP_ACT_ALLOW": 0x7FFF0000, "SCMP_ACT_LOG": 0x7FFC0000, "SCMP_ACT_TRAP": 0x00030000,
+            "SCMP_ACT_KILL": 0, "SCMP_ACT_KILL_THREAD": 0, "SCMP_ACT_KILL_PROCESS": 0x80000000,
+            "SCMP_ACT_ERRNO": _ACT_ERRNO}
 _NO_HANDLER = {"SCMP_ACT_TRACE": "no tracer is attached to sandboxed commands",
                "SCMP_ACT_NOTIFY": "no seccomp agent listens for notifications"}
 # enum scmp_compare in libseccomp's seccomp.h.
 _OPS = {"SCMP_CMP_NE": 1, "SCMP_CMP_LT": 2, "SCMP_CMP_LE": 3, "SCMP_CMP_EQ": 4,
         "SCMP_CMP_GE": 5, "SCMP_CMP_GT": 6, "SCMP_CMP_MASKED_EQ": 7}
-_NR_SCMP_ERROR = -1
 # The arches each native one runs (Docker's archMap), and Docker's name for the native one.
 _RUNS = {"x86_64": ("x86", "x32"), "aarch64": ("arm",), "s390x": ("s390",),
          "mips64": ("mips", "mips64n32"), "mipsel64": ("mipsel", "mipsel64n32")}
 _DOCKER_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "loongarch64": "loong64"}
-_ARCH_NAMES = ("x86", "x86_64", "x32", "arm", "aarch64", "loongarch64", "mips", "mipsel",
-               "mips64", "mipsel64", "mips64n32", "mipsel64n32", "ppc", "ppc64", "ppc64le",
-               "s390", "s390x", "riscv64", "parisc", "parisc64")
+_ARCH_NAMES = _names("x86 x86_64 x32 arm aarch64 loongarch64 mips mipsel mips64 mipsel64 mips64n32"
+                     " mipsel64n32 ppc ppc64 ppc64le s390 s390x riscv64 parisc parisc64")
 
 
-class _ArgCmp(ctypes.Structure):
-    """``struct scmp_arg_cmp``: argument index, comparison, two 64-bit operands."""
-
+class _ArgCmp(ctypes.Structure):  # struct scmp_arg_cmp
     _fields_ = (("arg", ctypes.c_uint), ("op", ctypes.c_int),
                 ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64))
 
 
-class _SockFprog(ctypes.Structure):
-    """``struct sock_fprog``: instruction count and a pointer to the program."""
-
+class _SockFprog(ctypes.Structure):  # struct sock_fprog
     _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
 
@@ -183,10 +171,8 @@ def _libseccomp() -> ctypes.CDLL:
     lib = ctypes.CDLL(ctypes.util.find_library("seccomp") or "libseccomp.so.2", use_errno=True)
     ctx, u32, name = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_char_p
     for func, restype, argtypes in (
-        ("seccomp_init", ctx, [u32]),
-        ("seccomp_release", None, [ctx]),
-        ("seccomp_arch_native", u32, []),
-        ("seccomp_arch_resolve_name", u32, [name]),
+        ("seccomp_init", ctx, [u32]), ("seccomp_release", None, [ctx]),
+        ("seccomp_arch_native", u32, []), ("seccomp_arch_resolve_name", u32, [name]),
         ("seccomp_arch_add", ctypes.c_int, [ctx, u32]),
         ("seccomp_syscall_resolve_name", ctypes.c_int, [name]),
         ("seccomp_rule_add_array", ctypes.c_int,
@@ -303,10 +289,8 @@ def _kernel_at_least(minimum: object, where: str) -> bool:
     wanted = re.fullmatch(r"(\d+)\.(\d+)", minimum) if isinstance(minimum, str) else None
     if wanted is None:
         raise _fail(f"{where}.minKernel {minimum!r} is not a version", 'write it as "4.8"')
-    have = re.match(r"(\d+)\.(\d+)", os.uname().release)
-    if have is None:  # pragma: no cover - every Linux release starts with major.minor
-        raise _fail(f"cannot read the kernel version {os.uname().release!r}")
-    return (int(have[1]), int(have[2])) >= (int(wanted[1]), int(wanted[2]))
+    release = tuple(int(n) for n in re.findall(r"\d+", os.uname().release)[:2])
+    return release >= (int(wanted[1]), int(wanted[2]))
 
 
 def _applies(entry: Mapping[str, Any], where: str) -> bool:
@@ -320,23 +304,18 @@ def _applies(entry: Mapping[str, Any], where: str) -> bool:
             if not isinstance(cond.get(field) or [], list):
                 raise _fail(f"{where}.{key}.{field} must be a list of names")
         arches, caps = cond.get("arches") or [], cond.get("caps") or []
-        newer = cond.get("minKernel") is not None and _kernel_at_least(cond["minKernel"], where)
+        minimum = cond.get("minKernel")
+        newer = None if minimum is None else _kernel_at_least(minimum, where)
         if key == "excludes" and (arch in arches or newer):
             return False
-        if key == "includes" and (
-            (arches and arch not in arches) or caps
-            or (cond.get("minKernel") is not None and not newer)
-        ):
+        if key == "includes" and ((arches and arch not in arches) or caps or newer is False):
             return False
     return True
 
 
 def _conditions(entry: Mapping[str, Any], where: str) -> list[list[_ArgCmp]]:
-    """The argument conditions, grouped into the rules libseccomp accepts.
-
-    libseccomp refuses two conditions on one argument in a rule; runc (and so Docker) then adds
-    one rule per condition instead, which we copy.
-    """
+    """The argument conditions grouped into rules: libseccomp refuses two conditions on one
+    argument in a rule, so then (like runc, hence Docker) each condition gets its own rule."""
     args = entry.get("args") or []
     if not isinstance(args, list):
         raise _fail(f"{where}.args must be a list")
@@ -360,16 +339,12 @@ def _conditions(entry: Mapping[str, Any], where: str) -> list[list[_ArgCmp]]:
     return [conds]
 
 
-def _add_entry(
-    lib: ctypes.CDLL, ctx: int, default: int, where: str, entry: object
-) -> None:
+def _add_entry(lib: ctypes.CDLL, ctx: int, default: int, where: str, entry: object) -> None:
     if not isinstance(entry, Mapping):
         raise _fail(f"{where} must be an object with names, action, args")
-    names: object = entry.get("names") or []
-    if entry.get("name"):
-        if names:
-            raise _fail(f"{where} has both name and names", "use one of them")
-        names = [entry["name"]]
+    if entry.get("name") and entry.get("names"):
+        raise _fail(f"{where} has both name and names", "use one of them")
+    names: object = [entry["name"]] if entry.get("name") else entry.get("names") or []
     if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
         raise _fail(f"{where}.names must be a list of syscall names")
     action = _action(entry, "action", "errnoRet")
@@ -378,8 +353,8 @@ def _add_entry(
         return  # libseccomp refuses a rule that repeats the default action; it changes nothing
     for name in names:
         number = lib.seccomp_syscall_resolve_name(name.encode())
-        if number == _NR_SCMP_ERROR:
-            continue  # unknown on this host's arches: Docker skips it too
+        if number == -1:  # __NR_SCMP_ERROR: unknown on this host's arches; Docker skips it too
+            continue
         for conds in rules:
             array = (_ArgCmp * max(len(conds), 1))(*conds)
             _check(lib.seccomp_rule_add_array(ctx, action, number, len(conds), array),
@@ -395,14 +370,12 @@ def _export(lib: ctypes.CDLL, ctx: int) -> bytes:
     fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
     try:
         _check(lib.seccomp_export_bpf(ctx, fd), "exporting the BPF program")
-        size = os.lseek(fd, 0, os.SEEK_END)
-        return os.pread(fd, size, 0)
+        return os.pread(fd, os.lseek(fd, 0, os.SEEK_END), 0)
     finally:
         os.close(fd)
 
 
-_PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS, _SECCOMP_MODE_FILTER = 22, 38, 2
-_BPF_MAXINSNS = 4096
+_PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS, _SECCOMP_MODE_FILTER, _BPF_MAXINSNS = 22, 38, 2, 4096
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -414,8 +387,7 @@ def install(program: bytes) -> None:
     """
     count, rest = divmod(len(program), 8)
     if rest or not 0 < count <= _BPF_MAXINSNS:
-        raise OSError(errno.EINVAL, f"not a BPF program of 1 to 4096 instructions: "
-                      f"{len(program)} bytes")
+        raise OSError(errno.EINVAL, f"not a program of 1 to 4096 BPF instructions: {program!r:.40}")
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(count, ctypes.cast(buffer, ctypes.c_void_p))
     zero = ctypes.c_ulong(0)

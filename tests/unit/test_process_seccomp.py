@@ -12,6 +12,7 @@ import ctypes
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -247,3 +248,19 @@ def test_install_refuses_a_malformed_program() -> None:
         with pytest.raises(OSError) as caught:
             install(program)
         assert caught.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("action", ["SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL", "SCMP_ACT_TRAP"])
+def test_killing_actions_end_the_command_with_sigsys(tmp_path: Path, action: str) -> None:
+    profile = {"defaultAction": "SCMP_ACT_ALLOW",
+               "syscalls": [{"names": ["mkdir", "mkdirat"], "action": action}]}
+    body = f"install()\nos.mkdir({str(tmp_path / 'd')!r})\n"
+    for filtered, returncode in ((True, -signal.SIGSYS), (False, 0)):
+        argument = json.dumps(profile) if filtered else "none"
+        proc = subprocess.run([sys.executable, "-c", _PRELUDE + body, argument], timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(_ROOT)}, check=False)
+        assert proc.returncode == returncode
+
+
+def test_problem_is_empty_with_libseccomp_installed() -> None:
+    assert _seccomp.problem() == ""
