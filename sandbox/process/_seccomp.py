@@ -25,7 +25,7 @@ from typing import Any
 
 from sandbox._errors import SandboxInitFailed
 
-__all__ = ["DEFAULT_DENIED", "compile_profile", "install", "problem"]
+__all__ = ["DEFAULT_DENIED", "DEFAULT_PROFILE", "compile_profile", "install", "problem"]
 
 
 def _names(text: str) -> tuple[str, ...]:
