@@ -10,10 +10,14 @@ config field                           process sandbox
 image                                  root filesystem: a directory, or a local Docker
                                        image exported once (`_rootfs`); top-level entries
                                        bound read-only into a tmpfs root, itself read-only
-security.read_only_root                True: as above. False: the same read-only root;
-                                       the writable places are the working dir, /tmp,
-                                       /var/tmp, the user's home and tmpfs_paths (all
-                                       the default user can write in a container, too)
+security.read_only_root                True: as above; the writable places are the
+                                       working dir, /tmp, /var/tmp, the user's home and
+                                       tmpfs_paths. False (the default): the root is an
+                                       overlay of the image over an upper dir in the
+                                       state dir (disk), written as file modes allow,
+                                       gone at cleanup (`_overlay`); needs the SDK to
+                                       run as root (mounted in a private mount
+                                       namespace), else refused: set it True there
 working_dir                            a host directory of the sandbox bound there
 security.run_as_user / run_as_group    ``--uid``/``--gid`` in the user namespace (numbers,
                                        or names from the root's /etc/passwd, /etc/group);
@@ -93,6 +97,7 @@ class ProcessPlan:
     cgroup: ResourceLimits | None  # None: no cgroup needed
     rlimits: tuple[tuple[int, int, int], ...]
     env: dict[str, str]
+    writable_root: bool = False  # an overlay root (`_overlay`), not a read-only bind
 
 
 def _refuse(field: str, why: str, what: str = "") -> SandboxInitFailed:
@@ -206,10 +211,12 @@ def _security(cfg: SandboxConfig) -> None:
 
 
 def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
-                 cgroup_problem: str, architecture: str | None = None) -> ProcessPlan:
+                 cgroup_problem: str, architecture: str | None = None,
+                 overlay_problem: str = "") -> ProcessPlan:
     """Decide the process sandbox for ``cfg``, or refuse what it cannot enforce.
 
-    ``cgroup_problem`` says why no cgroup can be made ("" when one can).
+    ``cgroup_problem`` says why no cgroup can be made ("" when one can); ``overlay_problem``
+    why no writable (overlay) root can.
     """
     if cfg.runtime not in ("", DEFAULT_RUNTIME):  # the default means "no preference" here
         raise _refuse("runtime", f"{cfg.runtime!r} names a Docker OCI runtime; the process "
@@ -232,6 +239,11 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
         raise ConfigError(f"labels: keys starting with {LABEL_PREFIX!r} are reserved for the "
                           f"SDK: {', '.join(sorted(reserved))}")
     _security(cfg)
+    if not cfg.security.read_only_root and overlay_problem:
+        raise _refuse("security.read_only_root", f"False needs a writable root, and "
+                      f"{overlay_problem}", "set security.read_only_root=True (the working "
+                      "dir, /tmp, the home and tmpfs_paths stay writable), run the SDK as "
+                      "root, or use type='docker'")
     host_network = False
     if is_networked(cfg):
         if cfg.network.bridge != "host":
@@ -256,4 +268,5 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
         read_only_paths=tuple(posixpath.normpath(p) for p in cfg.security.read_only_paths),
         masked_paths=tuple(posixpath.normpath(p) for p in cfg.security.masked_paths),
         cgroup=cgroup, rlimits=rlimits, env=env,
+        writable_root=not cfg.security.read_only_root,
     )

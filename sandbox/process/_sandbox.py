@@ -43,10 +43,11 @@ from .._supervisor import Supervisor
 from ..docker._cgroup import command_usage
 from ..docker._files import HelperFiles
 from . import _usage
-from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, prepare_state
+from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, prepare_state
 from ._cgroup import SandboxCgroup, available
 from ._exec import SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
+from ._overlay import overlay_problem, prepare_overlay, wrap_argv
 from ._plan import ProcessPlan, plan_sandbox
 from ._rootfs import resolve_rootfs
 from ._spawn import missing, open_in_root, spawn
@@ -145,7 +146,8 @@ class ProcessSandbox(HelperFiles):
         try:
             plan = self._plan = plan_sandbox(cfg, image_user=rootfs.user,
                                              lookup=lookup_in(rootfs.path),
-                                             cgroup_problem=cgroup_problem)
+                                             cgroup_problem=cgroup_problem,
+                                             overlay_problem=overlay_problem())
         except SandboxInitFailed as exc:
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
@@ -163,11 +165,16 @@ class ProcessSandbox(HelperFiles):
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         pipes = [os.pipe() for _ in range(1 if root_user else 3)]  # ready, block, info
         child_fds = [pipes[0][1]] + ([] if root_user else [pipes[1][0], pipes[2][1]])
+        merged = prepare_overlay(state, rootfs.path, mount_points(plan)) \
+            if plan.writable_root else None
         argv = bwrap_argv(bwrap, plan, rootfs.path, state, home=home, ready_fd=pipes[0][1],
-                          userns_fds=None if root_user else (pipes[1][0], pipes[2][1]))
+                          userns_fds=None if root_user else (pipes[1][0], pipes[2][1]),
+                          overlay=merged)
         if root_user:  # the sandbox's processes are host nobody, never host root
             argv = [shutil.which("setpriv") or "/usr/bin/setpriv", "--reuid=65534",
                     "--regid=65534", "--clear-groups", "--", *argv]
+        if merged is not None:
+            argv = wrap_argv(argv, state, rootfs.path)
         self._life.advance(SandboxStatus.STARTING)
         try:
             try:
