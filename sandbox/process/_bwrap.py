@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .._errors import SandboxInitFailed
 from ._plan import Lookup, ProcessPlan
+from ._repository import RepoBind
 
 __all__ = ["KEEPALIVE", "bwrap_argv", "find_bwrap", "lookup_in", "prepare_state"]
 
@@ -106,12 +107,13 @@ def prepare_state(state: Path, owner: tuple[int, int] | None) -> None:
 
 def mount_points(plan: ProcessPlan) -> list[str]:
     """Where the sandbox mounts something over its root (each must exist there)."""
-    return ["/proc", "/dev", "/tmp", plan.working_dir, *(p for p, _ in plan.tmpfs)]
+    return ["/proc", "/dev", "/tmp", plan.working_dir, *(p for p, _ in plan.tmpfs),
+            *([plan.repository_mount] if plan.repository_mount else [])]
 
 
 def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: str,
                ready_fd: int, userns_fds: tuple[int, int] | None = None,
-               overlay: Path | None = None) -> list[str]:
+               overlay: Path | None = None, repo: RepoBind | None = None) -> list[str]:
     """The holder's full command line.
 
     As root, ``--disable-userns`` (a nested user namespace without the right to make more).
@@ -119,6 +121,7 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
     owns could not be joined from outside it: so with ``userns_fds`` (block, info) bwrap
     waits while the caller writes the uid map itself, and nothing nests. With ``overlay``
     (the merged directory of `_overlay`, for a writable root) that is bound at / instead.
+    ``repo`` is the repository's bind (`_repository`), made over the working dir and tmpfs.
     """
     userns = ["--disable-userns"]
     if userns_fds is not None:
@@ -158,6 +161,8 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
         argv += ["--bind", str(state / "home"), home]
     for path, extra in plan.tmpfs:
         argv += [*extra, "--tmpfs", path]
+    if repo is not None:
+        argv += ["--ro-bind" if repo.read_only else "--bind", str(repo.source), repo.target]
     for path in plan.masked_paths:
         if _is_dir(root, path):
             argv += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]

@@ -24,6 +24,15 @@ security.run_as_user / run_as_group    ``--uid``/``--gid`` in the user namespace
                                        "" = the image's non-root user, else 1000:1000;
                                        root refused (nsenter would keep its capabilities)
 name                                   ``--hostname`` (first 63 characters)
+repository                             as on Docker, by the same code (`_repository`):
+                                       local_path bound live (``--ro-bind`` when
+                                       read_only; written as the host user the sandbox
+                                       runs as: nobody, or the SDK's); a read-only
+                                       clone/filtered copy bound read-only; a writable
+                                       one copied in after start, owned by the sandbox
+                                       user. Clones by host git (the sandbox needs no
+                                       network); git_config and GIT_CONFIG_GLOBAL as on
+                                       Docker; owner/group refused (one user only)
 environment, network.*_proxy           every command's environment (as on Docker)
 (always)                               every namespace unshared (user, pid, mount, ipc,
                                        uts, cgroup; net unless host network), no nested
@@ -49,7 +58,7 @@ security.no_new_privileges,            always on (bwrap and the spawner set NoNe
 =====================================  ==================================================
 
 Refused when set: ``runtime`` (other than the default), another ``architecture``,
-``pull_policy="always"`` (never pulls), ``repository`` (not yet), ``disk_limit``,
+``pull_policy="always"`` (never pulls), ``repository.owner`` / ``group``, ``disk_limit``,
 ``disk_request``, ``network_*_limit``, ``add_capabilities``, ``apparmor_profile``,
 ``selinux_context``, ``isolate_process=False``, host and port filters,
 ``ingress/egress_limit``, ``dns_*``, ``port_mappings``, ``tools``, ``mcp_servers``.
@@ -98,6 +107,7 @@ class ProcessPlan:
     rlimits: tuple[tuple[int, int, int], ...]
     env: dict[str, str]
     writable_root: bool = False  # an overlay root (`_overlay`), not a read-only bind
+    repository_mount: str = ""  # where `_repository` puts the repository ("" for none)
 
 
 def _refuse(field: str, why: str, what: str = "") -> SandboxInitFailed:
@@ -228,9 +238,13 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
     if cfg.pull_policy == "always":
         raise _refuse("pull_policy", "'always' pulls, and the process backend never pulls",
                       "pull with Docker first and use pull_policy='missing' or 'never'")
-    if cfg.repository is not None:
-        raise _refuse("repository", "repositories are not mounted or cloned by the process "
-                      "backend yet", "copy files in with copy_files, or use type='docker'")
+    repo = cfg.repository
+    for field in ("owner", "group"):
+        if repo is not None and getattr(repo, field):
+            raise _refuse(f"repository.{field}", "a process sandbox has one user (its user "
+                          "namespace maps no other), so files cannot get another owner",
+                          "leave it empty (the sandbox user owns a writable copy), or use "
+                          "type='docker'")
     for field in ("tools", "mcp_servers"):
         if getattr(cfg, field):
             raise _refuse(field, "nothing provides them yet")
@@ -269,4 +283,5 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
         masked_paths=tuple(posixpath.normpath(p) for p in cfg.security.masked_paths),
         cgroup=cgroup, rlimits=rlimits, env=env,
         writable_root=not cfg.security.read_only_root,
+        repository_mount=posixpath.normpath(repo.mount_point) if repo is not None else "",
     )

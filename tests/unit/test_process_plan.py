@@ -167,3 +167,23 @@ def test_the_overlay_root_is_bound_writable_with_missing_points_in_upper(
     assert f"lowerdir={root},upperdir={upper},workdir={state}/overlay/work" in wrapped
     with pytest.raises(SandboxInitFailed, match=r"^security.read_only_root: .*','"):
         _overlay.prepare_overlay(tmp_path / "s2", tmp_path / "a,b", [])
+
+
+def test_a_repository_is_bound_read_only_or_not_and_owners_are_refused(tmp_path: Path) -> None:
+    from sandbox import RepositoryConfig
+    from sandbox.process._repository import RepoBind
+
+    root = tmp_path / "root"
+    for d in ("proc", "dev", "tmp", "workspace"):
+        (root / d).mkdir(parents=True)
+    p = plan_sandbox(cfg(repository=RepositoryConfig(local_path="/x", mount_point="/src/")),
+                     lookup=lookup, cgroup_problem="")
+    assert p.repository_mount == "/src" and "/src" in _bwrap.mount_points(p)
+    for read_only, flag in ((True, "--ro-bind"), (False, "--bind")):
+        argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9,
+                                 repo=RepoBind(Path("/x"), "/src", read_only))
+        assert f"{flag} /x /src" in " ".join(argv)
+    assert f"--ro-bind {root} /" not in " ".join(argv)  # /src is missing: a tmpfs root
+    for field in ("owner", "group"):
+        with pytest.raises(SandboxInitFailed, match=f"^repository.{field}: .*one user"):
+            plan(cfg(repository=RepositoryConfig(url="u", **{field: "5"})))
