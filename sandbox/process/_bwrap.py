@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .._errors import SandboxInitFailed
 from ._plan import Lookup, ProcessPlan
+from ._repository import RepoBind
 
 __all__ = ["KEEPALIVE", "bwrap_argv", "find_bwrap", "lookup_in", "prepare_state"]
 
@@ -104,14 +105,23 @@ def prepare_state(state: Path, owner: tuple[int, int] | None) -> None:
         os.chmod(state / name, 0o1777)
 
 
+def mount_points(plan: ProcessPlan) -> list[str]:
+    """Where the sandbox mounts something over its root (each must exist there)."""
+    return ["/proc", "/dev", "/tmp", plan.working_dir, *(p for p, _ in plan.tmpfs),
+            *([plan.repository_mount] if plan.repository_mount else [])]
+
+
 def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: str,
-               ready_fd: int, userns_fds: tuple[int, int] | None = None) -> list[str]:
+               ready_fd: int, userns_fds: tuple[int, int] | None = None,
+               overlay: Path | None = None, repo: RepoBind | None = None) -> list[str]:
     """The holder's full command line.
 
     As root, ``--disable-userns`` (a nested user namespace without the right to make more).
     Unprivileged, bwrap would nest one too (to map the sandbox uid), and the namespaces it
     owns could not be joined from outside it: so with ``userns_fds`` (block, info) bwrap
-    waits while the caller writes the uid map itself, and nothing nests.
+    waits while the caller writes the uid map itself, and nothing nests. With ``overlay``
+    (the merged directory of `_overlay`, for a writable root) that is bound at / instead.
+    ``repo`` is the repository's bind (`_repository`), made over the working dir and tmpfs.
     """
     userns = ["--disable-userns"]
     if userns_fds is not None:
@@ -121,8 +131,10 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
             "--uid", str(plan.uid), "--gid", str(plan.gid), "--hostname", plan.hostname]
     if not plan.host_network:
         argv.append("--unshare-net")
-    points = ["/proc", "/dev", "/tmp", plan.working_dir, *(p for p, _ in plan.tmpfs)]
-    if all(_is_dir(root, p) for p in points if p != "/"):
+    points = mount_points(plan)
+    if overlay is not None:
+        argv += ["--bind", str(overlay), "/"]
+    elif all(_is_dir(root, p) for p in points if p != "/"):
         # Every mount point exists in the image: bind it whole (one mount, not one per
         # top-level entry on a tmpfs; ~4 ms less here).
         argv += ["--ro-bind", str(root), "/"]
@@ -149,6 +161,8 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
         argv += ["--bind", str(state / "home"), home]
     for path, extra in plan.tmpfs:
         argv += [*extra, "--tmpfs", path]
+    if repo is not None:
+        argv += ["--ro-bind" if repo.read_only else "--bind", str(repo.source), repo.target]
     for path in plan.masked_paths:
         if _is_dir(root, path):
             argv += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
@@ -157,5 +171,7 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
     for path in plan.read_only_paths:
         if path.startswith(("/proc/", "/sys/", "/dev/")) or os.path.lexists(root / path[1:]):
             argv += ["--remount-ro", path]
-    argv += ["--remount-ro", "/", "--chdir", workdir, "--", *KEEPALIVE, str(ready_fd)]
+    if overlay is None:
+        argv += ["--remount-ro", "/"]
+    argv += ["--chdir", workdir, "--", *KEEPALIVE, str(ready_fd)]
     return argv

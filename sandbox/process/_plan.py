@@ -10,16 +10,29 @@ config field                           process sandbox
 image                                  root filesystem: a directory, or a local Docker
                                        image exported once (`_rootfs`); top-level entries
                                        bound read-only into a tmpfs root, itself read-only
-security.read_only_root                True: as above. False: the same read-only root;
-                                       the writable places are the working dir, /tmp,
-                                       /var/tmp, the user's home and tmpfs_paths (all
-                                       the default user can write in a container, too)
+security.read_only_root                True: as above; the writable places are the
+                                       working dir, /tmp, /var/tmp, the user's home and
+                                       tmpfs_paths. False (the default): the root is an
+                                       overlay of the image over an upper dir in the
+                                       state dir (disk), written as file modes allow,
+                                       gone at cleanup (`_overlay`); needs the SDK to
+                                       run as root (mounted in a private mount
+                                       namespace), else refused: set it True there
 working_dir                            a host directory of the sandbox bound there
 security.run_as_user / run_as_group    ``--uid``/``--gid`` in the user namespace (numbers,
                                        or names from the root's /etc/passwd, /etc/group);
                                        "" = the image's non-root user, else 1000:1000;
                                        root refused (nsenter would keep its capabilities)
 name                                   ``--hostname`` (first 63 characters)
+repository                             as on Docker, by the same code (`_repository`):
+                                       local_path bound live (``--ro-bind`` when
+                                       read_only; written as the host user the sandbox
+                                       runs as: nobody, or the SDK's); a read-only
+                                       clone/filtered copy bound read-only; a writable
+                                       one copied in after start, owned by the sandbox
+                                       user. Clones by host git (the sandbox needs no
+                                       network); git_config and GIT_CONFIG_GLOBAL as on
+                                       Docker; owner/group refused (one user only)
 environment, network.*_proxy           every command's environment (as on Docker)
 (always)                               every namespace unshared (user, pid, mount, ipc,
                                        uts, cgroup; net unless host network), no nested
@@ -45,7 +58,7 @@ security.no_new_privileges,            always on (bwrap and the spawner set NoNe
 =====================================  ==================================================
 
 Refused when set: ``runtime`` (other than the default), another ``architecture``,
-``pull_policy="always"`` (never pulls), ``repository`` (not yet), ``disk_limit``,
+``pull_policy="always"`` (never pulls), ``repository.owner`` / ``group``, ``disk_limit``,
 ``disk_request``, ``network_*_limit``, ``add_capabilities``, ``apparmor_profile``,
 ``selinux_context``, ``isolate_process=False``, host and port filters,
 ``ingress/egress_limit``, ``dns_*``, ``port_mappings``, ``tools``, ``mcp_servers``.
@@ -93,6 +106,8 @@ class ProcessPlan:
     cgroup: ResourceLimits | None  # None: no cgroup needed
     rlimits: tuple[tuple[int, int, int], ...]
     env: dict[str, str]
+    writable_root: bool = False  # an overlay root (`_overlay`), not a read-only bind
+    repository_mount: str = ""  # where `_repository` puts the repository ("" for none)
 
 
 def _refuse(field: str, why: str, what: str = "") -> SandboxInitFailed:
@@ -206,10 +221,12 @@ def _security(cfg: SandboxConfig) -> None:
 
 
 def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
-                 cgroup_problem: str, architecture: str | None = None) -> ProcessPlan:
+                 cgroup_problem: str, architecture: str | None = None,
+                 overlay_problem: str = "") -> ProcessPlan:
     """Decide the process sandbox for ``cfg``, or refuse what it cannot enforce.
 
-    ``cgroup_problem`` says why no cgroup can be made ("" when one can).
+    ``cgroup_problem`` says why no cgroup can be made ("" when one can); ``overlay_problem``
+    why no writable (overlay) root can.
     """
     if cfg.runtime not in ("", DEFAULT_RUNTIME):  # the default means "no preference" here
         raise _refuse("runtime", f"{cfg.runtime!r} names a Docker OCI runtime; the process "
@@ -221,9 +238,13 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
     if cfg.pull_policy == "always":
         raise _refuse("pull_policy", "'always' pulls, and the process backend never pulls",
                       "pull with Docker first and use pull_policy='missing' or 'never'")
-    if cfg.repository is not None:
-        raise _refuse("repository", "repositories are not mounted or cloned by the process "
-                      "backend yet", "copy files in with copy_files, or use type='docker'")
+    repo = cfg.repository
+    for field in ("owner", "group"):
+        if repo is not None and getattr(repo, field):
+            raise _refuse(f"repository.{field}", "a process sandbox has one user (its user "
+                          "namespace maps no other), so files cannot get another owner",
+                          "leave it empty (the sandbox user owns a writable copy), or use "
+                          "type='docker'")
     for field in ("tools", "mcp_servers"):
         if getattr(cfg, field):
             raise _refuse(field, "nothing provides them yet")
@@ -232,6 +253,11 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
         raise ConfigError(f"labels: keys starting with {LABEL_PREFIX!r} are reserved for the "
                           f"SDK: {', '.join(sorted(reserved))}")
     _security(cfg)
+    if not cfg.security.read_only_root and overlay_problem:
+        raise _refuse("security.read_only_root", f"False needs a writable root, and "
+                      f"{overlay_problem}", "set security.read_only_root=True (the working "
+                      "dir, /tmp, the home and tmpfs_paths stay writable), run the SDK as "
+                      "root, or use type='docker'")
     host_network = False
     if is_networked(cfg):
         if cfg.network.bridge != "host":
@@ -256,4 +282,6 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
         read_only_paths=tuple(posixpath.normpath(p) for p in cfg.security.read_only_paths),
         masked_paths=tuple(posixpath.normpath(p) for p in cfg.security.masked_paths),
         cgroup=cgroup, rlimits=rlimits, env=env,
+        writable_root=not cfg.security.read_only_root,
+        repository_mount=posixpath.normpath(repo.mount_point) if repo is not None else "",
     )

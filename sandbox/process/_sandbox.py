@@ -42,12 +42,15 @@ from .._protocol import OutputCallback
 from .._supervisor import Supervisor
 from ..docker._cgroup import command_usage
 from ..docker._files import HelperFiles
+from ..docker._workspace import Workspace
 from . import _usage
-from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, prepare_state
+from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, prepare_state
 from ._cgroup import SandboxCgroup, available
 from ._exec import Entry, SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
+from ._overlay import overlay_problem, prepare_overlay, wrap_argv
 from ._plan import ProcessPlan, plan_sandbox
+from ._repository import prepare_repository
 from ._rootfs import resolve_rootfs
 from ._spawn import missing, open_in_root, spawn
 from ._spawner import Zygote, join
@@ -89,6 +92,7 @@ class ProcessSandbox(HelperFiles):
         self._supervisor = Supervisor(self.id, self._failed)
         self._sampler = _usage.Sampler(self)
         self._created_at: datetime | None = None
+        self._workspace = Workspace(None)
 
     # -- state -----------------------------------------------------------------------------
 
@@ -147,7 +151,8 @@ class ProcessSandbox(HelperFiles):
         try:
             plan = self._plan = plan_sandbox(cfg, image_user=rootfs.user,
                                              lookup=lookup_in(rootfs.path),
-                                             cgroup_problem=cgroup_problem)
+                                             cgroup_problem=cgroup_problem,
+                                             overlay_problem=overlay_problem())
         except SandboxInitFailed as exc:
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
@@ -165,11 +170,20 @@ class ProcessSandbox(HelperFiles):
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         pipes = [os.pipe() for _ in range(1 if root_user else 3)]  # ready, block, info
         child_fds = [pipes[0][1]] + ([] if root_user else [pipes[1][0], pipes[2][1]])
+        merged = prepare_overlay(state, rootfs.path, mount_points(plan)) \
+            if plan.writable_root else None
+        self._workspace = Workspace(cfg.repository)  # owned first: remove() undoes a failure
+        repo = await prepare_repository(self._workspace,
+                                        host_user=":".join(map(str, HOST_NOBODY))
+                                        if root_user else "")
         argv = bwrap_argv(bwrap, plan, rootfs.path, state, home=home, ready_fd=pipes[0][1],
-                          userns_fds=None if root_user else (pipes[1][0], pipes[2][1]))
+                          userns_fds=None if root_user else (pipes[1][0], pipes[2][1]),
+                          overlay=merged, repo=repo)
         if root_user:  # the sandbox's processes are host nobody, never host root
             argv = [shutil.which("setpriv") or "/usr/bin/setpriv", "--reuid=65534",
                     "--regid=65534", "--clear-groups", "--", *argv]
+        if merged is not None:
+            argv = wrap_argv(argv, state, rootfs.path)
         self._life.advance(SandboxStatus.STARTING)
         try:
             try:
@@ -215,6 +229,8 @@ class ProcessSandbox(HelperFiles):
         self._entry = Entry(zygote=self._zygote, rlimits=plan.rlimits)
         self._created_at = datetime.now(UTC)
         self._life.advance(SandboxStatus.RUNNING)
+        self._env = {**await self._workspace.populate(
+            self._helper("set up the repository"), sandbox_user=self._user), **self._env}
         work = [("the holder watcher", self._watch_holder)]
         wall = seconds(cfg.resources.wall_time_limit)
         if wall is not None:
@@ -276,6 +292,7 @@ class ProcessSandbox(HelperFiles):
             errors = await anyio.to_thread.run_sync(remove_state, self._state)
         elif self._cgroup is not None:
             errors = await anyio.to_thread.run_sync(self._cgroup.remove)
+        errors += await self._workspace.remove()
         if errors:
             raise SandboxError("cleanup could not remove everything", details="; ".join(errors),
                                retryable=True)

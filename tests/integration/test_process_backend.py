@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -239,17 +240,25 @@ async def test_refusals_name_the_field() -> None:
 _AS_NOBODY = textwrap.dedent("""
     import asyncio, json, sys
     from sandbox import ResourceLimits, Sandbox, SandboxConfig, SandboxInitFailed
+    from sandbox import SecurityPolicy
+
+    RO = SecurityPolicy(read_only_root=True)
 
     async def main():
         out = {}
-        cfg = SandboxConfig(type="process", image=sys.argv[1])
+        try:
+            async with Sandbox(SandboxConfig(type="process", image=sys.argv[1])):
+                out["writable"] = "accepted"
+        except SandboxInitFailed as exc:
+            out["writable"] = str(exc)
+        cfg = SandboxConfig(type="process", image=sys.argv[1], security=RO)
         async with Sandbox(cfg) as sb:
             r = await sb.execute_command("id -u; grep CapEff /proc/self/status; ls /proc")
             out["run"] = r.stdout
             await sb.write_file("f.txt", "hi")
             out["read"] = (await sb.read_file("f.txt")).decode()
         try:
-            async with Sandbox(SandboxConfig(type="process", image=sys.argv[1],
+            async with Sandbox(SandboxConfig(type="process", image=sys.argv[1], security=RO,
                                resources=ResourceLimits(memory_limit=64 << 20))):
                 out["limit"] = "accepted"
         except SandboxInitFailed as exc:
@@ -258,7 +267,7 @@ _AS_NOBODY = textwrap.dedent("""
         import inspect
         from tests.integration import test_contract as contract
         contract.make = lambda kind, kube=None: Sandbox(SandboxConfig(
-            type="process", image=sys.argv[1], environment={"BASE": "1"}))
+            type="process", image=sys.argv[1], environment={"BASE": "1"}, security=RO))
         out["contract"] = []
         for name, test in vars(contract).items():
             params = list(inspect.signature(test).parameters) if name.startswith("test_") \
@@ -295,6 +304,9 @@ async def test_an_unprivileged_user_gets_a_sandbox_and_refusals() -> None:
     out = json.loads(proc.stdout)
     assert out["run"].split()[:3] == ["1000", "CapEff:", "0000000000000000"]
     assert out["read"] == "hi"
+    # No overlay root unprivileged: refused by name, never silently read-only.
+    assert out["writable"].startswith("security.read_only_root: False needs a writable root")
+    assert "runs as uid 65534" in out["writable"]
     assert out["limit"].startswith("resources.memory_limit: needs a cgroup")
     assert "not writable by uid 65534" in out["limit"]
     assert len(out["contract"]) >= 8, out["contract"]
@@ -360,3 +372,55 @@ async def test_gc_removes_what_a_killed_owner_left() -> None:
         "its owner (pid")
     assert not state.exists()
     assert not any(d.exists() for d in SandboxCgroup(sandbox_id).dirs)
+
+
+# -- a writable root: an overlay per sandbox ---------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def own_root() -> AsyncIterator[Path]:
+    """A copy of the busybox root where /etc and /bin belong to the sandbox's user (host
+    nobody), so its writes there are allowed by the file modes; readable by host nobody."""
+    top = Path(tempfile.mkdtemp())
+    os.chmod(top, 0o755)
+    root = top / "root"
+    source = (await resolve_rootfs(IMAGE_BUSYBOX)).path
+    try:
+        await anyio.run_process(["cp", "-a", str(source), str(root)])
+        for name in ("etc", "bin"):
+            os.chown(root / name, 65534, 65534)
+        yield root
+    finally:
+        shutil.rmtree(top)
+
+
+async def test_a_writable_root_is_an_overlay_of_its_own(own_root: Path) -> None:
+    root = own_root
+    before = sorted(os.listdir(root / "bin"))
+    cfg = SandboxConfig(type="process", image=str(root))
+    async with Sandbox(cfg) as one, Sandbox(cfg) as two:
+        state = base_dir() / one.id
+        result = await one.execute_command(
+            "echo x > /etc/foo && rm /bin/ls && mkdir -p /etc/apt/d && cat /etc/foo && "
+            "! test -e /bin/ls && grep ' / ' /proc/mounts")
+        assert result.success, result.stderr
+        assert result.stdout.startswith("x\nsandbox-overlay / overlay rw,")
+        assert await one.read_file("/etc/foo") == b"x\n"
+        # Not the image's, not the other sandbox's: the upper directory of this one.
+        assert not (root / "etc" / "foo").exists() and sorted(os.listdir(root / "bin")) == before
+        assert (await two.execute_command("test -e /etc/foo || test ! -e /bin/ls")).exit_code == 1
+        assert (state / "overlay" / "upper" / "etc" / "foo").read_text() == "x\n"
+        # The root stays root's; the image's modes still rule.
+        denied = await one.execute_command("touch /usr/x")
+        assert "Permission denied" in denied.stderr
+    assert not state.exists()
+    async with Sandbox(cfg) as again:
+        assert (await again.execute_command("test -e /bin/ls && ! test -e /etc/foo")).success
+
+
+async def test_read_only_root_true_keeps_it_read_only(own_root: Path) -> None:
+    cfg = SandboxConfig(type="process", image=str(own_root),
+                        security=SecurityPolicy(read_only_root=True))
+    async with Sandbox(cfg) as box:
+        result = await box.execute_command("echo x > /etc/foo")
+        assert "Read-only file system" in result.stderr

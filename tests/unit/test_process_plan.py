@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 from datetime import timedelta
 from pathlib import Path
@@ -129,3 +130,60 @@ def test_a_root_with_every_mount_point_is_bound_whole(tmp_path: Path) -> None:
     text = " ".join(argv)
     assert f"--ro-bind {root} /" in text and "--tmpfs /" not in text
     assert f"--bind {tmp_path}/state/work /workspace" in text
+
+
+def test_a_writable_root_is_planned_or_refused_by_name() -> None:
+    assert plan_sandbox(cfg(), lookup=lookup, cgroup_problem="").writable_root
+    ro = cfg(security=SecurityPolicy(read_only_root=True))
+    assert not plan_sandbox(ro, lookup=lookup, cgroup_problem="").writable_root
+    # Where no overlay can be mounted, False is refused, never quietly read-only.
+    assert not plan_sandbox(ro, lookup=lookup, cgroup_problem="",
+                            overlay_problem="no root").writable_root
+    with pytest.raises(SandboxInitFailed, match=r"^security.read_only_root: .*no root") as info:
+        plan_sandbox(cfg(), lookup=lookup, cgroup_problem="", overlay_problem="no root")
+    assert "read_only_root=True" in (info.value.details or "")
+
+
+def test_the_overlay_root_is_bound_writable_with_missing_points_in_upper(
+        tmp_path: Path) -> None:
+    from sandbox.process import _overlay
+
+    root, state = tmp_path / "root", tmp_path / "state"
+    (root / "etc").mkdir(parents=True)
+    state.mkdir()
+    p = plan_sandbox(cfg(security=SecurityPolicy(tmpfs_paths=("/cache/x",))), lookup=lookup,
+                     cgroup_problem="")
+    merged = _overlay.prepare_overlay(state, root, _bwrap.mount_points(p))
+    upper = state / "overlay" / "upper"
+    assert merged == state / "overlay" / "merged"
+    assert sorted(os.listdir(upper)) == ["cache", "dev", "proc", "tmp", "workspace"]
+    assert (upper / "cache" / "x").is_dir() and not (upper / "etc").exists()
+    argv = _bwrap.bwrap_argv("bwrap", p, root, state, home="", ready_fd=9, overlay=merged)
+    text = " ".join(argv)
+    assert f"--bind {merged} /" in text and "--ro-bind" not in text
+    assert "--remount-ro /" not in text
+    wrapped = _overlay.wrap_argv(argv, state, root)
+    assert wrapped[wrapped.index("--") + 1:][-len(argv):] == argv
+    assert f"lowerdir={root},upperdir={upper},workdir={state}/overlay/work" in wrapped
+    with pytest.raises(SandboxInitFailed, match=r"^security.read_only_root: .*','"):
+        _overlay.prepare_overlay(tmp_path / "s2", tmp_path / "a,b", [])
+
+
+def test_a_repository_is_bound_read_only_or_not_and_owners_are_refused(tmp_path: Path) -> None:
+    from sandbox import RepositoryConfig
+    from sandbox.process._repository import RepoBind
+
+    root = tmp_path / "root"
+    for d in ("proc", "dev", "tmp", "workspace"):
+        (root / d).mkdir(parents=True)
+    p = plan_sandbox(cfg(repository=RepositoryConfig(local_path="/x", mount_point="/src/")),
+                     lookup=lookup, cgroup_problem="")
+    assert p.repository_mount == "/src" and "/src" in _bwrap.mount_points(p)
+    for read_only, flag in ((True, "--ro-bind"), (False, "--bind")):
+        argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9,
+                                 repo=RepoBind(Path("/x"), "/src", read_only))
+        assert f"{flag} /x /src" in " ".join(argv)
+    assert f"--ro-bind {root} /" not in " ".join(argv)  # /src is missing: a tmpfs root
+    for field in ("owner", "group"):
+        with pytest.raises(SandboxInitFailed, match=f"^repository.{field}: .*one user"):
+            plan(cfg(repository=RepositoryConfig(url="u", **{field: "5"})))
