@@ -141,6 +141,12 @@ def _capabilities(field: str, names: Sequence[str]) -> list[str]:
     return result
 
 
+def seccomp_options(sec: SecurityPolicy, gvisor: bool) -> list[str]:
+    """The engine's seccomp option for ``sec`` ([] for its default), validated; the process
+    backend reads the same rules."""
+    return _seccomp(sec, gvisor)
+
+
 def _seccomp(sec: SecurityPolicy, gvisor: bool) -> list[str]:
     profile = sec.seccomp_profile.strip()
     if profile in ("", "runtime/default"):

@@ -21,9 +21,10 @@ from ._repository import RepoBind
 
 __all__ = ["KEEPALIVE", "bwrap_argv", "find_bwrap", "lookup_in", "prepare_state"]
 
-#: The sandbox's main process: says it is ready (the namespaces and mounts are complete)
-#: on the descriptor in $1, then waits forever and ends on SIGTERM (bwrap is pid 1, reaps).
-KEEPALIVE = ("/bin/sh", "-c", "printf ready >&\"$1\"; eval \"exec $1>&-\"; trap 'exit 0' TERM; "
+#: The sandbox's main process: says it is ready (the namespaces and mounts are complete) on
+#: its stdout, a pipe (a descriptor of 10 or more would be beyond dash's redirections), then
+#: lets it go, waits forever and ends on SIGTERM (bwrap is pid 1, reaps).
+KEEPALIVE = ("/bin/sh", "-c", "printf ready; exec >/dev/null; trap 'exit 0' TERM; "
              "while :; do sleep 3600 & wait $!; done", "sandbox-keepalive")
 
 #: Directories the sandbox can write, kept on the host in its state directory.
@@ -112,8 +113,9 @@ def mount_points(plan: ProcessPlan) -> list[str]:
 
 
 def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: str,
-               ready_fd: int, userns_fds: tuple[int, int] | None = None,
-               overlay: Path | None = None, repo: RepoBind | None = None) -> list[str]:
+               userns_fds: tuple[int, int] | None = None,
+               overlay: Path | None = None, repo: RepoBind | None = None,
+               seccomp_fd: int = -1) -> list[str]:
     """The holder's full command line.
 
     As root, ``--disable-userns`` (a nested user namespace without the right to make more).
@@ -173,5 +175,7 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
             argv += ["--remount-ro", path]
     if overlay is None:
         argv += ["--remount-ro", "/"]
-    argv += ["--chdir", workdir, "--", *KEEPALIVE, str(ready_fd)]
+    if seccomp_fd >= 0:  # the holder too: sandbox code could ptrace its keep-alive shell
+        argv += ["--seccomp", str(seccomp_fd)]
+    argv += ["--chdir", workdir, "--", *KEEPALIVE]
     return argv

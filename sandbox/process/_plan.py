@@ -50,9 +50,11 @@ resources.wall_time_limit              the backend's clock (as on Docker)
 security.read_only_paths               ``--remount-ro`` each (missing ones skipped)
 security.masked_paths                  a read-only empty tmpfs (directories) or /dev/null
 security.tmpfs_paths                   ``--tmpfs`` (options: ``size=`` and ``mode=`` only)
-security.seccomp_profile               "" only: no filter (commands are entered with
-                                       nsenter, which a filter would have to allow); any
-                                       profile asked for is refused
+security.seccomp_profile               as on Docker: "" = Docker's default policy (no
+                                       filter when libseccomp is missing), "unconfined",
+                                       a path or inline JSON (compiled with libseccomp,
+                                       refused without it); installed in the zygote
+                                       every command starts from (`_forkserver`)
 security.no_new_privileges,            always on (bwrap and the spawner set NoNewPrivs);
   prevent_escalation, drop_capabilities every capability is dropped anyway
 =====================================  ==================================================
@@ -79,6 +81,7 @@ from .._constants import DEFAULT_RUNTIME, DEFAULT_USER, LABEL_PREFIX
 from .._errors import ConfigError, SandboxInitFailed
 from .._models import ResourceLimits, SandboxConfig
 from .._policy import ROOT_NAMES, is_networked
+from ..docker._security import seccomp_options
 
 __all__ = ["ProcessPlan", "plan_sandbox"]
 
@@ -107,6 +110,8 @@ class ProcessPlan:
     rlimits: tuple[tuple[int, int, int], ...]
     env: dict[str, str]
     writable_root: bool = False  # an overlay root (`_overlay`), not a read-only bind
+    #: "" (no filter), "default" (`_seccomp.DEFAULT_PROFILE`) or a profile's JSON.
+    seccomp: str = ""
     repository_mount: str = ""  # where `_repository` puts the repository ("" for none)
 
 
@@ -194,6 +199,21 @@ def _limits(cfg: SandboxConfig, cgroup_problem: str) -> tuple[ResourceLimits | N
     return (res if wanted else None), tuple(rlimits)
 
 
+def _seccomp(cfg: SandboxConfig, problem: str) -> str:
+    """The filter every command gets: Docker's rules for what a profile may be, Docker's
+    default policy when none is named (none at all when libseccomp is missing here)."""
+    options = seccomp_options(cfg.security, gvisor=False)  # validated as on Docker
+    if not options:
+        return "" if problem else "default"
+    profile = options[0].removeprefix("seccomp=")
+    if profile == "unconfined":
+        return ""
+    if problem:
+        raise _refuse("security.seccomp_profile", f"a profile needs libseccomp here: {problem}",
+                      "install libseccomp2, leave it empty, or use type='docker'")
+    return profile
+
+
 def _security(cfg: SandboxConfig) -> None:
     sec, net = cfg.security, cfg.network
     if sec.add_capabilities:
@@ -202,11 +222,6 @@ def _security(cfg: SandboxConfig) -> None:
     for field in ("apparmor_profile", "selinux_context"):
         if getattr(sec, field):
             raise _refuse(f"security.{field}", "bubblewrap applies no LSM profile")
-    if sec.seccomp_profile:
-        raise _refuse("security.seccomp_profile", "commands are entered with nsenter, which "
-                      "a seccomp filter (Docker's default denies setns) would have to allow, "
-                      "so none is installed; the sandbox relies on having no capabilities and "
-                      "no nested user namespaces", "leave it empty, or use type='docker'")
     if not sec.isolate_process or sec.allow_host_pid:
         raise _refuse("security.isolate_process", "the process sandbox always has its own "
                       "pid namespace")
@@ -222,7 +237,7 @@ def _security(cfg: SandboxConfig) -> None:
 
 def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
                  cgroup_problem: str, architecture: str | None = None,
-                 overlay_problem: str = "") -> ProcessPlan:
+                 overlay_problem: str = "", seccomp_problem: str = "") -> ProcessPlan:
     """Decide the process sandbox for ``cfg``, or refuse what it cannot enforce.
 
     ``cgroup_problem`` says why no cgroup can be made ("" when one can); ``overlay_problem``
@@ -283,5 +298,6 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
         masked_paths=tuple(posixpath.normpath(p) for p in cfg.security.masked_paths),
         cgroup=cgroup, rlimits=rlimits, env=env,
         writable_root=not cfg.security.read_only_root,
+        seccomp=_seccomp(cfg, seccomp_problem),
         repository_mount=posixpath.normpath(repo.mount_point) if repo is not None else "",
     )

@@ -103,7 +103,7 @@ def test_bwrap_argv_unshares_everything_and_binds_read_only(tmp_path: Path) -> N
     p = plan_sandbox(cfg(security=SecurityPolicy(tmpfs_paths=("/cache:size=1024",),
                                                  masked_paths=("/etc",))),
                      lookup=lookup, cgroup_problem="")
-    argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9)
+    argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="")
     for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                  "--unshare-cgroup", "--unshare-net", "--die-with-parent", "--new-session"):
         assert flag in argv
@@ -126,7 +126,7 @@ def test_a_root_with_every_mount_point_is_bound_whole(tmp_path: Path) -> None:
     for d in ("proc", "dev", "tmp", "workspace", "etc"):
         (root / d).mkdir(parents=True)
     p = plan_sandbox(cfg(), lookup=lookup, cgroup_problem="")
-    argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9)
+    argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="")
     text = " ".join(argv)
     assert f"--ro-bind {root} /" in text and "--tmpfs /" not in text
     assert f"--bind {tmp_path}/state/work /workspace" in text
@@ -158,7 +158,7 @@ def test_the_overlay_root_is_bound_writable_with_missing_points_in_upper(
     assert merged == state / "overlay" / "merged"
     assert sorted(os.listdir(upper)) == ["cache", "dev", "proc", "tmp", "workspace"]
     assert (upper / "cache" / "x").is_dir() and not (upper / "etc").exists()
-    argv = _bwrap.bwrap_argv("bwrap", p, root, state, home="", ready_fd=9, overlay=merged)
+    argv = _bwrap.bwrap_argv("bwrap", p, root, state, home="", overlay=merged)
     text = " ".join(argv)
     assert f"--bind {merged} /" in text and "--ro-bind" not in text
     assert "--remount-ro /" not in text
@@ -180,7 +180,7 @@ def test_a_repository_is_bound_read_only_or_not_and_owners_are_refused(tmp_path:
                      lookup=lookup, cgroup_problem="")
     assert p.repository_mount == "/src" and "/src" in _bwrap.mount_points(p)
     for read_only, flag in ((True, "--ro-bind"), (False, "--bind")):
-        argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="", ready_fd=9,
+        argv = _bwrap.bwrap_argv("bwrap", p, root, tmp_path / "state", home="",
                                  repo=RepoBind(Path("/x"), "/src", read_only))
         assert f"{flag} /x /src" in " ".join(argv)
     assert f"--ro-bind {root} /" not in " ".join(argv)  # /src is missing: a tmpfs root
