@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -154,7 +153,7 @@ class ProcessSandbox(HelperFiles):
                                              lookup=lookup_in(rootfs.path),
                                              cgroup_problem=cgroup_problem,
                                              overlay_problem=overlay_problem(),
-                                             seccomp_problem=_seccomp_problem())
+                                             seccomp_problem=_seccomp.problem())
         except SandboxInitFailed as exc:
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
@@ -170,11 +169,11 @@ class ProcessSandbox(HelperFiles):
             cgroup_procs = self._cgroup.procs_files
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
-        program = await _compiled(plan.seccomp)
+        program = await _seccomp.compiled(plan.seccomp)
         pipes = [os.pipe() for _ in range(1 if root_user else 3)]  # ready, block, info
         child_fds = [] if root_user else [pipes[1][0], pipes[2][1]]
         if program:
-            child_fds.append(_memfd("sandbox-seccomp", program))
+            child_fds.append(_seccomp.memfd(program))
         merged = prepare_overlay(state, rootfs.path, mount_points(plan)) \
             if plan.writable_root else None
         self._workspace = Workspace(cfg.repository)  # owned first: remove() undoes a failure
@@ -389,37 +388,6 @@ class ProcessSandbox(HelperFiles):
             config=self._config, labels=dict(self._config.labels),
             annotations=dict(self._config.annotations), status_reason=life.reason,
             exit_code=life.exit_code, oom_killed=life.oom_killed)
-
-
-@functools.cache
-def _seccomp_problem() -> str:
-    return _seccomp.problem()
-
-
-_programs: dict[str, bytes] = {}
-
-
-async def _compiled(profile: str) -> bytes:
-    """The BPF program for a plan's ``seccomp`` ("" none, "default", or a profile's JSON),
-    compiled once per process (Docker's default takes ~25 ms to compile here)."""
-    if not profile:
-        return b""
-    if profile not in _programs:
-        document = None if profile == "default" else json.loads(profile)
-        _programs[profile] = await anyio.to_thread.run_sync(_seccomp.compile_profile, document)
-    return _programs[profile]
-
-
-def _memfd(name: str, data: bytes) -> int:
-    """An anonymous file holding ``data``, at offset 0 (bwrap reads the filter from it)."""
-    fd = os.memfd_create(name)
-    try:
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _map_user(info_fd: int, block_fd: int, uid: int, gid: int) -> None:

@@ -107,10 +107,6 @@ async def test_another_owner_is_refused_by_name(bare: Bare) -> None:  # noqa: F8
                 pass
 
 
-@pytest.mark.xfail(strict=True, raises=SandboxInitFailed, reason=(
-    "pre-existing: under pytest the holder's ready fd is >= 10, and a dash /bin/sh (the "
-    "python image's) cannot redirect to it ('Bad fd number'); outside pytest (fd 7) this "
-    "passes. Remove the mark when the holder's ready fd is below 10"))
 async def test_git_config_and_safe_directory_as_on_docker(bare: Bare) -> None:  # noqa: F811
     from sandbox import IMAGE_PYTHON, GitConfig
 

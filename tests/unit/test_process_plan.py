@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 from datetime import timedelta
@@ -16,6 +17,7 @@ from sandbox import (
     SandboxConfig,
     SandboxInitFailed,
     SecurityPolicy,
+    SecurityViolation,
 )
 from sandbox.process import _bwrap
 from sandbox.process._plan import plan_sandbox
@@ -59,7 +61,6 @@ def test_defaults_and_users() -> None:
     (cfg(resources=ResourceLimits(network_out_limit=1)), "resources.network_out_limit"),
     (cfg(security=SecurityPolicy(add_capabilities=("NET_ADMIN",))),
      "security.add_capabilities"),
-    (cfg(security=SecurityPolicy(seccomp_profile="unconfined")), "security.seccomp_profile"),
     (cfg(security=SecurityPolicy(apparmor_profile="x")), "security.apparmor_profile"),
     (cfg(security=SecurityPolicy(isolate_process=False, allow_host_pid=True)),
      "security.isolate_process"),
@@ -187,3 +188,18 @@ def test_a_repository_is_bound_read_only_or_not_and_owners_are_refused(tmp_path:
     for field in ("owner", "group"):
         with pytest.raises(SandboxInitFailed, match=f"^repository.{field}: .*one user"):
             plan(cfg(repository=RepositoryConfig(url="u", **{field: "5"})))
+
+
+def test_seccomp_is_dockers_default_and_profiles_follow_dockers_rules() -> None:
+    def seccomp(problem: str = "", **sec: object) -> str:
+        return plan_sandbox(cfg(security=SecurityPolicy(**sec)), lookup=lookup,
+                            cgroup_problem="", seccomp_problem=problem).seccomp
+    assert seccomp() == seccomp(seccomp_profile="runtime/default") == "default"
+    assert seccomp("no libseccomp") == ""  # the default needs the library; a profile does not
+    with pytest.raises(SecurityViolation, match=r"^security\.seccomp_profile: 'unconfined'"):
+        seccomp(seccomp_profile="unconfined")
+    assert seccomp(seccomp_profile="unconfined", prevent_escalation=False) == ""
+    profile = '{"defaultAction": "SCMP_ACT_ERRNO"}'
+    assert json.loads(seccomp(seccomp_profile=profile)) == json.loads(profile)
+    with pytest.raises(SandboxInitFailed, match=r"^security\.seccomp_profile: .*libseccomp"):
+        seccomp("no libseccomp", seccomp_profile=profile)
