@@ -24,13 +24,18 @@ import statistics
 import time
 from pathlib import Path
 
-from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig, SecurityPolicy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "backends.json"
-KINDS = ("process", "docker")
+#: "process" is the default config (a writable overlay root, as on Docker); "process-ro" the
+#: same with read_only_root=True (the image bound read-only: no overlay to mount).
+KINDS = ("process", "process-ro", "docker")
 
 
 def config(kind: str) -> SandboxConfig:
+    if kind == "process-ro":
+        return SandboxConfig(type="process", image=IMAGE_BUSYBOX,
+                             security=SecurityPolicy(read_only_root=True))
     return SandboxConfig(type=kind, image=IMAGE_BUSYBOX)
 
 
@@ -56,7 +61,7 @@ async def main() -> None:
     args = parser.parse_args()
     reps = 10 if args.quick else 30
     rt_reps = 50 if args.quick else 200
-    seq = {"process": 100, "docker": 10 if args.quick else 20}
+    seq = {"process": 100, "process-ro": 100, "docker": 10 if args.quick else 20}
     rows: dict[str, dict[str, list[float]]] = {k: {} for k in KINDS}
 
     for kind in KINDS:  # warm-up: the image export (process) and the page cache

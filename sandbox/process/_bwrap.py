@@ -4,7 +4,7 @@ The root filesystem is bound read-only at /; when a mount point the sandbox need
 working directory, a tmpfs path) is missing from it, the root is instead a tmpfs made
 read-only at the end, holding each top-level entry bound read-only, so the new mount point
 needs no write to the shared image cache. The holder process is the keep-alive shell;
-commands join it with ``nsenter`` (see `_sandbox`). Also reads names from the image's
+commands are spawned into it by its zygote (see `_sandbox`). Also reads names from the image's
 /etc/passwd and /etc/group, never through a symlink.
 """
 

@@ -22,7 +22,7 @@ working_dir                            a host directory of the sandbox bound the
 security.run_as_user / run_as_group    ``--uid``/``--gid`` in the user namespace (numbers,
                                        or names from the root's /etc/passwd, /etc/group);
                                        "" = the image's non-root user, else 1000:1000;
-                                       root refused (nsenter would keep its capabilities)
+                                       root refused (one uid is mapped)
 name                                   ``--hostname`` (first 63 characters)
 repository                             as on Docker, by the same code (`_repository`):
                                        local_path bound live (``--ro-bind`` when
@@ -133,9 +133,9 @@ def _ids(cfg: SandboxConfig, image_user: str, lookup: Lookup) -> tuple[int, int]
             group = group or default_group
     if user in ROOT_NAMES or group in ROOT_NAMES:
         field = "security.run_as_user" if user in ROOT_NAMES else "security.run_as_group"
-        raise _refuse(field, "root cannot be the process sandbox's user: commands are entered "
-                      "with nsenter, which would leave root every capability in the "
-                      "sandbox's user namespace", "use a non-root user, or type='docker'")
+        raise _refuse(field, "root cannot be the process sandbox's user: root in the "
+                      "sandbox's user namespace holds every capability over its namespaces",
+                      "use a non-root user, or type='docker'")
     uid = int(user) if user.isdigit() else lookup("passwd", user)
     if uid is None:
         raise ConfigError(f"security.run_as_user: {user!r} is not in the image's /etc/passwd",
