@@ -3,10 +3,11 @@
 Run as its own program (``python -I -S _forkserver.py FD``, standard library only, so it
 starts without the SDK's imports), once per SDK process. Each request on the SEQPACKET socket
 ``FD`` (JSON plus descriptors: a socket, then one per namespace) forks a *zygote* for one
-sandbox: it opens the sandbox's cgroup files, joins its namespaces (as nsenter does) and makes
-itself undumpable, then serves that sandbox on the socket it was given. Per command it forks
-once: the child takes its stdio and working directory, the cgroup, the sandbox's ids, rlimits,
-NoNewPrivs and seccomp filter, and execs. The zygote reports ``pid`` (with a pidfd), ``exec``
+sandbox: it moves into the sandbox's cgroup, joins its namespaces (as nsenter does), takes the
+sandbox's ids (an empty bounding set), NoNewPrivs, undumpable, then the seccomp filter, and
+serves that sandbox on the socket it was given. A command is one ``posix_spawn`` (vfork and
+exec: it inherits all of that) with its stdio, working directory and a new session; with
+rlimits, a fork that sets them first (they would limit the zygote too). The zygote reports ``pid`` (with a pidfd), ``exec``
 (0, or the errno of the ``step`` that failed) and ``status`` (the raw wait status).
 
 Why not ``setpriv`` + ``nsenter`` per command: two more execs of dynamically linked programs
