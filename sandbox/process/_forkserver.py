@@ -7,8 +7,9 @@ sandbox: it moves into the sandbox's cgroup, joins its namespaces (as nsenter do
 sandbox's ids (an empty bounding set), NoNewPrivs, undumpable, then the seccomp filter, and
 serves that sandbox on the socket it was given. A command is one ``posix_spawn`` (vfork and
 exec: it inherits all of that) with its stdio, working directory and a new session; with
-rlimits, a fork that sets them first (they would limit the zygote too). The zygote reports ``pid`` (with a pidfd), ``exec``
-(0, or the errno of the ``step`` that failed) and ``status`` (the raw wait status).
+rlimits, a fork that sets them first (they would limit the zygote too). The zygote reports
+``pid`` (with a pidfd), ``exec`` (0, or the errno of the ``step`` that failed) and ``status``
+(the raw wait status).
 
 Why not ``setpriv`` + ``nsenter`` per command: two more execs of dynamically linked programs
 cost about 2.5 ms of a 4.3 ms round trip here, and nothing could install a seccomp filter in

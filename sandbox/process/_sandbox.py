@@ -3,8 +3,9 @@
 ``create`` starts ``bwrap`` with every namespace unshared (`_bwrap`, from the plan in
 `_plan`) running a keep-alive shell, then has the fork server make the sandbox's zygote
 (`_spawner`, `_forkserver`), which every command (`_exec`) is spawned from, so commands share
-the sandbox's filesystem, processes, IPC and network like execs in one container. Measured here: a bwrap per command was as fast, but cannot share a network
-or IPC namespace, and a tmpfs /tmp would be per command (README, "Backends").
+the sandbox's filesystem, processes, IPC and network like execs in one container. Measured
+here: a bwrap per command was as fast, but cannot share a network or IPC namespace, and a
+tmpfs /tmp would be per command (README, "Backends").
 """
 
 from __future__ import annotations
