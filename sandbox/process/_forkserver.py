@@ -111,8 +111,7 @@ def _environment(req: dict[str, Any]) -> dict[str, str]:
 
 def _become(req: dict[str, Any]) -> None:
     """Make the zygote what every command starts as: the sandbox's ids, no capabilities in any
-    set, NoNewPrivs, default signal dispositions, then the seccomp filter (last: it may deny
-    what the steps before need)."""
+    set, default signal dispositions, undumpable (NoNewPrivs and the filter came first)."""
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
                 signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -125,7 +124,6 @@ def _become(req: dict[str, Any]) -> None:
         os.setresgid(req["gid"], req["gid"], req["gid"])
         os.setresuid(req["uid"], req["uid"], req["uid"])  # drops every capability
     _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
-    install_filter(bytes.fromhex(req.get("filter") or ""))
 
 
 def _join(namespaces: list[tuple[str, int]]) -> None:
@@ -235,14 +233,20 @@ class _Zygote:
 
 
 def _zygote(req: dict[str, Any], fds: list[int]) -> None:
-    """In the forked zygote: enter the sandbox, then serve it (never returns)."""
+    """In the forked zygote: take the filter now (it loads while bwrap starts the sandbox),
+    wait for the sandbox's namespaces, enter them, then serve it (never returns)."""
     sock = socket.socket(fileno=fds[0])
     try:
-        for path in req.get("cgroup_procs") or ():
+        install_filter(bytes.fromhex(req.get("filter") or ""))
+        data, passed = _receive(sock)
+        if not data:
+            os._exit(0)
+        join = dict(json.loads(data))
+        for path in join.get("cgroup_procs") or ():
             with open(path, "w") as f:
                 f.write("0")
-        _join(list(zip(req["ns"], fds[1:], strict=True)))
-        _become(req)
+        _join(list(zip(join["ns"], passed, strict=True)))
+        _become(join)
     except Exception as exc:
         _send(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
         os._exit(1)

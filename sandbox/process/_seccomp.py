@@ -28,8 +28,16 @@ import anyio
 
 from sandbox._errors import SandboxInitFailed
 
-__all__ = ["DEFAULT_DENIED", "DEFAULT_PROFILE", "compile_profile", "compiled", "install", "memfd",
-           "problem"]
+__all__ = [
+    "DEFAULT_DENIED",
+    "DEFAULT_PROFILE",
+    "compile_profile",
+    "compiled",
+    "install",
+    "memfd",
+    "problem",
+    "with_setns",
+]
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -409,13 +417,25 @@ _programs: dict[str, bytes] = {}
 
 async def compiled(profile: str) -> bytes:
     """The program for a plan's ``seccomp`` ("" none, "default", or a profile's JSON),
-    compiled once per process (the default takes ~25 ms here)."""
+    compiled once per process (the default takes ~25 ms here), with `with_setns`."""
     if not profile:
         return b""
     if profile not in _programs:
-        document = None if profile == "default" else json.loads(profile)
-        _programs[profile] = await anyio.to_thread.run_sync(compile_profile, document)
+        document = DEFAULT_PROFILE if profile == "default" else json.loads(profile)
+        _programs[profile] = await anyio.to_thread.run_sync(compile_profile,
+                                                            with_setns(document))
     return _programs[profile]
+
+
+def with_setns(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``document`` allowing ``setns`` first: the zygote loads the filter before it joins the
+    sandbox (so the load overlaps bwrap's start). Harmless in the sandbox: setns needs
+    CAP_SYS_ADMIN, and no process there holds any capability."""
+    if document.get("defaultAction") == "SCMP_ACT_ALLOW" or not isinstance(document, Mapping):
+        return document
+    rules = document.get("syscalls")
+    allow = {"names": ["setns"], "action": "SCMP_ACT_ALLOW"}
+    return {**document, "syscalls": [allow, *rules] if isinstance(rules, list) else rules}
 
 
 def memfd(program: bytes) -> int:

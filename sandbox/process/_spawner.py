@@ -1,7 +1,8 @@
 """The SDK's side of the fork server (`_forkserver`): one server per SDK process, and a
 zygote per sandbox.
 
-`join` asks the server for a sandbox's zygote; `start` sends it one command and returns a
+`prepare` asks the server for a sandbox's zygote (it loads the sandbox's seccomp filter while
+bwrap starts the sandbox), `Zygote.join` sends it in; `start` sends it one command and returns a
 `RemoteProcess`: the command's pipes as asyncio streams, its end as a future, signals through
 a pidfd (never a pid that could have been reused). The server is started on first use, again
 if it died, and ends with this process (it exits when its socket closes); a zygote ends when
@@ -29,7 +30,7 @@ from typing import Any
 
 from .._errors import CommandStartFailed
 
-__all__ = ["RemoteProcess", "Zygote", "join", "start"]
+__all__ = ["RemoteProcess", "Zygote", "prepare", "start"]
 
 _SERVER = Path(__file__).with_name("_forkserver.py")
 _FD_SPACE = socket.CMSG_SPACE(16 * array.array("i").itemsize)
@@ -90,6 +91,22 @@ class Zygote:
         self._failure = ""
         self._reader = threading.Thread(target=self._read, name="sandbox-zygote", daemon=True)
         self._reader.start()
+
+    def join(self, namespaces: Sequence[tuple[str, int]], *, cgroup_procs: Sequence[str],
+             ids: tuple[int, int] | None) -> None:
+        """Send the zygote into the sandbox: its cgroup and namespaces (user namespace fds
+        included), then ``ids`` (None: keep ours, which the user namespace maps). A failure
+        comes back as the failure of the first command."""
+        data = json.dumps({"ns": [name for name, _ in namespaces],
+                           "cgroup_procs": list(cgroup_procs),
+                           "uid": ids[0] if ids else None,
+                           "gid": ids[1] if ids else None}).encode()
+        try:
+            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array(
+                "i", [fd for _, fd in namespaces]))])
+        except OSError as exc:
+            raise CommandStartFailed("the process sandbox's spawner is gone",
+                                     details=self._failure or str(exc)) from exc
 
     def submit(self, request: dict[str, Any], fds: Sequence[int]) -> _Pending:
         """Send one request; its replies go to the returned `_Pending` on the running loop."""
@@ -186,21 +203,17 @@ class Spawner:
         self._sock = ours
         self.owner = os.getpid()
 
-    def join(self, namespaces: Sequence[tuple[str, int]], cgroup_procs: Sequence[str],
-             ids: tuple[int, int] | None, seccomp: bytes) -> Zygote:
-        """A zygote for the sandbox whose namespaces are ``namespaces``.
+    def prepare(self, seccomp: bytes) -> Zygote:
+        """A zygote that loads ``seccomp`` now and waits for `Zygote.join`.
 
         Raises:
             OSError: The fork server is gone.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            data = json.dumps({"ns": [name for name, _ in namespaces],
-                               "cgroup_procs": list(cgroup_procs), "filter": seccomp.hex(),
-                               "uid": ids[0] if ids else None,
-                               "gid": ids[1] if ids else None}).encode()
-            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array(
-                "i", [theirs.fileno(), *(fd for _, fd in namespaces)]))])
+            data = json.dumps({"filter": seccomp.hex()}).encode()
+            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                         array.array("i", [theirs.fileno()]))])
         except BaseException:
             ours.close()
             raise
@@ -224,11 +237,10 @@ _spawner: Spawner | None = None
 _spawner_lock = threading.Lock()
 
 
-def join(namespaces: Sequence[tuple[str, int]], *, cgroup_procs: Sequence[str],
-         ids: tuple[int, int] | None, seccomp: bytes = b"") -> Zygote:
-    """A zygote for one sandbox, from this process's fork server (started on demand, and
-    again if it died): in its cgroup and namespaces, as ``ids`` (None: keep ours, which the
-    user namespace maps), with NoNewPrivs and the ``seccomp`` filter."""
+def prepare(seccomp: bytes = b"") -> Zygote:
+    """A zygote from this process's fork server (started on demand, and again if it died)
+    that loads ``seccomp`` (with NoNewPrivs) at once; `Zygote.join` then sends it into its
+    sandbox."""
     global _spawner
     with _spawner_lock:
         for attempt in range(2):
@@ -238,7 +250,7 @@ def join(namespaces: Sequence[tuple[str, int]], *, cgroup_procs: Sequence[str],
                     _spawner.close()
                 _spawner = Spawner()
             try:
-                return _spawner.join(namespaces, cgroup_procs, ids, seccomp)
+                return _spawner.prepare(seccomp)
             except OSError:
                 if attempt:
                     raise
