@@ -2,10 +2,11 @@
 
 Run as its own program (``python -I -S _forkserver.py FD``, standard library only, so it
 starts without the SDK's imports), once per SDK process. Each request on the SEQPACKET socket
-``FD`` (JSON plus descriptors: a socket, then one per namespace) forks a *zygote* for one
-sandbox: it moves into the sandbox's cgroup, joins its namespaces (as nsenter does), takes the
-sandbox's ids (an empty bounding set), NoNewPrivs, undumpable, then the seccomp filter, and
-serves that sandbox on the socket it was given. A command is one ``posix_spawn`` (vfork and
+``FD`` (JSON with the sandbox's seccomp filter, plus a socket) forks a *zygote* for one
+sandbox. It sets NoNewPrivs and loads the filter at once, while bwrap is still starting the
+sandbox (a load took ~3 ms here), then waits on its socket for the sandbox: its cgroup, its
+namespaces (joined as nsenter does: the filter allows ``setns``) and its ids (an empty bounding
+set, undumpable). It then serves that sandbox. A command is one ``posix_spawn`` (vfork and
 exec: it inherits all of that) with its stdio, working directory and a new session; with
 rlimits, a fork that sets them first (they would limit the zygote too). The zygote reports
 ``pid`` (with a pidfd), ``exec`` (0, or the errno of the ``step`` that failed) and ``status``
@@ -14,8 +15,8 @@ rlimits, a fork that sets them first (they would limit the zygote too). The zygo
 Why not ``setpriv`` + ``nsenter`` per command: two more execs of dynamically linked programs
 cost about 2.5 ms of a 4.3 ms round trip here, and nothing could install a seccomp filter in
 the command after it joined the sandbox. The zygote is outside the sandbox's pid namespace
-and keeps its own credentials (host root, or the caller), so sandbox processes can neither
-trace nor signal it when the SDK runs as root.
+(nothing inside can name it to signal it) and undumpable (nothing with its uid can trace it or
+write its memory).
 """
 
 from __future__ import annotations
