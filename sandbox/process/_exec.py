@@ -36,7 +36,7 @@ from .._output import LazyText, OutputCapture, StreamName
 from .._signals import parse_signal, signal_name
 from .._tasks import single_errors
 from .._tty import check_terminal_size
-from ._spawner import RemoteProcess, Zygote, start
+from ._spawner import RemoteProcess, SandboxSpawner, start
 from ._tree import MARKER_VAR, sweep
 
 #: How long output may stay open after the command exited (a background job holding it).
@@ -316,7 +316,7 @@ def start_error(reason: str, argv: Sequence[str]) -> CommandStartFailed:
 class Entry:
     """How every command enters one sandbox (see `_spawner.start`)."""
 
-    zygote: Zygote
+    spawner: SandboxSpawner
     rlimits: tuple[tuple[int, int, int], ...]
 
 
@@ -329,7 +329,7 @@ async def open_command(
     marker = uuid.uuid4().hex
     env = {**env, MARKER_VAR: marker}
     try:
-        proc = await start(entry.zygote, spec.argv, env=env, workdir_fd=workdir_fd,
+        proc = await start(entry.spawner, spec.argv, env=env, workdir_fd=workdir_fd,
                            attach_stdin=iterate or spec.stdin is not None,
                            rlimits=entry.rlimits)
     except OSError as exc:

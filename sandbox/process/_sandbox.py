@@ -54,7 +54,7 @@ from ._plan import CGROUP_FIELDS, ProcessPlan, plan_sandbox
 from ._repository import prepare_repository
 from ._rootfs import resolve_rootfs
 from ._spawn import missing, open_in_root, spawn
-from ._spawner import Zygote, prepare
+from ._spawner import SandboxSpawner
 from ._state import new_state, remove_state
 
 #: The host user the sandbox runs as when the SDK runs as root (never host root itself).
@@ -86,7 +86,7 @@ class ProcessSandbox(HelperFiles):
         self._init_pid = 0
         self._pid_ns = ""
         self._entry: Entry | None = None
-        self._zygote: Zygote | None = None
+        self._zygote: SandboxSpawner | None = None
         self._user = ""
         self._removing = False
         self._live: set[SandboxProcess] = set()
@@ -173,7 +173,7 @@ class ProcessSandbox(HelperFiles):
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         program = await _seccomp.compiled(plan.seccomp)
-        self._zygote = prepare(program)  # loads the filter while bwrap starts
+        self._zygote = SandboxSpawner(program)  # loads the filter while bwrap starts
         pipes = [os.pipe() for _ in range(1 if root_user else 3)]  # ready, block, info
         child_fds = [] if root_user else [pipes[1][0], pipes[2][1]]
         if program:
@@ -222,20 +222,12 @@ class ProcessSandbox(HelperFiles):
         self._root_fd = os.open(f"/proc/{self._init_pid}/root",
                                 os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._pid_ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
-        # Unprivileged, the spawner keeps its own uid, which the map makes the sandbox user.
-        names = ["user", "mnt", "pid", "ipc", "uts", "cgroup",
-                 *([] if plan.host_network else ["net"])]
-        fds = []
-        try:
-            for name in names:
-                fds.append(os.open(f"/proc/{self._init_pid}/ns/{name}",
-                                   os.O_RDONLY | os.O_CLOEXEC))
-            self._zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs,
-                              ids=(plan.uid, plan.gid) if root_user else None)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        self._entry = Entry(zygote=self._zygote, rlimits=plan.rlimits)
+        # Unprivileged, the zygote keeps its own uid, which the map makes the sandbox user.
+        self._zygote.join(self._init_pid, self._pid_ns, [
+            "user", "mnt", "pid", "ipc", "uts", "cgroup",
+            *([] if plan.host_network else ["net"])], cgroup_procs,
+            (plan.uid, plan.gid) if root_user else None)
+        self._entry = Entry(spawner=self._zygote, rlimits=plan.rlimits)
         self._created_at = datetime.now(UTC)
         self._life.advance(SandboxStatus.RUNNING)
         self._env = {**await self._workspace.populate(

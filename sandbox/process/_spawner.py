@@ -30,7 +30,7 @@ from typing import Any
 
 from .._errors import CommandStartFailed
 
-__all__ = ["RemoteProcess", "Zygote", "prepare", "start"]
+__all__ = ["RemoteProcess", "SandboxSpawner", "Zygote", "prepare", "start"]
 
 _SERVER = Path(__file__).with_name("_forkserver.py")
 _FD_SPACE = socket.CMSG_SPACE(16 * array.array("i").itemsize)
@@ -173,6 +173,11 @@ class Zygote:
             with contextlib.suppress(RuntimeError):
                 entry.loop.call_soon_threadsafe(entry.deliver, {"error": self._failure}, [])
 
+    @property
+    def failed(self) -> bool:
+        """True once the zygote is known to be gone or unable to enter its sandbox."""
+        return bool(self._failure)
+
     def close(self) -> None:
         """Close the socket: the zygote exits (its commands are the sandbox's to kill)."""
         with contextlib.suppress(OSError):
@@ -265,6 +270,53 @@ def _close_at_exit() -> None:
         _spawner.close()
 
 
+class SandboxSpawner:
+    """One sandbox's zygote, replaced when it is found gone (its fork server was killed, say)."""
+
+    def __init__(self, seccomp: bytes) -> None:
+        self._seccomp = seccomp
+        self._zygote = prepare(seccomp)
+        self._target: tuple[int, str, tuple[str, ...], tuple[str, ...],
+                            tuple[int, int] | None] | None = None
+
+    def join(self, init_pid: int, pid_ns: str, names: Sequence[str],
+             cgroup_procs: Sequence[str], ids: tuple[int, int] | None) -> None:
+        """Send the zygote into the sandbox whose first process is ``init_pid``."""
+        self._target = (init_pid, pid_ns, tuple(names), tuple(cgroup_procs), ids)
+        self._send_join(self._zygote)
+
+    def _send_join(self, zygote: Zygote) -> None:
+        assert self._target is not None
+        init_pid, pid_ns, names, cgroup_procs, ids = self._target
+        fds: list[int] = []
+        try:
+            for name in names:
+                fds.append(os.open(f"/proc/{init_pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
+            if os.readlink(f"/proc/{init_pid}/ns/pid") != pid_ns:
+                raise ProcessLookupError(init_pid)
+        except OSError as exc:  # that pid is gone, or no longer the sandbox's
+            raise CommandStartFailed("the sandbox's first process is gone",
+                                     details=str(exc)) from exc
+        finally:
+            if len(fds) < len(names):
+                _close(fds)
+        try:
+            zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs, ids=ids)
+        finally:
+            _close(fds)
+
+    def zygote(self) -> Zygote:
+        """The live zygote: a new one, sent in, when the current one is known to be gone."""
+        if self._zygote.failed and self._target is not None:
+            self._zygote.close()
+            self._zygote = prepare(self._seccomp)
+            self._send_join(self._zygote)
+        return self._zygote
+
+    def close(self) -> None:
+        self._zygote.close()
+
+
 class RemoteProcess:
     """A command the fork server started: the subset of `asyncio.subprocess.Process` the
     process backend uses."""
@@ -310,10 +362,10 @@ async def _writer(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.StreamWri
     return asyncio.StreamWriter(transport, protocol, None, loop)
 
 
-async def start(zygote: Zygote, argv: Sequence[str], *, env: Mapping[str, str],
+async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[str, str],
                 attach_stdin: bool, workdir_fd: int, rlimits: Sequence[tuple[int, int, int]]
                 ) -> RemoteProcess:
-    """Start ``argv`` in the sandbox of ``zygote``.
+    """Start ``argv`` in the sandbox of ``spawner``.
 
     Raises:
         OSError: The program could not be executed (``errno`` says why).
@@ -335,7 +387,7 @@ async def start(zygote: Zygote, argv: Sequence[str], *, env: Mapping[str, str],
             theirs.append(write_end)
         request = {"argv": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
                    "rlimits": list(rlimits)}
-        pending = zygote.submit(request, [*theirs, workdir_fd])
+        pending = spawner.zygote().submit(request, [*theirs, workdir_fd])
     except BaseException:
         _close(ours)
         raise

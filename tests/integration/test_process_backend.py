@@ -252,6 +252,20 @@ async def test_concurrent_commands_keep_their_own_output_and_exit_codes() -> Non
             assert (r.stdout, r.stderr, r.exit_code) == (f"out{i}\n", f"err{i}\n", i)
 
 
+async def test_a_killed_fork_server_is_replaced_and_running_sandboxes_go_on() -> None:
+    from sandbox.process import _spawner
+    async with Sandbox(config()) as first:
+        server = _spawner._spawner
+        assert server is not None
+        server._server.kill()
+        server._server.wait()
+        r = await first.execute_command(["echo", "still"])  # its zygote outlived the server
+        assert r.stdout == "still\n"
+        async with Sandbox(config()) as second:  # a new server was started for it
+            assert (await second.execute_command(["echo", "new"])).stdout == "new\n"
+        assert _spawner._spawner is not server
+
+
 async def test_refusals_name_the_field() -> None:
     for cfg, field in (
         (config(runtime="runsc"), "runtime"),
