@@ -115,13 +115,15 @@ def mount_points(plan: ProcessPlan) -> list[str]:
 def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: str,
                userns_fds: tuple[int, int] | None = None,
                overlay: Path | None = None, repo: RepoBind | None = None,
-               seccomp_fd: int = -1) -> list[str]:
+               seccomp_fd: int = -1, holder: int | None = None) -> list[str]:
     """The holder's full command line.
 
-    As root, ``--disable-userns`` (a nested user namespace without the right to make more).
-    Unprivileged, bwrap would nest one too (to map the sandbox uid), and the namespaces it
-    owns could not be joined from outside it: so with ``userns_fds`` (block, info) bwrap
-    waits while the caller writes the uid map itself, and nothing nests. With ``overlay``
+    With ``userns_fds`` (block, info) bwrap waits while the caller writes the uid map itself:
+    otherwise an unprivileged bwrap would nest a user namespace (to map the sandbox uid), and
+    the namespaces it owns could not be joined from outside it. Without, ``--disable-userns``.
+    ``holder`` is the in-namespace id the holder runs as when it is not the sandbox user's
+    (root maps two ids); it then starts in / (it cannot enter the sandbox user's
+    directories). With ``overlay``
     (the merged directory of `_overlay`, for a writable root) that is bound at / instead.
     ``repo`` is the repository's bind (`_repository`), made over the working dir and tmpfs.
     """
@@ -130,7 +132,8 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
         userns = ["--userns-block-fd", str(userns_fds[0]), "--info-fd", str(userns_fds[1])]
     argv = [bwrap, "--unshare-user", *userns, "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup", "--die-with-parent", "--new-session",
-            "--uid", str(plan.uid), "--gid", str(plan.gid), "--hostname", plan.hostname]
+            "--uid", str(plan.uid if holder is None else holder),
+            "--gid", str(plan.gid if holder is None else holder), "--hostname", plan.hostname]
     if not plan.host_network:
         argv.append("--unshare-net")
     points = mount_points(plan)
@@ -177,5 +180,5 @@ def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: 
         argv += ["--remount-ro", "/"]
     if seccomp_fd >= 0:  # the holder too: sandbox code could ptrace its keep-alive shell
         argv += ["--seccomp", str(seccomp_fd)]
-    argv += ["--chdir", workdir, "--", *KEEPALIVE]
+    argv += ["--chdir", workdir if holder is None else "/", "--", *KEEPALIVE]
     return argv

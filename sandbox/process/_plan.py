@@ -35,9 +35,10 @@ repository                             as on Docker, by the same code (`_reposit
                                        Docker; owner/group refused (one user only)
 environment, network.*_proxy           every command's environment (as on Docker)
 (always)                               every namespace unshared (user, pid, mount, ipc,
-                                       uts, cgroup; net unless host network), no nested
-                                       user namespaces, no capabilities, NoNewPrivs,
-                                       ``--die-with-parent``
+                                       uts, cgroup; net unless host network), no
+                                       capabilities, NoNewPrivs, ``--die-with-parent``;
+                                       nested user namespaces denied by the default
+                                       seccomp policy (as on Docker)
 network.isolated / allow_networking    networked only with ``network.bridge="host"``: the
   / isolate_network                    host's own network, not isolated; else refused
 resources.cpu_limit / cpu_request      cgroup cpu quota (100 ms period) / cpu shares
