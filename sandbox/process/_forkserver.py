@@ -112,10 +112,7 @@ def _environment(req: dict[str, Any]) -> dict[str, str]:
 
 def _become(req: dict[str, Any]) -> None:
     """Make the zygote what every command starts as: the sandbox's ids, no capabilities in any
-    set, default signal dispositions, undumpable (NoNewPrivs and the filter came first)."""
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
-                signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
+    set (the bounding set only now: joining a user namespace fills it again), undumpable."""
     if req.get("uid") is not None:
         for cap in range(64):
             if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
@@ -238,6 +235,9 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
     wait for the sandbox's namespaces, enter them, then serve it (never returns)."""
     sock = socket.socket(fileno=fds[0])
     try:
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
+                    signal.SIGCHLD):  # what every command starts with
+            signal.signal(sig, signal.SIG_DFL)
         install_filter(bytes.fromhex(req.get("filter") or ""))
         data, passed = _receive(sock)
         if not data:
