@@ -177,7 +177,6 @@ class ProcessSandbox(HelperFiles):
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         program = await _seccomp.compiled(plan.seccomp)
-        self._zygote = SandboxSpawner(program)  # loads the filter while bwrap starts
         pipes = [os.pipe() for _ in range(3)]  # ready, block, info
         child_fds = [pipes[1][0], pipes[2][1]]
         holder = None
@@ -210,6 +209,7 @@ class ProcessSandbox(HelperFiles):
             finally:
                 for fd in [pipes[0][1], *child_fds]:
                     os.close(fd)
+            self._zygote = SandboxSpawner(program)  # loads the filter while bwrap starts
             # The sandbox user is us (unprivileged), or host nobody beside the holder (root).
             ids = [(plan.uid, os.getuid()), (plan.gid, os.getgid())] if holder is None else \
                 [(plan.uid, HOST_NOBODY[0]), (plan.gid, HOST_NOBODY[1])]
