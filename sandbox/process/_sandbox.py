@@ -63,7 +63,6 @@ HOST_NOBODY = (65534, 65534)
 #: the same id inside: sandbox code then can neither signal, trace nor write its memory, so
 #: it needs no seccomp filter of its own (loading one cost ~3 ms of every create here).
 HOST_HOLDER = 65533
-READY_TIMEOUT = 30.0
 
 
 class ProcessSandbox(HelperFiles):
@@ -71,9 +70,6 @@ class ProcessSandbox(HelperFiles):
 
     def __init__(self, config: SandboxConfig | None = None, *,
                  on_sample: Callable[[ResourceUsage], object] | None = None) -> None:
-        if on_sample is not None:
-            raise ConfigError("on_sample: the process backend keeps no background sampler; "
-                              "call get_resource_usage() instead")
         self._config = as_config(config)
         self.id = uuid.uuid4().hex[:12]
         self._name = self._config.name or f"sandbox-{self.id}"
@@ -96,6 +92,7 @@ class ProcessSandbox(HelperFiles):
         self._live: set[SandboxProcess] = set()
         self._supervisor = Supervisor(self.id, self._failed)
         self._sampler = _usage.Sampler(self)
+        self._on_sample = on_sample
         self._created_at: datetime | None = None
         self._workspace = Workspace(None)
 
@@ -244,6 +241,10 @@ class ProcessSandbox(HelperFiles):
         wall = seconds(cfg.resources.wall_time_limit)
         if wall is not None:
             work.append(("the wall clock", lambda: self._wall_clock(wall)))
+        interval = cfg.stats_interval.total_seconds()
+        if interval > 0:  # at least 1 s apart, as on Docker
+            work.append(("the sampler", lambda: _usage.sample_every(
+                self._sampler, max(interval, 1.0), self._on_sample)))
         self._supervisor.start(work)
 
     def _failed(self, name: str, exc: Exception) -> None:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
+import logging
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+import anyio
+
 from .._models import ResourceUsage
 
+log = logging.getLogger("sandbox.process")
 HISTORY = 600
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -92,3 +98,20 @@ class Sampler:
             uptime=timedelta(seconds=now - self._t0))
         self._kept.append(sample)
         return sample
+
+
+async def sample_every(sampler: Sampler, interval: float,
+                       on_sample: Callable[[ResourceUsage], object] | None) -> None:
+    """Take a sample every ``interval`` seconds and hand it to ``on_sample`` (sync or async;
+    one that raises is logged, and sampling goes on), as the Docker backend's sampler does."""
+    while True:
+        await anyio.sleep(interval)
+        usage = await anyio.to_thread.run_sync(sampler.sample)
+        if on_sample is None:
+            continue
+        try:
+            result = on_sample(usage)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("the on_sample callback failed; sampling goes on")

@@ -27,6 +27,7 @@ from sandbox import (
     CommandStartFailed,
     NetworkConfig,
     ResourceLimits,
+    ResourceUsage,
     Sandbox,
     SandboxConfig,
     SandboxInitFailed,
@@ -268,6 +269,16 @@ async def test_a_killed_fork_server_is_replaced_and_running_sandboxes_go_on() ->
         async with Sandbox(config()) as second:  # a new server was started for it
             assert (await second.execute_command(["echo", "new"])).stdout == "new\n"
         assert _spawner._spawner is not server
+
+
+async def test_samples_reach_on_sample_in_the_background() -> None:
+    got: list[ResourceUsage] = []
+    async with Sandbox(config(stats_interval=timedelta(seconds=1)),
+                       on_sample=got.append) as sb:
+        await sb.execute_command(["sh", "-c", "sleep 2.5 & sleep 2.5 & wait"])
+        assert len(got) >= 2, got
+        assert max(u.process_count for u in got) >= 4, got  # keep-alive, sleep, sh, 2 sleeps
+        assert sb.usage_history()[-len(got):] == got
 
 
 async def test_refusals_name_the_field() -> None:
