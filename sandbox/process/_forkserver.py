@@ -24,6 +24,8 @@ from __future__ import annotations
 import array
 import contextlib
 import ctypes
+import fcntl
+import gc
 import json
 import os
 import resource
@@ -36,6 +38,8 @@ from typing import Any
 MAX_FDS = 16
 _NS_FLAGS = {"user": 0x10000000, "mnt": 0x00020000, "pid": 0x20000000, "ipc": 0x08000000,
              "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40000000}
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -55,7 +59,11 @@ def _check(result: int, what: str) -> None:
 
 
 def install_filter(program: bytes) -> None:
-    """Set NoNewPrivs, then the classic-BPF seccomp ``program`` (8 bytes per instruction)."""
+    """Set NoNewPrivs, then the classic-BPF seccomp ``program`` (8 bytes per instruction;
+    empty: no filter). Raises OSError (EINVAL for a malformed program)."""
+    count, rest = divmod(len(program), 8)
+    if rest or count > 4096:  # BPF_MAXINSNS
+        raise OSError(22, f"not a program of 1 to 4096 BPF instructions: {program!r:.40}")
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     if program:
         buf = ctypes.create_string_buffer(program, len(program))
@@ -230,6 +238,37 @@ class _Zygote:
                     self.ended(fd)
 
 
+def _holder(spec: dict[str, Any], fds: list[int]) -> None:
+    """In the forked holder: its cgroup, an overlay root in a mount namespace of its own (when
+    asked), rlimits, a session, the descriptors bwrap's command line names (stdio, then 3, 4,
+    ...), the holder's host ids, then exec bwrap (never returns)."""
+    try:
+        for path in spec.get("cgroup_procs") or ():
+            with open(path, "w") as f:
+                f.write("0")
+        if overlay := spec.get("overlay"):
+            _check(_libc.unshare(_NS_FLAGS["mnt"]), "unshare(mount)")
+            _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None),
+                   "making / private")
+            _check(_libc.mount(b"sandbox-overlay", overlay["merged"].encode(), b"overlay", 0,
+                               overlay["options"].encode()), "mounting the overlay root")
+        for which, soft, hard in spec.get("rlimits") or ():
+            resource.setrlimit(which, (soft, hard))
+        os.setsid()
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100) for fd in fds]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target, inheritable=True)
+        if ids := spec.get("ids"):
+            os.setgroups([])
+            os.setresgid(ids[1], ids[1], ids[1])
+            os.setresuid(ids[0], ids[0], ids[0])
+        os.execve(spec["argv"][0], spec["argv"], _environment(spec))
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(fds[2], f"the sandbox's holder could not start: {exc}\n".encode())
+    os._exit(127)
+
+
 def _zygote(req: dict[str, Any], fds: list[int]) -> None:
     """In the forked zygote: take the filter now (it loads while bwrap starts the sandbox),
     wait for the sandbox's namespaces, enter them, then serve it (never returns)."""
@@ -258,23 +297,57 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
 
 
 def serve(fd: int) -> None:
-    """Fork a zygote per request on ``fd`` until the SDK closes its end."""
+    """Fork a zygote or a holder per request on ``fd`` until the SDK closes its end.
+
+    Holders stay this (root) process's children: bwrap's --die-with-parent is a parent-death
+    signal, which a parent that changed its ids (as a zygote does) may not send (measured);
+    each one's end is reported on its reply socket. Zygotes are reaped as they end.
+    """
     sock = socket.socket(fileno=fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # zygotes are never waited for here
+    gc.disable()  # no cycles are made here; a collection would touch (copy) forked pages
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    children: dict[int, tuple[int, socket.socket | None]] = {}  # pidfd -> (pid, reply)
     while True:
-        data, fds = _receive(sock)
-        if not data:
-            return
-        try:
-            req = dict(json.loads(data))
-            if os.fork() == 0:
-                sock.close()
-                _zygote(req, fds)
-        except Exception:
-            pass
-        for passed in fds:
-            os.close(passed)
+        for ready, _ in poll.poll():
+            if ready != sock.fileno():
+                pid, reply = children.pop(ready)
+                poll.unregister(ready)
+                os.close(ready)
+                _, status = os.waitpid(pid, 0)
+                if reply is not None:
+                    with contextlib.suppress(OSError):
+                        _send(reply, {"id": 0, "status": status})
+                    reply.close()
+                continue
+            data, fds = _receive(sock)
+            if not data:
+                return
+            try:
+                req = dict(json.loads(data))
+                pid = os.fork()
+                if pid == 0:
+                    sock.close()
+                    for pidfd, (_, other) in children.items():
+                        os.close(pidfd)
+                        if other is not None:
+                            other.close()
+                    if req.get("holder"):
+                        _holder(req["holder"], fds[1:])
+                    _zygote(req, fds)
+                pidfd = os.pidfd_open(pid)
+                reply = None
+                if req.get("holder"):
+                    reply = socket.socket(fileno=os.dup(fds[0]))
+                    _send(reply, {"id": 0, "pid": pid}, [pidfd])
+                children[pidfd] = (pid, reply)
+                poll.register(pidfd, select.POLLIN)
+            except Exception:
+                pass
+            for passed in fds:
+                os.close(passed)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ sandbox's state directory, on disk: writes, deletions and renames anywhere in th
 there, reach neither the image cache nor another sandbox, and go with the state directory.
 
 Bubblewrap 0.8 (Debian 12's) has no ``--overlay``, so the overlay is mounted by host root in a
-private mount namespace (``unshare -m``) that the holder chain then lives in: bwrap binds the
+private mount namespace that the holder (bwrap) then lives in: bwrap binds the
 merged directory at /, the host never sees the mount, and it ends with the sandbox's last
 process. An unprivileged owner would have to mount it inside a user namespace of its own, which
 then nests bwrap's and makes its namespaces unjoinable from outside: refused there (`problem`).
@@ -15,13 +15,12 @@ then nests bwrap's and makes its namespaces unjoinable from outside: refused the
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 from .._errors import SandboxInitFailed
 
-__all__ = ["overlay_problem", "prepare_overlay", "wrap_argv"]
+__all__ = ["overlay_options", "overlay_problem", "prepare_overlay"]
 
 #: Characters overlayfs's option parser or mount(8) would read as separators.
 _UNSAFE = frozenset(",:\\\n\t ")
@@ -33,8 +32,6 @@ def overlay_problem() -> str:
         return (f"a writable root is an overlay mounted by root, and this process runs as uid "
                 f"{os.getuid()} (bubblewrap 0.8 has no --overlay, and an overlay mounted in "
                 "a user namespace of our own would leave the sandbox's namespaces unjoinable)")
-    if not shutil.which("unshare") or not shutil.which("mount"):
-        return "util-linux's unshare and mount are needed for the overlay, and are missing"
     return ""
 
 
@@ -70,12 +67,8 @@ def prepare_overlay(state: Path, root: Path, points: Iterable[str]) -> Path:
     return merged
 
 
-def wrap_argv(argv: list[str], state: Path, root: Path) -> list[str]:
-    """``argv`` run in a private mount namespace where the overlay is mounted at merged."""
+def overlay_options(state: Path, root: Path) -> str:
+    """The overlay's mount options: the image ``root`` under the sandbox's upper directory
+    (mounted by the holder, in a mount namespace of its own: see `_forkserver._holder`)."""
     base = state / "overlay"
-    options = f"lowerdir={root},upperdir={base / 'upper'},workdir={base / 'work'}"
-    return [shutil.which("unshare") or "/usr/bin/unshare", "--mount", "--propagation",
-            "private", "--", "/bin/sh", "-c",
-            '"$1" -t overlay -o "$2" sandbox-overlay "$3" && shift 3 && exec "$@"',
-            "sandbox-overlay", shutil.which("mount") or "/usr/bin/mount", options,
-            str(base / "merged"), *argv]
+    return f"lowerdir={root},upperdir={base / 'upper'},workdir={base / 'work'}"

@@ -10,11 +10,9 @@ tmpfs /tmp would be per command (README, "Backends").
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -49,12 +47,12 @@ from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, pr
 from ._cgroup import SandboxCgroup, available
 from ._exec import Entry, SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
-from ._overlay import overlay_problem, prepare_overlay, wrap_argv
+from ._overlay import overlay_options, overlay_problem, prepare_overlay
 from ._plan import CGROUP_FIELDS, ProcessPlan, plan_sandbox
 from ._repository import prepare_repository
 from ._rootfs import resolve_rootfs
-from ._spawn import missing, open_in_root, spawn
-from ._spawner import SandboxSpawner
+from ._spawn import missing, open_in_root
+from ._spawner import RemoteProcess, SandboxSpawner, readable
 from ._state import new_state, remove_state
 
 #: The host user the sandbox runs as when the SDK runs as root (never host root itself).
@@ -81,7 +79,7 @@ class ProcessSandbox(HelperFiles):
         self._plan: ProcessPlan | None = None
         self._state: Path | None = None
         self._cgroup: SandboxCgroup | None = None
-        self._holder: asyncio.subprocess.Process | None = None
+        self._holder: RemoteProcess | None = None
         self._root_fd = -1
         self._init_pid = 0
         self._pid_ns = ""
@@ -174,8 +172,10 @@ class ProcessSandbox(HelperFiles):
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         program = await _seccomp.compiled(plan.seccomp)
-        pipes = [os.pipe() for _ in range(3)]  # ready, block, info
-        child_fds = [pipes[1][0], pipes[2][1]]
+        pipes = [os.pipe() for _ in range(4)]  # ready, block, info, stderr
+        # The holder's descriptors: stdio, then 3 (block), 4 (info) and 5 (filter) for bwrap.
+        child_fds = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), pipes[0][1],
+                     pipes[3][1], pipes[1][0], pipes[2][1]]
         holder = None
         if root_user:
             holder = HOST_HOLDER if plan.uid != HOST_HOLDER else HOST_HOLDER - 1
@@ -187,26 +187,24 @@ class ProcessSandbox(HelperFiles):
         repo = await prepare_repository(self._workspace,
                                         host_user=":".join(map(str, HOST_NOBODY))
                                         if root_user else "")
-        argv = bwrap_argv(bwrap, plan, rootfs.path, state, home=home,
-                          userns_fds=(pipes[1][0], pipes[2][1]), overlay=merged, repo=repo,
-                          seccomp_fd=child_fds[-1] if len(child_fds) > 2 else -1,
-                          holder=holder)
-        if root_user:  # the sandbox's processes are host nobody, never host root
-            argv = [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={HOST_HOLDER}",
-                    f"--regid={HOST_HOLDER}", "--clear-groups", "--", *argv]
-        if merged is not None:
-            argv = wrap_argv(argv, state, rootfs.path)
+        spec = {"argv": bwrap_argv(bwrap, plan, rootfs.path, state, home=home,
+                                   userns_fds=(3, 4), overlay=merged, repo=repo, holder=holder,
+                                   seccomp_fd=5 if len(child_fds) > 5 else -1),
+                "env": [f"PATH={rootfs.env['PATH']}"], "cgroup_procs": cgroup_procs,
+                "rlimits": plan.rlimits, "ids": [HOST_HOLDER] * 2 if root_user else None,
+                "overlay": {"merged": str(merged), "options": overlay_options(
+                    state, rootfs.path)} if merged is not None else None}
         self._life.advance(SandboxStatus.STARTING)
         try:
-            try:
-                self._holder = await spawn(
-                    argv, env={"PATH": rootfs.env["PATH"]}, stdin=asyncio.subprocess.DEVNULL,
-                    stdout=pipes[0][1], stderr=asyncio.subprocess.PIPE,
-                    cgroup_procs=cgroup_procs, rlimits=plan.rlimits, pass_fds=child_fds)
+            try:  # the zygote starts the holder, then loads the filter while bwrap starts
+                self._zygote = SandboxSpawner(program, spec, child_fds)
+            except BaseException:
+                os.close(pipes[3][0])
+                raise
             finally:
-                for fd in [pipes[0][1], *child_fds]:
+                for fd in child_fds:
                     os.close(fd)
-            self._zygote = SandboxSpawner(program)  # loads the filter while bwrap starts
+            self._holder = await self._zygote.holder(pipes[3][0])
             # The sandbox user is us (unprivileged), or host nobody beside the holder (root).
             ids = [(plan.uid, os.getuid()), (plan.gid, os.getgid())] if holder is None else \
                 [(plan.uid, HOST_NOBODY[0]), (plan.gid, HOST_NOBODY[1])]
@@ -416,17 +414,7 @@ def _map_user(info_fd: int, block_fd: int, ids: list[tuple[int, int]],
 async def _read_ready(fd: int) -> bool:
     """Wait until the keep-alive says it runs (True) or bwrap gave up (EOF: False), on the
     event loop (a worker thread's hand-off cost ~0.3 ms of a start)."""
-    loop = asyncio.get_running_loop()
-    readable: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not readable.done():
-            readable.set_result(None)
-    loop.add_reader(fd, wake)
-    try:
-        await readable
-    finally:
-        loop.remove_reader(fd)
+    await readable(fd)
     return os.read(fd, 16) == b"ready"
 
 

@@ -28,6 +28,8 @@ import anyio
 
 from sandbox._errors import SandboxInitFailed
 
+from ._forkserver import install_filter as install
+
 __all__ = [
     "DEFAULT_DENIED",
     "DEFAULT_PROFILE",
@@ -169,9 +171,6 @@ class _ArgCmp(ctypes.Structure):  # struct scmp_arg_cmp
     _fields_ = (("arg", ctypes.c_uint), ("op", ctypes.c_int),
                 ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64))
 
-
-class _SockFprog(ctypes.Structure):  # struct sock_fprog
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
 
 def _fail(what: str, do: str = "") -> SandboxInitFailed:
@@ -388,28 +387,6 @@ def _export(lib: ctypes.CDLL, ctx: int) -> bytes:
         os.close(fd)
 
 
-_PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS, _SECCOMP_MODE_FILTER, _BPF_MAXINSNS = 22, 38, 2, 4096
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def install(program: bytes) -> None:
-    """Set no_new_privs, then load `program` as this process's seccomp filter.
-
-    Meant for a single-threaded child right before exec: the filter binds this thread and
-    everything it execs. Raises OSError when the program is malformed or the kernel refuses it.
-    """
-    count, rest = divmod(len(program), 8)
-    if rest or not 0 < count <= _BPF_MAXINSNS:
-        raise OSError(errno.EINVAL, f"not a program of 1 to 4096 BPF instructions: {program!r:.40}")
-    buffer = ctypes.create_string_buffer(program, len(program))
-    fprog = _SockFprog(count, ctypes.cast(buffer, ctypes.c_void_p))
-    zero = ctypes.c_ulong(0)
-    for args in ((_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero),
-                 (_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER),
-                  ctypes.c_void_p(ctypes.addressof(fprog)), zero, zero)):
-        if _LIBC.prctl(ctypes.c_int(args[0]), *args[1:]) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"prctl({args[0]}): {os.strerror(code)}")
 
 
 _programs: dict[str, bytes] = {}

@@ -1,292 +1,42 @@
-"""The SDK's side of the fork server (`_forkserver`): one server per SDK process, and a
-zygote per sandbox.
+"""One sandbox's spawning: its holder and zygote (`SandboxSpawner`), and its commands.
 
-`prepare` asks the server for a sandbox's zygote (it loads the sandbox's seccomp filter while
-bwrap starts the sandbox), `Zygote.join` sends it in; `start` sends it one command and returns a
-`RemoteProcess`: the command's pipes as asyncio streams, its end as a future, signals through
-a pidfd (never a pid that could have been reused). The server is started on first use, again
-if it died, and ends with this process (it exits when its socket closes); a zygote ends when
-its sandbox closes its socket.
+`SandboxSpawner` has the fork server (`_server`) start the sandbox's holder (bwrap) and a
+zygote that loads the seccomp filter while bwrap starts, then sends the zygote in. `start`
+sends it one command and returns a `RemoteProcess`: the command's pipes as asyncio streams,
+its end as a future, signals through a pidfd (never a pid that could have been reused).
 """
 
 from __future__ import annotations
 
-import array
 import asyncio
-import atexit
 import contextlib
-import itertools
-import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from .._errors import CommandStartFailed
+from ._channel import Pending, Zygote, close_fds
+from ._server import prepare, start_holder
 
-__all__ = ["RemoteProcess", "SandboxSpawner", "Zygote", "prepare", "start"]
-
-_SERVER = Path(__file__).with_name("_forkserver.py")
-_FD_SPACE = socket.CMSG_SPACE(16 * array.array("i").itemsize)
-
-
-class _Pending:
-    """One command's messages from the server, handed to the loop that started it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.pidfd: asyncio.Future[tuple[int, int]] = loop.create_future()
-        self.started: asyncio.Future[tuple[int, str]] = loop.create_future()
-        self.status: asyncio.Future[int] = loop.create_future()
-
-    def deliver(self, message: dict[str, Any], fds: list[int]) -> None:
-        if "pid" in message and fds:
-            _settle(self.pidfd, (int(message["pid"]), fds[0]), fds[1:], owned=fds[0])
-        elif "exec" in message:
-            failed = (int(message["exec"]), str(message.get("step", "")))
-            if message.get("final") and not self.pidfd.done():  # it never ran
-                self.pidfd.set_exception(OSError(failed[0], os.strerror(failed[0])))
-            _settle(self.started, failed, fds)
-        elif "status" in message:
-            _settle(self.status, int(message["status"]), fds)
-        else:
-            error = CommandStartFailed("the process backend's spawner could not start the "
-                                       "command", details=str(message.get("error")))
-            for future in (self.pidfd, self.started, self.status):
-                if not future.done():
-                    future.set_exception(error)
-                    future.exception()  # retrieved: a caller may wait on another one only
-            _close(fds)
-
-
-def _settle(future: asyncio.Future[Any], value: Any, extra: list[int],
-            owned: int = -1) -> None:
-    _close(extra)
-    if future.done():
-        _close([owned] if owned >= 0 else [])
-        return
-    future.set_result(value)
-
-
-def _close(fds: Sequence[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-class Zygote:
-    """The SDK's end of one sandbox's zygote; its replies are read on the event loop that
-    made it (a reader thread's start alone cost ~1 ms of a create here)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
-        self._lock = threading.Lock()
-        self._failure = ""
-        self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(sock.fileno(), self._readable)
-
-    def join(self, namespaces: Sequence[tuple[str, int]], *, cgroup_procs: Sequence[str],
-             ids: tuple[int, int] | None) -> None:
-        """Send the zygote into the sandbox: its cgroup and namespaces (user namespace fds
-        included), then ``ids`` (None: keep ours, which the user namespace maps). A failure
-        comes back as the failure of the first command."""
-        data = json.dumps({"ns": [name for name, _ in namespaces],
-                           "cgroup_procs": list(cgroup_procs),
-                           "uid": ids[0] if ids else None,
-                           "gid": ids[1] if ids else None}).encode()
-        try:
-            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array(
-                "i", [fd for _, fd in namespaces]))])
-        except OSError as exc:
-            raise CommandStartFailed("the process sandbox's spawner is gone",
-                                     details=self._failure or str(exc)) from exc
-
-    def submit(self, request: dict[str, Any], fds: Sequence[int]) -> _Pending:
-        """Send one request; its replies go to the returned `_Pending` on the running loop."""
-        pending = _Pending(asyncio.get_running_loop())
-        ident = next(self._ids)
-        with self._lock:
-            if self._failure:
-                raise CommandStartFailed("the process sandbox's spawner is gone",
-                                         details=self._failure)
-            self._pending[ident] = pending
-        data = json.dumps({**request, "id": ident}).encode()
-        try:
-            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                         array.array("i", fds))])
-        except OSError as exc:
-            with self._lock:
-                self._pending.pop(ident, None)
-            raise CommandStartFailed("the process sandbox's spawner is gone",
-                                     details=self._failure or str(exc)) from exc
-        return pending
-
-    def _readable(self) -> None:
-        while True:
-            try:
-                data, ancillary, _, _ = self._sock.recvmsg(
-                    1 << 16, _FD_SPACE, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                return
-            except OSError:
-                data, ancillary = b"", []
-            fds: list[int] = []
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    got = array.array("i")
-                    got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
-                    fds.extend(got)
-            if not data:
-                self._loop.remove_reader(self._sock.fileno())
-                self._fail_all("the spawner ended")
-                return
-            self._dispatch(data, fds)
-
-    def _dispatch(self, data: bytes, fds: list[int]) -> None:
-        try:
-            message = dict(json.loads(data))
-            ident = message.get("id")
-        except (ValueError, TypeError):
-            _close(fds)
-            return
-        if ident is None:  # the zygote could not enter the sandbox, or a bad request
-            _close(fds)
-            self._failure = str(message.get("error", "unknown"))
-            return
-        with self._lock:
-            pending = self._pending.get(int(ident))
-            if pending is not None and ("status" in message or "error" in message
-                                        or message.get("final")):
-                self._pending.pop(int(ident), None)
-        if pending is None:
-            _close(fds)
-        elif pending.loop is self._loop:
-            pending.deliver(message, fds)
-        else:
-            with contextlib.suppress(RuntimeError):  # that loop was closed meanwhile
-                pending.loop.call_soon_threadsafe(pending.deliver, message, fds)
-
-    def _fail_all(self, why: str) -> None:
-        with self._lock:
-            self._failure = self._failure or why
-            pending, self._pending = list(self._pending.values()), {}
-        for entry in pending:
-            with contextlib.suppress(RuntimeError):
-                entry.loop.call_soon_threadsafe(entry.deliver, {"error": self._failure}, [])
-
-    @property
-    def failed(self) -> bool:
-        """True once the zygote is known to be gone or unable to enter its sandbox."""
-        return bool(self._failure)
-
-    def close(self) -> None:
-        """Close the socket: the zygote exits (its commands are the sandbox's to kill)."""
-        if not self._loop.is_closed() and self._sock.fileno() >= 0:
-            self._loop.remove_reader(self._sock.fileno())
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-
-
-def _interpreter() -> str:
-    """A Python this process may execute (the server needs only the standard library): ours,
-    else the one our virtualenv was made from, else the system's."""
-    candidates = [sys.executable, getattr(sys, "_base_executable", ""),
-                  shutil.which("python3") or "", "/usr/bin/python3"]
-    return next((c for c in candidates if c and os.access(c, os.X_OK)), sys.executable)
-
-
-class Spawner:
-    """The fork server: one per SDK process, forking a zygote per sandbox."""
-
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self._server = subprocess.Popen(
-                [_interpreter(), "-I", "-S", str(_SERVER), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True,
-                start_new_session=True)
-        finally:
-            theirs.close()
-        self._sock = ours
-        self.owner = os.getpid()
-
-    def prepare(self, seccomp: bytes) -> Zygote:
-        """A zygote that loads ``seccomp`` now and waits for `Zygote.join`.
-
-        Raises:
-            OSError: The fork server is gone.
-        """
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            data = json.dumps({"filter": seccomp.hex()}).encode()
-            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                         array.array("i", [theirs.fileno()]))])
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        return Zygote(ours)
-
-    def close(self) -> None:
-        """Close the socket (the server then exits) and reap the server."""
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        try:
-            self._server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._server.kill()
-            self._server.wait()
-
-
-_spawner: Spawner | None = None
-_spawner_lock = threading.Lock()
-
-
-def prepare(seccomp: bytes = b"") -> Zygote:
-    """A zygote from this process's fork server (started on demand, and again if it died)
-    that loads ``seccomp`` (with NoNewPrivs) at once; `Zygote.join` then sends it into its
-    sandbox."""
-    global _spawner
-    with _spawner_lock:
-        for attempt in range(2):
-            if _spawner is None or _spawner.owner != os.getpid() or \
-                    _spawner._server.poll() is not None:
-                if _spawner is not None and _spawner.owner == os.getpid():
-                    _spawner.close()
-                _spawner = Spawner()
-            try:
-                return _spawner.prepare(seccomp)
-            except OSError:
-                if attempt:
-                    raise
-                _spawner.close()
-                _spawner = None
-    raise AssertionError("unreachable")
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    if _spawner is not None and _spawner.owner == os.getpid():
-        _spawner.close()
+__all__ = ["RemoteProcess", "SandboxSpawner", "readable", "start"]
 
 
 class SandboxSpawner:
     """One sandbox's zygote, replaced when it is found gone (its fork server was killed, say)."""
 
-    def __init__(self, seccomp: bytes) -> None:
+    def __init__(self, seccomp: bytes, holder: Mapping[str, Any] | None = None,
+                 holder_fds: Sequence[int] = ()) -> None:
         self._seccomp = seccomp
-        self._zygote = prepare(seccomp)
+        self._channel = start_holder(holder, holder_fds) if holder is not None else None
+        self._holder = self._channel.expect(0) if self._channel is not None else None
+        try:
+            self._zygote = prepare(seccomp)
+        except BaseException:
+            if self._channel is not None:
+                self._channel.close()
+            raise
+        self._stderr: asyncio.ReadTransport | None = None
         self._target: tuple[int, str, tuple[str, ...], tuple[str, ...],
                             tuple[int, int] | None] | None = None
 
@@ -310,11 +60,27 @@ class SandboxSpawner:
                                      details=str(exc)) from exc
         finally:
             if len(fds) < len(names):
-                _close(fds)
+                close_fds(fds)
         try:
             zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs, ids=ids)
         finally:
-            _close(fds)
+            close_fds(fds)
+
+    async def holder(self, stderr_fd: int) -> RemoteProcess:
+        """The holder the zygote started (its end is reported like a command's), with its
+        stderr read from ``stderr_fd`` (taken over)."""
+        assert self._holder is not None
+        loop = asyncio.get_running_loop()
+        try:
+            pid, pidfd = await self._holder.pidfd
+            stderr = asyncio.StreamReader(limit=1 << 16, loop=loop)
+            self._stderr, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(stderr, loop=loop),
+                os.fdopen(stderr_fd, "rb", buffering=0))
+        except BaseException:
+            close_fds([stderr_fd])
+            raise
+        return RemoteProcess(pid, pidfd, self._holder, None, None, stderr)
 
     def zygote(self) -> Zygote:
         """The live zygote: a new one, sent in, when the current one is known to be gone."""
@@ -325,16 +91,22 @@ class SandboxSpawner:
         return self._zygote
 
     def close(self) -> None:
+        """Close the zygote, the holder's channel and its stderr (the holder is the
+        sandbox's to stop first)."""
         self._zygote.close()
+        if self._channel is not None:
+            self._channel.close()
+        if self._stderr is not None:
+            self._stderr.close()
 
 
 class RemoteProcess:
     """A command the fork server started: the subset of `asyncio.subprocess.Process` the
     process backend uses."""
 
-    def __init__(self, pid: int, pidfd: int, pending: _Pending,
-                 stdin: asyncio.StreamWriter | None, stdout: asyncio.StreamReader,
-                 stderr: asyncio.StreamReader) -> None:
+    def __init__(self, pid: int, pidfd: int, pending: Pending,
+                 stdin: asyncio.StreamWriter | None, stdout: asyncio.StreamReader | None,
+                 stderr: asyncio.StreamReader | None) -> None:
         self.pid = pid
         self._pidfd = pidfd
         self._pending = pending
@@ -342,10 +114,22 @@ class RemoteProcess:
         self.returncode: int | None = None
 
     async def wait(self) -> int:
-        """The exit code, or minus the signal number that ended the command."""
+        """The exit code, or minus the signal number that ended the command.
+
+        When whoever reported its end is gone (its zygote or the fork server), the end is
+        seen on the pidfd instead, and the status is unknown: -SIGKILL (what the parent's
+        death sends it).
+        """
         if self.returncode is None:
-            status = await self._pending.status
-            self.returncode = os.waitstatus_to_exitcode(status)
+            try:
+                status = await asyncio.shield(self._pending.status)  # shared by waiters
+                code = os.waitstatus_to_exitcode(status)
+            except CommandStartFailed:
+                if self._pidfd >= 0:
+                    await readable(self._pidfd)
+                code = -signal.SIGKILL
+            if self.returncode is None:
+                self.returncode = code
             if self._pidfd >= 0:
                 os.close(self._pidfd)
                 self._pidfd = -1
@@ -358,6 +142,21 @@ class RemoteProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+async def readable(fd: int) -> None:
+    """Wait on the event loop until ``fd`` is readable (a pidfd: its process ended)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
 
 
 async def _reader(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.StreamReader:
@@ -400,14 +199,14 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
                    "rlimits": list(rlimits)}
         pending = spawner.zygote().submit(request, [*theirs, workdir_fd])
     except BaseException:
-        _close(ours)
+        close_fds(ours)
         raise
     finally:
-        _close(theirs)
+        close_fds(theirs)
     try:
         pid, pidfd = await asyncio.shield(pending.pidfd)
     except BaseException:
-        _close(ours)
+        close_fds(ours)
         _abandon(pending)
         raise
     try:
@@ -422,7 +221,7 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         stdout = await _reader(loop, ours.pop(0))
         stderr = await _reader(loop, ours.pop(0))
     except BaseException:
-        _close(ours)
+        close_fds(ours)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         os.close(pidfd)
@@ -430,7 +229,7 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     return RemoteProcess(pid, pidfd, pending, stdin, stdout, stderr)
 
 
-def _abandon(pending: _Pending) -> None:
+def _abandon(pending: Pending) -> None:
     """A start given up before its pid came: kill the command whenever it does."""
     def kill(future: asyncio.Future[tuple[int, int]]) -> None:
         if not future.cancelled() and future.exception() is None:

@@ -30,6 +30,7 @@ from sandbox import (
     ResourceUsage,
     Sandbox,
     SandboxConfig,
+    SandboxError,
     SandboxInitFailed,
     SecurityPolicy,
 )
@@ -257,18 +258,21 @@ async def test_concurrent_commands_keep_their_own_output_and_exit_codes() -> Non
             assert (r.stdout, r.stderr, r.exit_code) == (f"out{i}\n", f"err{i}\n", i)
 
 
-async def test_a_killed_fork_server_is_replaced_and_running_sandboxes_go_on() -> None:
-    from sandbox.process import _spawner
+async def test_a_killed_fork_server_ends_its_sandboxes_and_is_replaced() -> None:
+    from sandbox.process import _server
     async with Sandbox(config()) as first:
-        server = _spawner._spawner
+        server = _server._spawner
         assert server is not None
-        server._server.kill()
+        init = first.backend.init_pid
+        server._server.kill()  # its holders die with it (bwrap --die-with-parent)
         server._server.wait()
-        r = await first.execute_command(["echo", "still"])  # its zygote outlived the server
-        assert r.stdout == "still\n"
+        await anyio.to_thread.run_sync(wait_gone, init)
+        with pytest.raises(SandboxError):  # the sandbox says it ended, nothing hangs
+            with anyio.fail_after(30):
+                await first.execute_command(["echo", "still"])
         async with Sandbox(config()) as second:  # a new server was started for it
             assert (await second.execute_command(["echo", "new"])).stdout == "new\n"
-        assert _spawner._spawner is not server
+        assert _server._spawner is not server
 
 
 async def test_samples_reach_on_sample_in_the_background() -> None:

@@ -1,0 +1,191 @@
+"""A socket to a zygote or to the fork server, and the replies that come back on it.
+
+Each request gets an id; the replies for it (``pid`` with a pidfd, ``exec``, ``status``, or
+``error``) resolve the futures of its `Pending`, read on the event loop that made the
+channel (see `_forkserver` for who sends what).
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import CommandStartFailed
+
+__all__ = ["Pending", "Zygote", "close_fds"]
+
+_FD_SPACE = socket.CMSG_SPACE(16 * array.array("i").itemsize)
+
+
+class Pending:
+    """One command's messages from the server, handed to the loop that started it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pidfd: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self.started: asyncio.Future[tuple[int, str]] = loop.create_future()
+        self.status: asyncio.Future[int] = loop.create_future()
+
+    def deliver(self, message: dict[str, Any], fds: list[int]) -> None:
+        if "pid" in message and fds:
+            _settle(self.pidfd, (int(message["pid"]), fds[0]), fds[1:], owned=fds[0])
+        elif "exec" in message:
+            failed = (int(message["exec"]), str(message.get("step", "")))
+            if message.get("final") and not self.pidfd.done():  # it never ran
+                self.pidfd.set_exception(OSError(failed[0], os.strerror(failed[0])))
+            _settle(self.started, failed, fds)
+        elif "status" in message:
+            _settle(self.status, int(message["status"]), fds)
+        else:
+            error = CommandStartFailed("the process backend's spawner could not start the "
+                                       "command", details=str(message.get("error")))
+            for future in (self.pidfd, self.started, self.status):
+                if not future.done():
+                    future.set_exception(error)
+                    future.exception()  # retrieved: a caller may wait on another one only
+            close_fds(fds)
+
+
+def _settle(future: asyncio.Future[Any], value: Any, extra: list[int],
+            owned: int = -1) -> None:
+    close_fds(extra)
+    if future.done():
+        close_fds([owned] if owned >= 0 else [])
+        return
+    future.set_result(value)
+
+
+def close_fds(fds: Sequence[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class Zygote:
+    """The SDK's end of one sandbox's zygote; its replies are read on the event loop that
+    made it (a reader thread's start alone cost ~1 ms of a create here)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Pending] = {}
+        self._lock = threading.Lock()
+        self._failure = ""
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    def join(self, namespaces: Sequence[tuple[str, int]], *, cgroup_procs: Sequence[str],
+             ids: tuple[int, int] | None) -> None:
+        """Send the zygote into the sandbox: its cgroup and namespaces (user namespace fds
+        included), then ``ids`` (None: keep ours, which the user namespace maps). A failure
+        comes back as the failure of the first command."""
+        data = json.dumps({"ns": [name for name, _ in namespaces],
+                           "cgroup_procs": list(cgroup_procs),
+                           "uid": ids[0] if ids else None,
+                           "gid": ids[1] if ids else None}).encode()
+        try:
+            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array(
+                "i", [fd for _, fd in namespaces]))])
+        except OSError as exc:
+            raise CommandStartFailed("the process sandbox's spawner is gone",
+                                     details=self._failure or str(exc)) from exc
+
+    def expect(self, ident: int) -> Pending:
+        """The replies to a request the zygote made itself (0: the holder)."""
+        pending = self._pending[ident] = Pending(self._loop)
+        return pending
+
+    def submit(self, request: dict[str, Any], fds: Sequence[int]) -> Pending:
+        """Send one request; its replies go to the returned `Pending` on the running loop."""
+        pending = Pending(asyncio.get_running_loop())
+        ident = next(self._ids)
+        with self._lock:
+            if self._failure:
+                raise CommandStartFailed("the process sandbox's spawner is gone",
+                                         details=self._failure)
+            self._pending[ident] = pending
+        data = json.dumps({**request, "id": ident}).encode()
+        try:
+            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                         array.array("i", fds))])
+        except OSError as exc:
+            with self._lock:
+                self._pending.pop(ident, None)
+            raise CommandStartFailed("the process sandbox's spawner is gone",
+                                     details=self._failure or str(exc)) from exc
+        return pending
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data, ancillary, _, _ = self._sock.recvmsg(
+                    1 << 16, _FD_SPACE, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, ancillary = b"", []
+            fds: list[int] = []
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got = array.array("i")
+                    got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
+                    fds.extend(got)
+            if not data:
+                self._loop.remove_reader(self._sock.fileno())
+                self._fail_all("the spawner ended")
+                return
+            self._dispatch(data, fds)
+
+    def _dispatch(self, data: bytes, fds: list[int]) -> None:
+        try:
+            message = dict(json.loads(data))
+            ident = message.get("id")
+        except (ValueError, TypeError):
+            close_fds(fds)
+            return
+        if ident is None:  # the zygote could not enter the sandbox, or a bad request
+            close_fds(fds)
+            self._failure = str(message.get("error", "unknown"))
+            return
+        with self._lock:
+            pending = self._pending.get(int(ident))
+            if pending is not None and ("status" in message or "error" in message
+                                        or message.get("final")):
+                self._pending.pop(int(ident), None)
+        if pending is None:
+            close_fds(fds)
+        elif pending.loop is self._loop:
+            pending.deliver(message, fds)
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop was closed meanwhile
+                pending.loop.call_soon_threadsafe(pending.deliver, message, fds)
+
+    def _fail_all(self, why: str) -> None:
+        with self._lock:
+            self._failure = self._failure or why
+            pending, self._pending = list(self._pending.values()), {}
+        for entry in pending:
+            with contextlib.suppress(RuntimeError):
+                entry.loop.call_soon_threadsafe(entry.deliver, {"error": self._failure}, [])
+
+    @property
+    def failed(self) -> bool:
+        """True once the zygote is known to be gone or unable to enter its sandbox."""
+        return bool(self._failure)
+
+    def close(self) -> None:
+        """Close the socket: the zygote exits (its commands are the sandbox's to kill)."""
+        if not self._loop.is_closed() and self._sock.fileno() >= 0:
+            self._loop.remove_reader(self._sock.fileno())
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+

@@ -1,0 +1,130 @@
+"""The fork server (`_forkserver`): one per SDK process, started on demand and again if it
+died; it ends when this process does (it exits when its socket closes). It forks a zygote per
+sandbox (`prepare`) and the sandbox's holder (`start_holder`)."""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._channel import Zygote
+
+__all__ = ["prepare", "start_holder"]
+
+_SERVER = Path(__file__).with_name("_forkserver.py")
+
+
+def _interpreter() -> str:
+    """A Python this process may execute (the server needs only the standard library): ours,
+    else the one our virtualenv was made from, else the system's."""
+    candidates = [sys.executable, getattr(sys, "_base_executable", ""),
+                  shutil.which("python3") or "", "/usr/bin/python3"]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), sys.executable)
+
+
+class Spawner:
+    """The fork server: one per SDK process, forking a zygote per sandbox."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._server = subprocess.Popen(
+                [_interpreter(), "-I", "-S", str(_SERVER), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True,
+                start_new_session=True)
+        finally:
+            theirs.close()
+        self._sock = ours
+        self.owner = os.getpid()
+
+    def prepare(self, seccomp: bytes) -> Zygote:
+        """A zygote that loads ``seccomp`` now and waits for `Zygote.join`."""
+        return self._request({"filter": seccomp.hex()}, ())
+
+    def holder(self, spec: Mapping[str, Any], fds: Sequence[int]) -> Zygote:
+        """Start a sandbox's holder (see `_forkserver._holder`) with ``fds`` as its stdio, 3,
+        4, ...; its pid (id 0) and end come back on the returned channel."""
+        return self._request({"holder": spec}, fds)
+
+    def _request(self, request: Mapping[str, Any], fds: Sequence[int]) -> Zygote:
+        """Send ``request`` with a new socket (and ``fds``); the socket's other end.
+
+        Raises:
+            OSError: The fork server is gone.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._sock.sendmsg([json.dumps(request).encode()], [(
+                socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno(), *fds]))])
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return Zygote(ours)
+
+    def close(self) -> None:
+        """Close the socket (the server then exits) and reap the server."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        try:
+            self._server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+            self._server.wait()
+
+
+_spawner: Spawner | None = None
+_spawner_lock = threading.Lock()
+
+
+def _server() -> Spawner:
+    """This process's fork server, started on demand (and again if it died); with the lock."""
+    global _spawner
+    if _spawner is None or _spawner.owner != os.getpid() or _spawner._server.poll() is not None:
+        if _spawner is not None and _spawner.owner == os.getpid():
+            _spawner.close()
+        _spawner = Spawner()
+    return _spawner
+
+
+def _ask(call: Callable[[Spawner], Zygote]) -> Zygote:
+    global _spawner
+    with _spawner_lock:
+        try:
+            return call(_server())
+        except OSError:  # it died since: once more, on a new one
+            assert _spawner is not None
+            _spawner.close()
+            _spawner = None
+            return call(_server())
+
+
+def prepare(seccomp: bytes = b"") -> Zygote:
+    """A zygote from this process's fork server that loads ``seccomp`` (with NoNewPrivs) at
+    once; `Zygote.join` then sends it into its sandbox."""
+    return _ask(lambda server: server.prepare(seccomp))
+
+
+def start_holder(spec: Mapping[str, Any], fds: Sequence[int]) -> Zygote:
+    """Start a sandbox's holder from the fork server (see `Spawner.holder`)."""
+    return _ask(lambda server: server.holder(spec, fds))
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    if _spawner is not None and _spawner.owner == os.getpid():
+        _spawner.close()
+
