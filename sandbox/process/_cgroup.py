@@ -4,7 +4,7 @@ On cgroup v1 (this host) one directory per controller, ``<controller>/sandbox-sd
 a v2-only host one directory, ``sandbox-sdk/<id>`` below the unified root. Creating them needs
 write access there (root, or a delegated tree): `available` says whether this process has it,
 and the plan refuses the limits without it, naming why. Every process of the sandbox is
-placed in it before it runs (see `_spawn`), so `procs` is also the list cleanup kills.
+placed in it before it runs (see `_forkserver`), so `procs` is also the list cleanup kills.
 """
 
 from __future__ import annotations

@@ -47,11 +47,11 @@ from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, pr
 from ._cgroup import SandboxCgroup, available
 from ._exec import Entry, SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
+from ._inroot import missing, open_in_root
 from ._overlay import overlay_options, overlay_problem, prepare_overlay
 from ._plan import CGROUP_FIELDS, ProcessPlan, plan_sandbox
 from ._repository import prepare_repository
 from ._rootfs import resolve_rootfs
-from ._spawn import missing, open_in_root
 from ._spawner import RemoteProcess, SandboxSpawner, readable
 from ._state import new_state, remove_state
 
@@ -419,7 +419,7 @@ async def _read_ready(fd: int) -> bool:
 
 
 def _init_pid(bwrap_pid: int) -> int:
-    """The sandbox's pid 1: bwrap's child (the holder process is the outer bwrap or setpriv)."""
+    """The sandbox's pid 1: the child of the holder (the outer bwrap)."""
     pid = bwrap_pid
     for _ in range(3):
         try:
