@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import inspect
 import math
 import os
 import signal as _signal
+import termios
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
@@ -46,6 +48,17 @@ KILL_GRACE = 5.0
 _CHUNK = 64 << 10
 
 Callback = Callable[[bytes], Any]
+
+
+async def _read(reader: asyncio.StreamReader) -> bytes:
+    """The next chunk; b"" at the end, which a pseudo-terminal's master says with EIO once
+    every process holding its other side is gone."""
+    try:
+        return await reader.read(_CHUNK)
+    except OSError as exc:
+        if exc.errno == errno.EIO:
+            return b""
+        raise
 
 
 async def _call(callback: Callback | None, data: bytes) -> None:
@@ -148,9 +161,12 @@ class SandboxProcess:
         await self._sweep(number)
 
     async def resize(self, rows: int, cols: int) -> None:
-        """Checked, then ignored: this backend runs commands without a terminal (tty=True is
-        refused at start)."""
+        """Set the terminal's size (the program gets SIGWINCH); checked, then ignored for a
+        command without a terminal."""
         check_terminal_size(rows, cols)
+        if self._proc.terminal >= 0 and not self._exited.is_set():
+            with contextlib.suppress(OSError):  # the command just ended
+                termios.tcsetwinsize(self._proc.terminal, (rows, cols))
 
     async def wait(self) -> CommandResult:
         """Wait for the command to end and return its result."""
@@ -198,7 +214,7 @@ class SandboxProcess:
 
     async def _pump(self, name: StreamName, reader: asyncio.StreamReader) -> None:
         try:
-            while data := await reader.read(_CHUNK):
+            while data := await _read(reader):
                 self._last_output = time.monotonic()
                 self._capture.feed(name, data)
                 await _call(self._callbacks[name], data)
@@ -331,7 +347,7 @@ async def open_command(
     try:
         proc = await start(entry.spawner, spec.argv, env=env, workdir_fd=workdir_fd,
                            attach_stdin=iterate or spec.stdin is not None,
-                           rlimits=entry.rlimits)
+                           rlimits=entry.rlimits, tty=spec.tty)
     except OSError as exc:
         raise start_error(exc.strerror or str(exc), spec.argv) from exc
     finally:

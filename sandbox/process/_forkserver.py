@@ -33,6 +33,7 @@ import select
 import signal
 import socket
 import sys
+import termios
 from typing import Any
 
 MAX_FDS = 16
@@ -91,12 +92,16 @@ def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
 
 
 def _command(req: dict[str, Any], fds: list[int], errpipe: int) -> None:
-    """In a forked command (the slow path, for rlimits): take its stdio, working directory
-    and rlimits, exec (never returns). A failure is written to ``errpipe`` as
-    ``"<errno> <step>"``; the step ``exec`` means the program itself could not be run."""
+    """In a forked command (the slow path, for rlimits or a terminal): take its stdio,
+    working directory, controlling terminal and rlimits, exec (never returns). A failure is
+    written to ``errpipe`` as ``"<errno> <step>"``; the step ``exec`` means the program
+    itself could not be run."""
     step = "setsid"
     try:
         os.setsid()
+        if req.get("tty"):  # the pseudo-terminal becomes the session's controlling terminal
+            step = "tty"
+            fcntl.ioctl(fds[0], termios.TIOCSCTTY, 0)
         step = "stdio"
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target, inheritable=True)  # received close-on-exec: the rest closes
@@ -159,7 +164,7 @@ class _Zygote:
         ident = req.get("id")
         read_end = -1
         try:
-            if req.get("rlimits"):
+            if req.get("rlimits") or req.get("tty"):
                 read_end, write_end = os.pipe2(os.O_CLOEXEC)
                 pid = os.fork()
                 if pid == 0:

@@ -25,7 +25,7 @@ import attrs
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import LABEL_SANDBOX_ID
-from .._errors import CommandStartFailed, ConfigError, SandboxError, SandboxInitFailed
+from .._errors import CommandStartFailed, SandboxError, SandboxInitFailed
 from .._gc import owner_labels
 from .._lifecycle import Lifecycle
 from .._models import (
@@ -313,9 +313,6 @@ class ProcessSandbox(HelperFiles):
                     on_stderr: OutputCallback | None = None) -> AsyncIterator[SandboxProcess]:
         self._life.require_running()
         assert self._plan is not None and self._entry is not None
-        if spec.tty:
-            raise ConfigError("tty=True is not supported by the process backend yet: it runs "
-                              "commands without a terminal")
         if spec.user and spec.user != self._user:
             raise CommandStartFailed(
                 f"cannot start {spec.argv[0]!r} as user {spec.user!r}: a process sandbox runs "

@@ -112,6 +112,7 @@ class RemoteProcess:
         self._pending = pending
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
         self.returncode: int | None = None
+        self.terminal = -1  # the pseudo-terminal's master side (owned by stdout's transport)
 
     async def wait(self) -> int:
         """The exit code, or minus the signal number that ended the command.
@@ -173,9 +174,11 @@ async def _writer(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.StreamWri
 
 
 async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[str, str],
-                attach_stdin: bool, workdir_fd: int, rlimits: Sequence[tuple[int, int, int]]
-                ) -> RemoteProcess:
-    """Start ``argv`` in the sandbox of ``spawner``.
+                attach_stdin: bool, workdir_fd: int, rlimits: Sequence[tuple[int, int, int]],
+                tty: bool = False) -> RemoteProcess:
+    """Start ``argv`` in the sandbox of ``spawner`` (with ``tty``, on a new pseudo-terminal:
+    its stdin, stdout and stderr, its controlling terminal; the handle's ``terminal`` is the
+    master side, and its stderr is empty).
 
     Raises:
         OSError: The program could not be executed (``errno`` says why).
@@ -185,24 +188,28 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     ours: list[int] = []
     theirs: list[int] = []
     try:
-        if attach_stdin:
+        if tty:
+            master, slave = os.openpty()
+            ours += [master, os.dup(master)]  # read, write: one transport each
+            theirs += [slave] * 3
+        elif attach_stdin:
             read_end, write_end = os.pipe2(os.O_CLOEXEC)
             ours.append(write_end)
             theirs.append(read_end)
         else:
             theirs.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
-        for _ in range(2):
+        for _ in range(0 if tty else 2):
             read_end, write_end = os.pipe2(os.O_CLOEXEC)
             ours.append(read_end)
             theirs.append(write_end)
         request = {"argv": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
-                   "rlimits": list(rlimits)}
+                   "rlimits": list(rlimits), "tty": tty}
         pending = spawner.zygote().submit(request, [*theirs, workdir_fd])
     except BaseException:
         close_fds(ours)
         raise
     finally:
-        close_fds(theirs)
+        close_fds(list(set(theirs)))
     try:
         pid, pidfd = await asyncio.shield(pending.pidfd)
     except BaseException:
@@ -217,16 +224,26 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
             raise CommandStartFailed(f"could not start {argv[0]!r}: entering the sandbox "
                                      f"failed at {step!r}",
                                      details=os.strerror(failed) if failed else "")
-        stdin = await _writer(loop, ours.pop(0)) if attach_stdin else None
-        stdout = await _reader(loop, ours.pop(0))
-        stderr = await _reader(loop, ours.pop(0))
+        terminal = ours[0] if tty else -1
+        stdin: asyncio.StreamWriter | None = None
+        if tty:
+            stdout = await _reader(loop, ours.pop(0))
+            stdin = await _writer(loop, ours.pop(0))
+            stderr = asyncio.StreamReader(loop=loop)
+            stderr.feed_eof()
+        else:
+            stdin = await _writer(loop, ours.pop(0)) if attach_stdin else None
+            stdout = await _reader(loop, ours.pop(0))
+            stderr = await _reader(loop, ours.pop(0))
     except BaseException:
         close_fds(ours)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         os.close(pidfd)
         raise
-    return RemoteProcess(pid, pidfd, pending, stdin, stdout, stderr)
+    proc = RemoteProcess(pid, pidfd, pending, stdin, stdout, stderr)
+    proc.terminal = terminal
+    return proc
 
 
 def _abandon(pending: Pending) -> None:

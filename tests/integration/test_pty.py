@@ -40,8 +40,12 @@ class Screen:
         return shown
 
 
-async def test_python_repl_over_a_pty() -> None:
-    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb, \
+KINDS = pytest.mark.parametrize("kind", ["docker", "process"])
+
+
+@KINDS
+async def test_python_repl_over_a_pty(kind: str) -> None:
+    async with Sandbox(SandboxConfig(type=kind, image=IMAGE_PYTHON)) as sb, \
             sb.stream_command(["python3", "-q", "-i"], tty=True) as proc:
         screen = Screen(proc)
         await proc.resize(40, 100)
@@ -67,8 +71,9 @@ async def test_python_repl_over_a_pty() -> None:
         assert result.exit_code == 5
 
 
-async def test_shell_on_a_pty_has_job_control_and_ctrl_c() -> None:
-    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb, \
+@KINDS
+async def test_shell_on_a_pty_has_job_control_and_ctrl_c(kind: str) -> None:
+    async with Sandbox(SandboxConfig(type=kind, image=IMAGE_BUSYBOX)) as sb, \
             sb.stream_command(["/bin/sh", "-i"], tty=True) as proc:
         screen = Screen(proc)
         await proc.write_stdin("stty size; echo marker-$((40 + 2))\n")
@@ -89,8 +94,9 @@ async def test_shell_on_a_pty_has_job_control_and_ctrl_c() -> None:
         assert b"can't access tty" not in screen.data and b"job control" not in screen.data
 
 
-async def test_resize_refuses_bad_sizes() -> None:
-    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb, \
+@KINDS
+async def test_resize_refuses_bad_sizes(kind: str) -> None:
+    async with Sandbox(SandboxConfig(type=kind, image=IMAGE_BUSYBOX)) as sb, \
             sb.stream_command(["cat"], tty=True) as proc:
         for rows, cols in ((0, 80), (24, 70000), (True, 80)):
             with pytest.raises(ConfigError, match=r"(rows|cols) must be"):
