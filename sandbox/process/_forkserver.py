@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import termios
+import warnings  # noqa: F401 - os.execvpe imports it lazily: never from a sandbox's files
 from typing import Any
 
 MAX_FDS = 16
@@ -41,12 +42,24 @@ _NS_FLAGS = {"user": 0x10000000, "mnt": 0x00020000, "pid": 0x20000000, "ipc": 0x
              "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40000000}
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
 
 
 class _SockFprog(ctypes.Structure):
@@ -124,16 +137,19 @@ def _environment(req: dict[str, Any]) -> dict[str, str]:
 
 
 def _become(req: dict[str, Any]) -> None:
-    """Make the zygote what every command starts as: the sandbox's ids, no capabilities in any
-    set (the bounding set only now: joining a user namespace fills it again), undumpable."""
+    """Make the zygote what every command starts as: the sandbox's ids, no capability in any
+    set (the bounding set only now: joining a user namespace fills it again; and setresuid
+    clears nothing when uid 0 is not mapped there, so capset does), undumpable."""
+    for cap in range(64):
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break
     if req.get("uid") is not None:
-        for cap in range(64):
-            if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-                break
-        with contextlib.suppress(PermissionError):  # denied: no supplementary group mapped
-            os.setgroups([])
         os.setresgid(req["gid"], req["gid"], req["gid"])
-        os.setresuid(req["uid"], req["uid"], req["uid"])  # drops every capability
+        os.setresuid(req["uid"], req["uid"], req["uid"])
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()  # all zero: nothing effective, permitted or inheritable
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(AMBIENT)")
     _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
 
 
@@ -248,6 +264,8 @@ def _holder(spec: dict[str, Any], fds: list[int]) -> None:
     asked), rlimits, a session, the descriptors bwrap's command line names (stdio, then 3, 4,
     ...), the holder's host ids, then exec bwrap (never returns)."""
     try:
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):  # ignored by the server
+            signal.signal(sig, signal.SIG_DFL)
         for path in spec.get("cgroup_procs") or ():
             with open(path, "w") as f:
                 f.write("0")
@@ -257,12 +275,12 @@ def _holder(spec: dict[str, Any], fds: list[int]) -> None:
                    "making / private")
             _check(_libc.mount(b"sandbox-overlay", overlay["merged"].encode(), b"overlay", 0,
                                overlay["options"].encode()), "mounting the overlay root")
-        for which, soft, hard in spec.get("rlimits") or ():
-            resource.setrlimit(which, (soft, hard))
         os.setsid()
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100) for fd in fds]
-        for target, fd in enumerate(high):
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, len(fds)) for fd in fds]
+        for target, fd in enumerate(high):  # above every target first, so none is clobbered
             os.dup2(fd, target, inheritable=True)
+        for which, soft, hard in spec.get("rlimits") or ():  # after: NOFILE may be small
+            resource.setrlimit(which, (soft, hard))
         if ids := spec.get("ids"):
             os.setgroups([])
             os.setresgid(ids[1], ids[1], ids[1])
@@ -287,6 +305,8 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
         if not data:
             os._exit(0)
         join = dict(json.loads(data))
+        if join.get("uid") is not None:  # as host root still: the namespace denies it later
+            os.setgroups([])
         for path in join.get("cgroup_procs") or ():
             with open(path, "w") as f:
                 f.write("0")
@@ -305,55 +325,110 @@ def serve(fd: int) -> None:
     """Fork a zygote or a holder per request on ``fd`` until the SDK closes its end.
 
     Holders stay this (root) process's children: bwrap's --die-with-parent is a parent-death
-    signal, which a parent that changed its ids (as a zygote does) may not send (measured);
-    each one's end is reported on its reply socket. Zygotes are reaped as they end.
+    signal, which a parent that changed its ids (as a zygote does) may not send (measured).
+    A holder's reply socket carries its pid and its end; when the SDK closes that socket
+    first (its sandbox was given up, perhaps before the pid came), the holder is killed.
+    Zygotes are reaped as they end.
     """
     sock = socket.socket(fileno=fd)
+    _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(CHILD_SUBREAPER)")
     gc.disable()  # no cycles are made here; a collection would touch (copy) forked pages
     gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     poll = select.poll()
     poll.register(sock, select.POLLIN)
     children: dict[int, tuple[int, socket.socket | None]] = {}  # pidfd -> (pid, reply)
+    replies: dict[int, int] = {}  # reply socket fd -> the holder's pidfd
     while True:
         for ready, _ in poll.poll():
-            if ready != sock.fileno():
+            if ready in replies:  # the SDK closed it (it never writes): stop that holder
+                pidfd = replies.pop(ready)
+                poll.unregister(ready)
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                pid, reply = children[pidfd]
+                if reply is not None:
+                    reply.close()
+                children[pidfd] = (pid, None)
+            elif ready in children:
                 pid, reply = children.pop(ready)
                 poll.unregister(ready)
                 os.close(ready)
                 _, status = os.waitpid(pid, 0)
                 if reply is not None:
+                    replies.pop(reply.fileno(), None)
+                    poll.unregister(reply)
                     with contextlib.suppress(OSError):
                         _send(reply, {"id": 0, "status": status})
                     reply.close()
-                continue
-            data, fds = _receive(sock)
-            if not data:
-                return
-            try:
-                req = dict(json.loads(data))
-                pid = os.fork()
-                if pid == 0:
-                    sock.close()
-                    for pidfd, (_, other) in children.items():
-                        os.close(pidfd)
-                        if other is not None:
-                            other.close()
-                    if req.get("holder"):
-                        _holder(req["holder"], fds[1:])
-                    _zygote(req, fds)
-                pidfd = os.pidfd_open(pid)
-                reply = None
-                if req.get("holder"):
-                    reply = socket.socket(fileno=os.dup(fds[0]))
-                    _send(reply, {"id": 0, "pid": pid}, [pidfd])
-                children[pidfd] = (pid, reply)
-                poll.register(pidfd, select.POLLIN)
-            except Exception:
-                pass
-            for passed in fds:
-                os.close(passed)
+                _sweep_orphans({known for known, _ in children.values()})
+            elif ready == sock.fileno():
+                data, fds = _receive(sock)
+                if not data:
+                    return
+                _start(_request_of(data), fds, sock, poll, children, replies)
+                for passed in fds:
+                    os.close(passed)
 
+
+def _sweep_orphans(known: set[int]) -> None:
+    """Kill and reap every child of ours that is no holder or zygote we started: processes
+    orphaned below them (we are their subreaper), such as a sandbox's first process whose
+    bwrap was killed before it could set its parent-death signal."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as f:
+            orphans = {int(pid) for pid in f.read().split()} - known
+    except OSError:
+        return
+    for pid in orphans:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
+
+
+def _request_of(data: bytes) -> dict[str, Any]:
+    """A request's JSON object ({} when it is none)."""
+    try:
+        return dict(json.loads(data))
+    except (ValueError, TypeError):
+        return {}
+
+
+def _start(req: dict[str, Any], fds: list[int], sock: socket.socket, poll: select.poll,
+           children: dict[int, tuple[int, socket.socket | None]],
+           replies: dict[int, int]) -> None:
+    """Fork the holder or zygote ``req`` asks for and track it (see `serve`)."""
+    if not req or not fds:
+        return  # its socket closes unanswered: that says it
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid == 0:
+        sock.close()
+        for pidfd, (_, other) in children.items():
+            os.close(pidfd)
+            if other is not None:
+                other.close()
+        if req.get("holder"):
+            _holder(req["holder"], fds[1:])
+        _zygote(req, fds)
+    pidfd = os.pidfd_open(pid)
+    reply = None
+    if req.get("holder"):
+        reply = socket.socket(fileno=os.dup(fds[0]))
+        try:
+            _send(reply, {"id": 0, "pid": pid}, [pidfd])
+            replies[reply.fileno()] = pidfd
+            poll.register(reply, select.POLLIN)
+        except OSError:  # the SDK gave it up already: stop it now, then reap it
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            reply.close()
+            reply = None
+    children[pidfd] = (pid, reply)
+    poll.register(pidfd, select.POLLIN)
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]))

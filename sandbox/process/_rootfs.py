@@ -110,8 +110,8 @@ async def _from_docker(image: str) -> Rootfs:
             await _export(engine, ref.engine_name, target)
         return Rootfs(path=target / "rootfs", env=env, image_id=image_id, user=user)
     finally:
-        with contextlib.suppress(Exception):
-            await docker.close()
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await docker.close()  # a cancelled create must not leave the client open
 
 
 async def _export(engine: Any, name: str, target: Path) -> None:

@@ -172,46 +172,48 @@ class ProcessSandbox(HelperFiles):
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         program = await _seccomp.compiled(plan.seccomp)
-        pipes = [os.pipe() for _ in range(4)]  # ready, block, info, stderr
-        # The holder's descriptors: stdio, then 3 (block), 4 (info) and 5 (filter) for bwrap.
-        child_fds = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), pipes[0][1],
-                     pipes[3][1], pipes[1][0], pipes[2][1]]
-        holder = None
-        if root_user:
-            holder = HOST_HOLDER if plan.uid != HOST_HOLDER else HOST_HOLDER - 1
-        elif program:  # the holder is the sandbox user's: it needs the filter too
-            child_fds.append(_seccomp.memfd(program))
         merged = prepare_overlay(state, rootfs.path, mount_points(plan)) \
             if plan.writable_root else None
         self._workspace = Workspace(cfg.repository)  # owned first: remove() undoes a failure
         repo = await prepare_repository(self._workspace,
                                         host_user=":".join(map(str, HOST_NOBODY))
                                         if root_user else "")
-        spec = {"argv": bwrap_argv(bwrap, plan, rootfs.path, state, home=home,
-                                   userns_fds=(3, 4), overlay=merged, repo=repo, holder=holder,
-                                   seccomp_fd=5 if len(child_fds) > 5 else -1),
-                "env": [f"PATH={rootfs.env['PATH']}"], "cgroup_procs": cgroup_procs,
-                "rlimits": plan.rlimits, "ids": [HOST_HOLDER] * 2 if root_user else None,
-                "overlay": {"merged": str(merged), "options": overlay_options(
-                    state, rootfs.path)} if merged is not None else None}
-        self._life.advance(SandboxStatus.STARTING)
+        pipes = [os.pipe() for _ in range(4)]  # ready, block, info, stderr
+        owned = [fd for pair in pipes for fd in pair]  # closed at the end, unless handed over
         try:
-            try:  # the zygote starts the holder, then loads the filter while bwrap starts
-                self._zygote = SandboxSpawner(program, spec, child_fds)
-            except BaseException:
-                os.close(pipes[3][0])
-                raise
-            finally:
-                for fd in child_fds:
-                    os.close(fd)
-            self._holder = await self._zygote.holder(pipes[3][0])
+            # The holder's descriptors: stdio, then 3 (block), 4 (info), 5 (filter) for bwrap.
+            child_fds = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), pipes[0][1],
+                         pipes[3][1], pipes[1][0], pipes[2][1]]
+            owned.append(child_fds[0])
+            holder = None
+            if root_user:
+                holder = HOST_HOLDER if plan.uid != HOST_HOLDER else HOST_HOLDER - 1
+            elif program:  # the holder is the sandbox user's: it needs the filter too
+                child_fds.append(_seccomp.memfd(program))
+                owned.append(child_fds[-1])
+            spec = {"argv": bwrap_argv(bwrap, plan, rootfs.path, state, home=home,
+                                       userns_fds=(3, 4), overlay=merged, repo=repo,
+                                       holder=holder,
+                                       seccomp_fd=5 if len(child_fds) > 5 else -1),
+                    "env": [f"PATH={rootfs.env['PATH']}"], "cgroup_procs": cgroup_procs,
+                    "rlimits": plan.rlimits, "ids": [HOST_HOLDER] * 2 if root_user else None,
+                    "overlay": {"merged": str(merged), "options": overlay_options(
+                        state, rootfs.path)} if merged is not None else None}
+            self._life.advance(SandboxStatus.STARTING)
+            # The fork server starts the holder; the zygote loads the filter while bwrap starts.
+            self._zygote = SandboxSpawner(program, spec, child_fds)
+            for fd in child_fds:  # the server has its copies
+                os.close(fd)
+                owned.remove(fd)
+            owned.remove(pipes[3][0])
+            self._holder = await self._zygote.holder(pipes[3][0])  # takes it over
             # The sandbox user is us (unprivileged), or host nobody beside the holder (root).
             ids = [(plan.uid, os.getuid()), (plan.gid, os.getgid())] if holder is None else \
                 [(plan.uid, HOST_NOBODY[0]), (plan.gid, HOST_NOBODY[1])]
             await anyio.to_thread.run_sync(_map_user, pipes[2][0], pipes[1][1], ids, holder)
             ready = await _read_ready(pipes[0][0])
         finally:
-            for fd in [pipes[0][0], pipes[1][1], pipes[2][0]]:
+            for fd in owned:
                 os.close(fd)
         if not ready:
             err = b""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import array
 import atexit
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -41,8 +42,8 @@ class Spawner:
         try:
             self._server = subprocess.Popen(
                 [_interpreter(), "-I", "-S", str(_SERVER), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True,
-                start_new_session=True)
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, close_fds=True, start_new_session=True)
         finally:
             theirs.close()
         self._sock = ours
@@ -105,7 +106,9 @@ def _ask(call: Callable[[Spawner], Zygote]) -> Zygote:
     with _spawner_lock:
         try:
             return call(_server())
-        except OSError:  # it died since: once more, on a new one
+        except OSError as exc:  # it died since: once more, on a new one; else say why
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                raise
             assert _spawner is not None
             _spawner.close()
             _spawner = None
@@ -121,6 +124,19 @@ def prepare(seccomp: bytes = b"") -> Zygote:
 def start_holder(spec: Mapping[str, Any], fds: Sequence[int]) -> Zygote:
     """Start a sandbox's holder from the fork server (see `Spawner.holder`)."""
     return _ask(lambda server: server.holder(spec, fds))
+
+
+def _forget_in_child() -> None:
+    """In a fork of this process: drop (close) our copy of the server's socket, so the
+    server and its sandboxes still end with the process that started them."""
+    global _spawner
+    if _spawner is not None:
+        with contextlib.suppress(OSError):
+            _spawner._sock.close()
+        _spawner = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @atexit.register

@@ -33,10 +33,9 @@ class SandboxSpawner:
         try:
             self._zygote = prepare(seccomp)
         except BaseException:
-            if self._channel is not None:
-                self._channel.close()
+            self._let_go()
             raise
-        self._stderr: asyncio.ReadTransport | None = None
+        self._stderr: asyncio.BaseTransport | None = None
         self._target: tuple[int, str, tuple[str, ...], tuple[str, ...],
                             tuple[int, int] | None] | None = None
 
@@ -56,31 +55,41 @@ class SandboxSpawner:
             if os.readlink(f"/proc/{init_pid}/ns/pid") != pid_ns:
                 raise ProcessLookupError(init_pid)
         except OSError as exc:  # that pid is gone, or no longer the sandbox's
+            close_fds(fds)
             raise CommandStartFailed("the sandbox's first process is gone",
                                      details=str(exc)) from exc
-        finally:
-            if len(fds) < len(names):
-                close_fds(fds)
         try:
             zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs, ids=ids)
         finally:
             close_fds(fds)
 
     async def holder(self, stderr_fd: int) -> RemoteProcess:
-        """The holder the zygote started (its end is reported like a command's), with its
-        stderr read from ``stderr_fd`` (taken over)."""
+        """The holder the fork server started (its end is reported like a command's), with
+        its stderr read from ``stderr_fd`` (taken over)."""
         assert self._holder is not None
         loop = asyncio.get_running_loop()
         try:
-            pid, pidfd = await self._holder.pidfd
-            stderr = asyncio.StreamReader(limit=1 << 16, loop=loop)
-            self._stderr, _ = await loop.connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(stderr, loop=loop),
-                os.fdopen(stderr_fd, "rb", buffering=0))
-        except BaseException:
+            pid, pidfd = await asyncio.shield(self._holder.pidfd)
+        except BaseException:  # closing the channel (close()) has the server kill it
             close_fds([stderr_fd])
+            _kill_late(self._holder)  # and the pidfd, if it comes, is closed
             raise
+        made: list[asyncio.BaseTransport] = []
+        try:
+            stderr = await _reader(loop, stderr_fd, made)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
+            raise
+        self._stderr = made[0]
         return RemoteProcess(pid, pidfd, self._holder, None, None, stderr)
+
+    def _let_go(self) -> None:
+        """Close the holder's channel: the server then kills a holder still running (one not
+        handed over, even before its pid came)."""
+        if self._channel is not None:
+            self._channel.close()
 
     def zygote(self) -> Zygote:
         """The live zygote: a new one, sent in, when the current one is known to be gone."""
@@ -94,8 +103,7 @@ class SandboxSpawner:
         """Close the zygote, the holder's channel and its stderr (the holder is the
         sandbox's to stop first)."""
         self._zygote.close()
-        if self._channel is not None:
-            self._channel.close()
+        self._let_go()
         if self._stderr is not None:
             self._stderr.close()
 
@@ -113,6 +121,7 @@ class RemoteProcess:
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
         self.returncode: int | None = None
         self.terminal = -1  # the pseudo-terminal's master side (owned by stdout's transport)
+        self._gone: asyncio.Future[None] | None = None
 
     async def wait(self) -> int:
         """The exit code, or minus the signal number that ended the command.
@@ -127,7 +136,9 @@ class RemoteProcess:
                 code = os.waitstatus_to_exitcode(status)
             except CommandStartFailed:
                 if self._pidfd >= 0:
-                    await readable(self._pidfd)
+                    if self._gone is None:  # one reader for every waiter
+                        self._gone = asyncio.ensure_future(readable(self._pidfd))
+                    await asyncio.shield(self._gone)
                 code = -signal.SIGKILL
             if self.returncode is None:
                 self.returncode = code
@@ -160,16 +171,32 @@ async def readable(fd: int) -> None:
         loop.remove_reader(fd)
 
 
-async def _reader(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.StreamReader:
+async def _reader(loop: asyncio.AbstractEventLoop, fd: int,
+                  made: list[asyncio.BaseTransport]) -> asyncio.StreamReader:
+    """A stream reading pipe ``fd`` (taken over); its transport is added to ``made``."""
     reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
-                                 os.fdopen(fd, "rb", buffering=0))
+    pipe = os.fdopen(fd, "rb", buffering=0)
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    except BaseException:
+        pipe.close()
+        raise
+    made.append(transport)
     return reader
 
 
-async def _writer(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.StreamWriter:
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(fd, "wb", buffering=0))
+async def _writer(loop: asyncio.AbstractEventLoop, fd: int,
+                  made: list[asyncio.BaseTransport]) -> asyncio.StreamWriter:
+    """A stream writing pipe ``fd`` (taken over); its transport is added to ``made``."""
+    pipe = os.fdopen(fd, "wb", buffering=0)
+    try:
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                                            pipe)
+    except BaseException:
+        pipe.close()
+        raise
+    made.append(transport)
     return asyncio.StreamWriter(transport, protocol, None, loop)
 
 
@@ -214,7 +241,7 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         pid, pidfd = await asyncio.shield(pending.pidfd)
     except BaseException:
         close_fds(ours)
-        _abandon(pending)
+        _kill_late(pending)
         raise
     try:
         failed, step = await asyncio.shield(pending.started)
@@ -225,16 +252,23 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
                                      f"failed at {step!r}",
                                      details=os.strerror(failed) if failed else "")
         terminal = ours[0] if tty else -1
+        made: list[asyncio.BaseTransport] = []
         stdin: asyncio.StreamWriter | None = None
-        if tty:
-            stdout = await _reader(loop, ours.pop(0))
-            stdin = await _writer(loop, ours.pop(0))
-            stderr = asyncio.StreamReader(loop=loop)
-            stderr.feed_eof()
-        else:
-            stdin = await _writer(loop, ours.pop(0)) if attach_stdin else None
-            stdout = await _reader(loop, ours.pop(0))
-            stderr = await _reader(loop, ours.pop(0))
+        try:
+            if tty:
+                stdout = await _reader(loop, ours.pop(0), made)
+                stdin = await _writer(loop, ours.pop(0), made)
+                stderr = asyncio.StreamReader(loop=loop)
+                stderr.feed_eof()
+            else:
+                if attach_stdin:
+                    stdin = await _writer(loop, ours.pop(0), made)
+                stdout = await _reader(loop, ours.pop(0), made)
+                stderr = await _reader(loop, ours.pop(0), made)
+        except BaseException:
+            for transport in made:
+                transport.close()
+            raise
     except BaseException:
         close_fds(ours)
         with contextlib.suppress(ProcessLookupError):
@@ -246,8 +280,8 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     return proc
 
 
-def _abandon(pending: Pending) -> None:
-    """A start given up before its pid came: kill the command whenever it does."""
+def _kill_late(pending: Pending) -> None:
+    """A start given up before its pid came: kill the command whenever the pid does."""
     def kill(future: asyncio.Future[tuple[int, int]]) -> None:
         if not future.cancelled() and future.exception() is None:
             _, pidfd = future.result()

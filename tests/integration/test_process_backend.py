@@ -4,6 +4,7 @@ unprivileged case (a sandbox made by `nobody`, with what it cannot enforce refus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -225,10 +226,12 @@ async def test_cleanup_kills_everything_and_removes_the_state() -> None:
 
 async def test_commands_hold_dockers_seccomp_policy_and_cannot_reach_the_holder() -> None:
     async with Sandbox(config()) as sb:
-        r = await sb.execute_command(["sh", "-c", "grep -E '^(Seccomp|CapBnd|NoNewPrivs):' "
-                                      "/proc/self/status; unshare -U true"])
-        assert r.stdout.split() == ["CapBnd:", "0000000000000000", "NoNewPrivs:", "1",
-                                    "Seccomp:", "2"], r.stdout  # filtered, no capability
+        r = await sb.execute_command(["sh", "-c", "grep -E '^(Groups|Cap...|Seccomp|NoNewPrivs)"
+                                      ":' /proc/self/status; unshare -U true"])
+        zero = "0000000000000000"
+        assert r.stdout.split() == ["Groups:", "CapInh:", zero, "CapPrm:", zero, "CapEff:",
+                                    zero, "CapBnd:", zero, "CapAmb:", zero, "NoNewPrivs:", "1",
+                                    "Seccomp:", "2"], r.stdout  # no group, capability; filtered
         assert r.exit_code != 0 and "Operation not permitted" in r.stderr  # unshare denied
         # The holder (bwrap's pid 1 and the keep-alive) runs unfiltered, as another id (as
         # root): nothing in the sandbox may signal it, read its memory or trace it.
@@ -283,6 +286,34 @@ async def test_samples_reach_on_sample_in_the_background() -> None:
         assert len(got) >= 2, got
         assert max(u.process_count for u in got) >= 4, got  # keep-alive, sleep, sh, 2 sleeps
         assert sb.usage_history()[-len(got):] == got
+
+
+def _holders() -> set[int]:
+    """Host pids of every process running as the holder's host uid."""
+    found = set()
+    for name in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if name.isdigit() and os.stat(f"/proc/{name}").st_uid == 65533:
+                found.add(int(name))
+    return found
+
+
+def _no_holders_but(before: set[int]) -> None:
+    deadline = time.monotonic() + 10
+    while _holders() - before:
+        assert time.monotonic() < deadline, _holders() - before
+        time.sleep(0.05)
+
+
+async def test_a_create_cancelled_anywhere_leaves_no_holder() -> None:
+    before = _holders()
+    for delay in (0.0, 0.001, 0.003, 0.006, 0.010, 0.020, 0.040):
+        sb = Sandbox(config())
+        with anyio.move_on_after(delay):
+            await sb.initialize()
+        await sb.cleanup()
+        # A holder given up is killed by the server, even one whose pid had not come yet.
+        await anyio.to_thread.run_sync(_no_holders_but, before)
 
 
 async def test_refusals_name_the_field() -> None:
