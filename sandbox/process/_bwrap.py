@@ -113,23 +113,22 @@ def mount_points(plan: ProcessPlan) -> list[str]:
 
 
 def bwrap_argv(bwrap: str, plan: ProcessPlan, root: Path, state: Path, *, home: str,
-               userns_fds: tuple[int, int] | None = None,
-               overlay: Path | None = None, repo: RepoBind | None = None,
-               seccomp_fd: int = -1, holder: int | None = None) -> list[str]:
+               userns_fds: tuple[int, int] = (3, 4), overlay: Path | None = None,
+               repo: RepoBind | None = None, seccomp_fd: int = -1,
+               holder: int | None = None) -> list[str]:
     """The holder's full command line.
 
     With ``userns_fds`` (block, info) bwrap waits while the caller writes the uid map itself:
     otherwise an unprivileged bwrap would nest a user namespace (to map the sandbox uid), and
-    the namespaces it owns could not be joined from outside it. Without, ``--disable-userns``.
+    the namespaces it owns could not be joined from outside it (so no ``--disable-userns``:
+    bwrap refuses it beside these; the default seccomp policy denies nested namespaces).
     ``holder`` is the in-namespace id the holder runs as when it is not the sandbox user's
     (root maps two ids); it then starts in / (it cannot enter the sandbox user's
-    directories). With ``overlay``
-    (the merged directory of `_overlay`, for a writable root) that is bound at / instead.
-    ``repo`` is the repository's bind (`_repository`), made over the working dir and tmpfs.
+    directories). With ``overlay`` (the merged directory of `_overlay`, for a writable root)
+    that is bound at / instead. ``repo`` is the repository's bind (`_repository`), made over
+    the working dir and tmpfs.
     """
-    userns = ["--disable-userns"]
-    if userns_fds is not None:
-        userns = ["--userns-block-fd", str(userns_fds[0]), "--info-fd", str(userns_fds[1])]
+    userns = ["--userns-block-fd", str(userns_fds[0]), "--info-fd", str(userns_fds[1])]
     argv = [bwrap, "--unshare-user", *userns, "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup", "--die-with-parent", "--new-session",
             "--uid", str(plan.uid if holder is None else holder),
