@@ -10,7 +10,9 @@ then kept; eager decoding made three more copies (100 MB + 100 MB of binary outp
 from __future__ import annotations
 
 import codecs
-from typing import Literal
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal
 
 StreamName = Literal["stdout", "stderr"]
 TextName = Literal["stdout", "stderr", "combined"]
@@ -157,3 +159,12 @@ class LazyText:
 def text_of(value: str | LazyText) -> str:
     """The text of a result field, decoding it now if it was not yet."""
     return value if isinstance(value, str) else value.get()
+
+
+async def deliver(callback: Callable[[bytes], Any] | None, data: bytes) -> None:
+    """Hand output to an ``on_stdout``/``on_stderr`` callback, sync or async (None: nobody)."""
+    if callback is None:
+        return
+    outcome = callback(data)
+    if inspect.isawaitable(outcome):
+        await outcome

@@ -4,7 +4,6 @@ watcher share: markers seen, output captured, how the command or the shell ended
 
 from __future__ import annotations
 
-import inspect
 import math
 import secrets
 import time
@@ -17,7 +16,7 @@ import anyio
 from ._backend import Process
 from ._errors import ConfigError, SandboxError, SessionClosed
 from ._models import CommandResult
-from ._output import OutputCapture, StreamName
+from ._output import OutputCapture, StreamName, deliver
 from ._session_wire import NONCE_LEN, MarkerScanner, head_tail, parse_end
 
 if TYPE_CHECKING:
@@ -26,14 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["Callback", "SessionJob"]
 
 Callback = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
-
-
-async def _call(callback: Callback | None, data: bytes) -> None:
-    if callback is None:
-        return
-    outcome = callback(data)
-    if inspect.isawaitable(outcome):
-        await outcome
 
 
 class _Shell:
@@ -135,7 +126,7 @@ class _Run:
                 del self.recent[1]
         if self.callback_error is None:
             try:
-                await _call(self.callbacks[stream], data)
+                await deliver(self.callbacks[stream], data)
             except Exception as exc:  # the command is killed and run() raises it
                 self.callback_error = exc
                 self.wake.set()

@@ -13,7 +13,6 @@ process tree"; the attach stream itself is the gateway's `ExecStream`.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import signal as _signal
 import time
 import uuid
@@ -33,7 +32,7 @@ from .._errors import (
     SandboxNotRunning,
 )
 from .._models import CommandResult, OutputChunk
-from .._output import OutputCapture, StreamName
+from .._output import OutputCapture, StreamName, deliver
 from .._signals import parse_signal
 from .._tasks import first_of, single_errors
 from .._tty import check_terminal_size
@@ -51,14 +50,6 @@ STOPPED_GRACE = 5.0
 Callback = Callable[[bytes], Any]
 Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
 """Adds to a result what only the sandbox knows (usage during the command, OOM kills)."""
-
-
-async def _call(callback: Callback | None, data: bytes) -> None:
-    if callback is None:
-        return
-    result = callback(data)
-    if inspect.isawaitable(result):
-        await result
 
 
 class ExecProcess:
@@ -260,7 +251,7 @@ class ExecProcess:
                         continue  # the engine's message, not output; EOF follows
                 self._last_output = time.monotonic()
                 self._capture.feed(name, data)
-                await _call(self._callbacks[name], data)
+                await deliver(self._callbacks[name], data)
                 if self._iterate:
                     chunk = OutputChunk(stream=name, data=data)
                     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):

@@ -30,7 +30,6 @@ whose environment holds the marker is stopped and killed, however it was started
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import math
 import signal as _signal
@@ -53,7 +52,7 @@ from .._errors import (
     StdinClosed,
 )
 from .._models import CommandResult, OutputChunk
-from .._output import LazyText, OutputCapture, StreamName
+from .._output import LazyText, OutputCapture, StreamName, deliver
 from .._signals import parse_signal, signal_name
 from .._tasks import single_errors
 from .._tty import check_terminal_size
@@ -98,13 +97,6 @@ Callback = Callable[[bytes], Any]
 Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
 #: Runs the sweep (argv) in another exec, returns its exit code (None: it could not run).
 Killer = Callable[[Sequence[str]], Awaitable[int | None]]
-
-
-async def _call(callback: Callback | None, data: bytes) -> None:
-    if callback is not None:
-        result = callback(data)
-        if inspect.isawaitable(result):
-            await result
 
 
 def wrap_argv(spec: ProcessSpec, *, marker: str, nonce: str, framed: bool) -> list[str]:
@@ -335,7 +327,7 @@ class KubeProcess:
                         continue
                 self._last_output = time.monotonic()
                 self._capture.feed(name, payload)
-                await _call(self._callbacks[name], payload)
+                await deliver(self._callbacks[name], payload)
                 if self._iterate:
                     chunk = OutputChunk(stream=name, data=payload)
                     with contextlib.suppress(anyio.BrokenResourceError,

@@ -7,7 +7,6 @@ channel (see `_forkserver` for who sends what).
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import itertools
@@ -20,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import CommandStartFailed
+from ._forkserver import receive_message, send_message
 
 __all__ = ["Pending", "Zygote", "close_fds"]
 
-_FD_SPACE = socket.CMSG_SPACE(16 * array.array("i").itemsize)
 
 
 class Pending:
@@ -103,13 +102,10 @@ class Zygote:
         """Send the zygote into the sandbox: its cgroup and namespaces (user namespace fds
         included), then ``ids`` (None: keep ours, which the user namespace maps). A failure
         comes back as the failure of the first command."""
-        data = json.dumps({"ns": [name for name, _ in namespaces],
-                           "cgroup_procs": list(cgroup_procs),
-                           "uid": ids[0] if ids else None,
-                           "gid": ids[1] if ids else None}).encode()
+        message = {"ns": [name for name, _ in namespaces], "cgroup_procs": list(cgroup_procs),
+                   "uid": ids[0] if ids else None, "gid": ids[1] if ids else None}
         try:
-            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array(
-                "i", [fd for _, fd in namespaces]))])
+            send_message(self._sock, message, [fd for _, fd in namespaces])
         except OSError as exc:
             raise CommandStartFailed("the process sandbox's spawner is gone",
                                      details=self._failure or str(exc)) from exc
@@ -128,10 +124,8 @@ class Zygote:
                 raise CommandStartFailed("the process sandbox's spawner is gone",
                                          details=self._failure)
             self._pending[ident] = pending
-        data = json.dumps({**request, "id": ident}).encode()
         try:
-            self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                         array.array("i", fds))])
+            send_message(self._sock, {**request, "id": ident}, fds)
         except OSError as exc:
             with self._lock:
                 self._pending.pop(ident, None)
@@ -141,19 +135,13 @@ class Zygote:
 
     def _readable(self) -> None:
         while True:
+            fds: list[int] = []
             try:
-                data, ancillary, _, _ = self._sock.recvmsg(
-                    1 << 16, _FD_SPACE, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+                data, fds = receive_message(self._sock, 1 << 16, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
             except OSError:
-                data, ancillary = b"", []
-            fds: list[int] = []
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    got = array.array("i")
-                    got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
-                    fds.extend(got)
+                data = b""
             if not data:
                 self._loop.remove_reader(self._sock.fileno())
                 self._fail_all("the spawner ended")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import inspect
 import math
 import os
 import signal as _signal
@@ -34,7 +33,7 @@ from .._errors import (
     StdinClosed,
 )
 from .._models import CommandResult, OutputChunk
-from .._output import LazyText, OutputCapture, StreamName
+from .._output import LazyText, OutputCapture, StreamName, deliver
 from .._signals import parse_signal, signal_name
 from .._tasks import single_errors
 from .._tty import check_terminal_size
@@ -59,13 +58,6 @@ async def _read(reader: asyncio.StreamReader) -> bytes:
         if exc.errno == errno.EIO:
             return b""
         raise
-
-
-async def _call(callback: Callback | None, data: bytes) -> None:
-    if callback is not None:
-        outcome = callback(data)
-        if inspect.isawaitable(outcome):
-            await outcome
 
 
 class SandboxProcess:
@@ -217,7 +209,7 @@ class SandboxProcess:
             while data := await _read(reader):
                 self._last_output = time.monotonic()
                 self._capture.feed(name, data)
-                await _call(self._callbacks[name], data)
+                await deliver(self._callbacks[name], data)
                 if self._iterate:
                     chunk = OutputChunk(stream=name, data=data)
                     with contextlib.suppress(anyio.BrokenResourceError,

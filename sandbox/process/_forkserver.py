@@ -35,9 +35,11 @@ import socket
 import sys
 import termios
 import warnings  # noqa: F401 - os.execvpe imports it lazily: never from a sandbox's files
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_FDS = 16
+_FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 _NS_FLAGS = {"user": 0x10000000, "mnt": 0x00020000, "pid": 0x20000000, "ipc": 0x08000000,
              "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40000000}
 _MS_REC = 0x4000
@@ -86,15 +88,18 @@ def install_filter(program: bytes) -> None:
                "prctl(SECCOMP)")
 
 
-def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+def send_message(sock: socket.socket, message: Mapping[str, Any],
+                 fds: Sequence[int] = ()) -> None:
+    """One message of the protocol: JSON, plus ``fds`` passed along (SCM_RIGHTS)."""
     data = json.dumps(message).encode()
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
     sock.sendmsg([data], ancillary, socket.MSG_NOSIGNAL)
 
 
-def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
-    space = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
-    data, ancillary, _, _ = sock.recvmsg(1 << 20, space, socket.MSG_CMSG_CLOEXEC)
+def receive_message(sock: socket.socket, size: int = 1 << 20,
+                    flags: int = 0) -> tuple[bytes, list[int]]:
+    """One message and the descriptors it passed (close-on-exec); b"" at the end."""
+    data, ancillary, _, _ = sock.recvmsg(size, _FD_SPACE, socket.MSG_CMSG_CLOEXEC | flags)
     fds: list[int] = []
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -192,18 +197,18 @@ class _Zygote:
                 pid = self.fast(req, fds)
             pidfd = os.pidfd_open(pid)
         except OSError as exc:  # posix_spawnp could not exec: no pid, the request ends here
-            _send(self.sock, {"id": ident, "exec": exc.errno or 0, "step": "exec",
+            send_message(self.sock, {"id": ident, "exec": exc.errno or 0, "step": "exec",
                               "final": True})
             return
         except Exception as exc:
-            _send(self.sock, {"id": ident, "error": repr(exc)})
+            send_message(self.sock, {"id": ident, "error": repr(exc)})
             return
-        _send(self.sock, {"id": ident, "pid": pid}, [pidfd])
+        send_message(self.sock, {"id": ident, "pid": pid}, [pidfd])
         if read_end >= 0:
             self.errpipes[read_end] = (ident, pid)
             self.poll.register(read_end, select.POLLIN)
         else:
-            _send(self.sock, {"id": ident, "exec": 0})
+            send_message(self.sock, {"id": ident, "exec": 0})
         self.pidfds[pidfd] = (ident, pid, read_end)
         self.poll.register(pidfd, select.POLLIN)
 
@@ -224,9 +229,9 @@ class _Zygote:
         failed = os.read(fd, 64).decode(errors="replace").split(" ", 1)
         os.close(fd)
         if len(failed) == 2 and failed[0].isdigit():
-            _send(self.sock, {"id": ident, "exec": int(failed[0]), "step": failed[1]})
+            send_message(self.sock, {"id": ident, "exec": int(failed[0]), "step": failed[1]})
         else:
-            _send(self.sock, {"id": ident, "exec": 0})
+            send_message(self.sock, {"id": ident, "exec": 0})
 
     def ended(self, pidfd: int) -> None:
         ident, pid, errpipe = self.pidfds[pidfd]
@@ -238,19 +243,19 @@ class _Zygote:
         del self.pidfds[pidfd]
         self.poll.unregister(pidfd)
         os.close(pidfd)
-        _send(self.sock, {"id": ident, "status": status})
+        send_message(self.sock, {"id": ident, "status": status})
 
     def serve(self) -> None:
         while True:
             for fd, _ in sorted(self.poll.poll(), key=lambda e: e[0] in self.pidfds):
                 if fd == self.sock.fileno():
-                    data, fds = _receive(self.sock)
+                    data, fds = receive_message(self.sock)
                     if not data:
                         return
                     try:
                         self.spawn(json.loads(data), fds)
                     except Exception as exc:
-                        _send(self.sock, {"id": None, "error": repr(exc)})
+                        send_message(self.sock, {"id": None, "error": repr(exc)})
                     for passed in fds:
                         os.close(passed)
                 elif fd in self.errpipes:
@@ -301,7 +306,7 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
                     signal.SIGCHLD):  # what every command starts with
             signal.signal(sig, signal.SIG_DFL)
         install_filter(bytes.fromhex(req.get("filter") or ""))
-        data, passed = _receive(sock)
+        data, passed = receive_message(sock)
         if not data:
             os._exit(0)
         join = dict(json.loads(data))
@@ -313,7 +318,7 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
         _join(list(zip(join["ns"], passed, strict=True)))
         _become(join)
     except Exception as exc:
-        _send(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
+        send_message(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
         os._exit(1)
     try:
         _Zygote(sock).serve()
@@ -359,11 +364,11 @@ def serve(fd: int) -> None:
                     replies.pop(reply.fileno(), None)
                     poll.unregister(reply)
                     with contextlib.suppress(OSError):
-                        _send(reply, {"id": 0, "status": status})
+                        send_message(reply, {"id": 0, "status": status})
                     reply.close()
                 _sweep_orphans({known for known, _ in children.values()})
             elif ready == sock.fileno():
-                data, fds = _receive(sock)
+                data, fds = receive_message(sock)
                 if not data:
                     return
                 _start(_request_of(data), fds, sock, poll, children, replies)
@@ -420,7 +425,7 @@ def _start(req: dict[str, Any], fds: list[int], sock: socket.socket, poll: selec
     if req.get("holder"):
         reply = socket.socket(fileno=os.dup(fds[0]))
         try:
-            _send(reply, {"id": 0, "pid": pid}, [pidfd])
+            send_message(reply, {"id": 0, "pid": pid}, [pidfd])
             replies[reply.fileno()] = pidfd
             poll.register(reply, select.POLLIN)
         except OSError:  # the SDK gave it up already: stop it now, then reap it

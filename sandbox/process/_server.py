@@ -4,11 +4,9 @@ sandbox (`prepare`) and the sandbox's holder (`start_holder`)."""
 
 from __future__ import annotations
 
-import array
 import atexit
 import contextlib
 import errno
-import json
 import os
 import shutil
 import socket
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ._channel import Zygote
+from ._forkserver import send_message
 
 __all__ = ["prepare", "start_holder"]
 
@@ -66,8 +65,7 @@ class Spawner:
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._sock.sendmsg([json.dumps(request).encode()], [(
-                socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno(), *fds]))])
+            send_message(self._sock, request, [theirs.fileno(), *fds])
         except BaseException:
             ours.close()
             raise
