@@ -13,6 +13,7 @@ from ._constants import IMAGE_BUSYBOX as IMAGE_BUSYBOX
 from ._constants import IMAGE_PYTHON as IMAGE_PYTHON
 from ._egress_stats import EgressStats as EgressStats
 from ._errors import CheckpointFailed as CheckpointFailed
+from ._errors import CleanupIncomplete as CleanupIncomplete
 from ._errors import CommandExecutionFailed as CommandExecutionFailed
 from ._errors import CommandNotExecutable as CommandNotExecutable
 from ._errors import CommandNotFound as CommandNotFound
@@ -77,6 +78,7 @@ __all__ = [
     "IMAGE_PYTHON",
     "Checkpoint",
     "CheckpointFailed",
+    "CleanupIncomplete",
     "Command",
     "CommandExecutionFailed",
     "CommandLike",

@@ -17,6 +17,7 @@ Each class also derives from the builtin exception with the same meaning, so exi
     │       └── CommandNotExecutable (PermissionError)
     ├── ResourceLimitExceeded
     ├── CheckpointFailed
+    ├── CleanupIncomplete
     ├── SecurityViolation (PermissionError)
     │   └── NetworkAccessDenied
     ├── FileOperationFailed
@@ -35,6 +36,7 @@ Each class also derives from the builtin exception with the same meaning, so exi
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointFailed",
+    "CleanupIncomplete",
     "CommandExecutionFailed",
     "CommandNotExecutable",
     "CommandNotFound",
@@ -219,6 +222,25 @@ class CheckpointFailed(SandboxError):
     """Raised when a sandbox could not be checkpointed or forked, or a checkpoint removed."""
 
     code = "CHECKPOINT_FAILED"
+
+
+class CleanupIncomplete(SandboxError):
+    """Raised when cleanup removed what it could but something is left on the host.
+
+    Nothing is forgotten: ``cleanup()`` again retries, and ``gc`` removes the rest once the
+    owner process has exited (what it needs to judge the owner is kept until the end).
+
+    Attributes:
+        left: What is left, one host path or resource per entry.
+    """
+
+    code = "CLEANUP_INCOMPLETE"
+    retryable = True
+
+    def __init__(self, message: str, *, left: Sequence[str] = (), details: str = "",
+                 retryable: bool | None = None, cause: BaseException | None = None) -> None:
+        super().__init__(message, details=details, retryable=retryable, cause=cause)
+        self.left = tuple(left)
 
 
 class SecurityViolation(SandboxError, PermissionError):

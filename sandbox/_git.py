@@ -11,7 +11,6 @@ import fcntl
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ import anyio
 
 from ._errors import SandboxInitFailed
 from ._models import RepositoryConfig
+from ._rmtree import remove_tree
 
 __all__ = [
     "GIT_ENV", "GitFailed", "cache_root", "checkout", "git", "mirror_path", "normalize_url",
@@ -97,8 +97,7 @@ async def update_mirror(url: str) -> Path:
             await anyio.Path(tmp).rename(mirror)
         finally:
             with anyio.CancelScope(shield=True):  # a cancelled clone leaves no half mirror
-                await anyio.to_thread.run_sync(
-                    lambda: shutil.rmtree(tmp, ignore_errors=True))
+                await anyio.to_thread.run_sync(remove_tree, tmp)  # any depth or mode
     return mirror
 
 

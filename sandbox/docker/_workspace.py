@@ -35,6 +35,7 @@ from .._errors import SandboxInitFailed
 from .._git import checkout
 from .._glob import PathFilter, select_entries
 from .._models import CommandResult, RepositoryConfig
+from .._rmtree import remove_tree
 from ._files import _file_chunks
 
 #: Environment for every host git call: never prompt for credentials, stable messages.
@@ -342,10 +343,16 @@ class Workspace:
         key, _, value = result.stdout.strip().partition("=")
         return {key: value} if key == "GIT_CONFIG_GLOBAL" and value else {}
 
+    @property
+    def left(self) -> list[str]:
+        """The temporary copies not removed (yet)."""
+        return [str(path) for path in self._temp_dirs]
+
     async def _remove_temp(self, path: Path) -> None:
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(path, ignore_errors=True))
-        if await anyio.Path(path).exists():
-            raise OSError(f"could not remove {path}")
+        # A clone's tree is the repository's to shape: remove_tree takes any depth or mode.
+        left = await anyio.to_thread.run_sync(remove_tree, path)
+        if left or await anyio.Path(path).exists():
+            raise OSError(f"could not remove {path}: {'; '.join(left)}")
         self._temp_dirs.remove(path)
 
     async def remove(self) -> list[str]:

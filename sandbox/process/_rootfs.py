@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tarfile
 import tempfile
 import time
@@ -26,6 +25,7 @@ import attrs
 from .._errors import EngineUnavailable, SandboxError, SandboxInitFailed
 from .._gc import owner_labels
 from .._image_ref import parse_image_ref
+from .._rmtree import remove_tree
 
 __all__ = ["Rootfs", "cache_dir", "resolve_rootfs"]
 
@@ -134,7 +134,7 @@ async def _export(engine: Any, name: str, target: Path) -> None:
         with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
             await engine.query_json("remove the export container",
                                     f"containers/{container}", "DELETE", params={"force": "1"})
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)  # an image's tree may be of any depth or mode
 
 
 def _install(work: Path, target: Path, name: str) -> None:

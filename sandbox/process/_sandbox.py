@@ -25,7 +25,7 @@ import attrs
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import LABEL_SANDBOX_ID
-from .._errors import CommandStartFailed, SandboxError, SandboxInitFailed
+from .._errors import CleanupIncomplete, CommandStartFailed, SandboxInitFailed
 from .._gc import owner_labels
 from .._lifecycle import Lifecycle
 from .._models import (
@@ -300,12 +300,17 @@ class ProcessSandbox(HelperFiles):
         errors: list[str] = []
         if self._state is not None:
             errors = await anyio.to_thread.run_sync(remove_state, self._state)
+            if not self._state.exists():
+                self._state = None  # gone: a retried cleanup has nothing to redo there
         elif self._cgroup is not None:
             errors = await anyio.to_thread.run_sync(self._cgroup.remove)
         errors += await self._workspace.remove()
         if errors:
-            raise SandboxError("cleanup could not remove everything", details="; ".join(errors),
-                               retryable=True)
+            left = [str(self._state)] if self._state is not None else []
+            raise CleanupIncomplete(
+                "cleanup could not remove everything", left=[*left, *self._workspace.left],
+                details="; ".join(errors) + "; cleanup() again retries, and `python -m "
+                "sandbox gc` removes what is left once this process has exited")
 
     # -- commands --------------------------------------------------------------------------
 

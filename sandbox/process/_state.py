@@ -4,7 +4,7 @@ Each sandbox has a state directory ``<base>/<id>`` holding its writable director
 ``owner.json`` with the same owner labels the Docker backend puts on containers, plus its
 cgroup directories. The holder dies with its owner (bwrap ``--die-with-parent``), so what a
 killed owner leaves is this directory and the cgroups; `leftovers` finds them and `remove_state`
-removes them (used by cleanup and by ``gc``).
+removes them (used by cleanup and by ``gc``), ``owner.json`` last.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from .._rmtree import remove_tree
 from ._cgroup import SandboxCgroup
 
 __all__ = ["OWNER_FILE", "base_dir", "leftovers", "new_state", "remove_state"]
@@ -63,25 +62,15 @@ def leftovers() -> Iterator[Path]:
 
 
 def remove_state(state: Path) -> list[str]:
-    """Kill what is left in the sandbox's cgroup, remove it and the state directory."""
+    """Kill what is left in the sandbox's cgroup, remove it and the state directory.
+
+    The tree is the sandbox's to shape (any depth, modes, links): `remove_tree` takes any of
+    it, and removes ``owner.json`` last, only when all else went, so that whatever is left
+    stays collectable by ``gc``. Returns what is left, one line each.
+    """
     errors = SandboxCgroup(state.name).remove()
-
-    def retry(func: object, path: str, exc: BaseException) -> None:
-        # A directory the sandbox user left without write permission for us.
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-        with contextlib.suppress(OSError):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-
-    if state.exists():
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(state, onexc=retry)
-        else:
-            shutil.rmtree(state, onerror=lambda f, p, e: retry(f, p, e[1]))
-    if state.exists():
-        errors.append(f"cannot remove the state directory {state}")
+    left = remove_tree(state, last=OWNER_FILE)
+    if left:
+        errors.append(f"the state directory {state} is left, with its {OWNER_FILE} for gc "
+                      f"(it removes the rest once this process has exited): {'; '.join(left)}")
     return errors

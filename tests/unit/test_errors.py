@@ -8,6 +8,7 @@ import pytest
 
 from sandbox._errors import (
     CheckpointFailed,
+    CleanupIncomplete,
     CommandExecutionFailed,
     CommandNotExecutable,
     CommandNotFound,
@@ -51,6 +52,7 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (CommandNotExecutable, "COMMAND_EXECUTION_FAILED"),
     (ResourceLimitExceeded, "RESOURCE_LIMIT_EXCEEDED"),
     (CheckpointFailed, "CHECKPOINT_FAILED"),
+    (CleanupIncomplete, "CLEANUP_INCOMPLETE"),
     (SecurityViolation, "SECURITY_VIOLATION"),
     (NetworkAccessDenied, "NETWORK_ACCESS_DENIED"),
     (FileOperationFailed, "FILE_OPERATION_FAILED"),

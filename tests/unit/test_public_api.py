@@ -12,7 +12,7 @@ import sandbox._errors
 #: Every public name. Adding or removing one is an API change: update this list with it.
 PUBLIC = [
     "IMAGE_BUSYBOX", "IMAGE_PYTHON",
-    "Checkpoint", "CheckpointFailed",
+    "Checkpoint", "CheckpointFailed", "CleanupIncomplete",
     "Command", "CommandExecutionFailed", "CommandLike", "CommandNotExecutable",
     "CommandNotFound", "CommandResult", "CommandStartFailed", "ConfigError",
     "CopyLimitExceeded", "EgressStats", "EngineTimeout", "EngineUnavailable",
