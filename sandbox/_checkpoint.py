@@ -15,17 +15,30 @@ backend here offers it yet, so it is refused with `CheckpointFailed`, never sile
 A backend that can do it returns a `Checkpoint` with ``memory=True``.
 
 Checkpoints outlive the process that made them (that is their point), so ``gc`` does not
-remove them by owner but by age: ``gc(checkpoints_older_than=...)``.
+remove them by owner but by age: ``gc(checkpoints_older_than=...)``. The one a ``fork`` makes
+is the exception: it is removed with the last sandbox of the fork (unless ``keep=True``), and
+labelled with its maker's owner (under ``io.sandbox.checkpoint.owner.*``) so ``gc`` removes
+it once that process is gone, if a crash left it.
+
+What a checkpoint image never holds: the values of ``environment``, nor credentials in the
+repository URL or the proxies. Image labels are readable by anyone who can reach the engine
+and are copied onto every container made from the image; the variables reach a sandbox
+through its commands, not the container's own environment, so the commit does not capture
+them either. The labels keep the configuration without them and name what was withheld
+(`Checkpoint.withheld`); a `Checkpoint` returned by ``checkpoint()`` (and a fork) keeps the
+full configuration in memory, one read back by `checkpoints` needs them supplied again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import attrs
@@ -58,6 +71,13 @@ LABEL_CHECKPOINT_CONFIG = "io.sandbox.checkpoint.config"
 LABEL_CHECKPOINT_MEMORY = "io.sandbox.checkpoint.memory"
 #: A fork's checkpoint is marked so, to tell it from the ones named by hand.
 LABEL_CHECKPOINT_FORK = "io.sandbox.checkpoint.fork"
+#: What the stored config lacks (a JSON list of field names): values never put in a label.
+LABEL_CHECKPOINT_WITHHELD = "io.sandbox.checkpoint.withheld"
+#: A fork's checkpoint removed with its forks carries its maker's owner labels under this
+#: prefix, for gc; not under the container owner keys, which containers made from the image
+#: would inherit (and gc would then take for leaks of that owner).
+FORK_OWNER_PREFIX = "io.sandbox.checkpoint.owner."
+_OWNER_KEYS = (LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_BOOT_ID)
 
 #: An image tag's grammar: what a checkpoint name may be.
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -90,6 +110,10 @@ class Checkpoint:
         memory: Whether memory and processes were captured too (never, so far).
         source_config: The configuration of the sandbox it was taken from; None when the
             engine's copy of it could not be read back.
+        withheld: What ``source_config`` lacks because it was never written to the image
+            (``"environment.NAME"``, ``"repository.url credentials"``, ...): empty for the
+            one ``checkpoint()`` returns; supply them again (``attrs.evolve(point.config,
+            environment=...)``) for one read back by `checkpoints`.
     """
 
     name: str
@@ -100,6 +124,7 @@ class Checkpoint:
     size: int = 0
     memory: bool = False
     source_config: SandboxConfig | None = None
+    withheld: tuple[str, ...] = ()
 
     @property
     def config(self) -> SandboxConfig:
@@ -112,16 +137,54 @@ class Checkpoint:
         return attrs.evolve(base, image=self.image, pull_policy="never", name="")
 
 
-def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool) -> dict[str, str]:
+def _no_credentials(url: str) -> str:
+    """``url`` without credentials: on http(s) no user info at all (a user there is often a
+    token), elsewhere no password."""
+    with contextlib.suppress(ValueError):
+        parts = urlsplit(url)
+        user, at, host = parts.netloc.rpartition("@")
+        web = parts.scheme.lower() in ("http", "https")
+        if at and (web or ":" in user):
+            keep = "" if web else user.partition(":")[0] + "@"
+            return urlunsplit(parts._replace(netloc=keep + host))
+    return url
+
+
+def shareable(config: SandboxConfig) -> tuple[SandboxConfig, tuple[str, ...]]:
+    """The config as an image label may hold it, and the names of what was withheld: no
+    environment values, no credentials in the repository URL or the proxies."""
+    withheld = [f"environment.{key}" for key in sorted(config.environment)]
+    repo = config.repository
+    if repo is not None and (url := _no_credentials(repo.url)) != repo.url:
+        repo = attrs.evolve(repo, url=url)
+        withheld.append("repository.url credentials")
+    net = config.network
+    proxies = {"http_proxy": net.http_proxy, "https_proxy": net.https_proxy}
+    clean = {field: _no_credentials(value) for field, value in proxies.items()}
+    withheld += [f"network.{field} credentials" for field in proxies
+                 if clean[field] != proxies[field]]
+    net = attrs.evolve(net, http_proxy=clean["http_proxy"], https_proxy=clean["https_proxy"])
+    return attrs.evolve(config, name="", environment={}, repository=repo,
+                        network=net), tuple(withheld)
+
+
+def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool,
+                      owned: bool = False) -> dict[str, str]:
     """The labels a checkpoint image carries.
 
     The owner labels of the source container (which the engine would copy onto the image, and
     from there onto any container made from it by hand) are blanked: a checkpoint has no owner
     process, and ``gc`` must never take a container started from one by someone else for a
-    leak of a dead owner.
+    leak of a dead owner. ``owned`` (a fork's checkpoint removed with its forks) records this
+    process under `FORK_OWNER_PREFIX` instead, so ``gc`` can remove it if a crash left it.
+    Every key is set, blank when unused: the source may itself run a checkpoint's image,
+    whose labels the commit would otherwise carry over.
     """
+    from ._gc import owner_labels
     from ._json import to_json
 
+    config, withheld = shareable(sb.config)
+    mine = owner_labels() if owned else {}
     return {
         LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE,
         LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
@@ -129,14 +192,29 @@ def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool) -> di
         LABEL_OWNER_BOOT_ID: "", LABEL_SANDBOX_ID: "",
         LABEL_CHECKPOINT: name,
         LABEL_CHECKPOINT_SOURCE: sb.id,
-        LABEL_CHECKPOINT_CONFIG: to_json(attrs.evolve(sb.config, name="")),
+        LABEL_CHECKPOINT_CONFIG: to_json(config),
+        LABEL_CHECKPOINT_WITHHELD: json.dumps(withheld),
         LABEL_CHECKPOINT_MEMORY: "true" if memory else "false",
-        **({LABEL_CHECKPOINT_FORK: "true"} if fork else {}),
+        LABEL_CHECKPOINT_FORK: "true" if fork else "",
+        **{fork_owner_key(key): mine.get(key, "") for key in _OWNER_KEYS},
     }
 
 
+def fork_owner_key(key: str) -> str:
+    """The checkpoint label that holds the owner label ``key`` of a fork's maker."""
+    return FORK_OWNER_PREFIX + key.removeprefix("io.sandbox.owner.")
+
+
+def fork_owner(labels: Mapping[str, str]) -> dict[str, str]:
+    """The owner labels of a fork's checkpoint removed with its forks ({} for any other)."""
+    if labels.get(LABEL_CHECKPOINT_FORK) != "true":
+        return {}
+    found = {key: str(labels.get(fork_owner_key(key)) or "") for key in _OWNER_KEYS}
+    return found if found[LABEL_OWNER_PID] else {}
+
+
 async def create_checkpoint(sb: Sandbox, name: str, *, memory: bool = False,
-                            fork: bool = False) -> Checkpoint:
+                            fork: bool = False, owned: bool = False) -> Checkpoint:
     """Checkpoint ``sb`` (what `Sandbox.checkpoint` does)."""
     check_name(name)
     if memory:
@@ -146,25 +224,63 @@ async def create_checkpoint(sb: Sandbox, name: str, *, memory: bool = False,
                     "(Debian's CRIU 3.17: 'Unexpected rt vDSO area bounds'); call "
                     "checkpoint(name) for a filesystem checkpoint")
     image = f"{CHECKPOINT_REPOSITORY}:{name}"
-    labels = checkpoint_labels(sb, name, memory=memory, fork=fork)
+    labels = checkpoint_labels(sb, name, memory=memory, fork=fork, owned=owned)
     image_id = await sb.backend.checkpoint(image, labels, memory=memory)
     return Checkpoint(name=name, image=image, image_id=image_id, source_id=sb.id,
                       created=datetime.fromisoformat(labels[LABEL_CREATED]), memory=memory,
                       source_config=attrs.evolve(sb.config, name=""))
 
 
-async def fork(sb: Sandbox, n: int, *, name: str = "") -> list[Sandbox]:
+class _ForkImage:
+    """A fork's checkpoint image and how many of its sandboxes live in this process: the
+    last one's cleanup removes it (a container someone else made from it keeps it, for gc)."""
+
+    def __init__(self, image: str, image_id: str) -> None:
+        self.image, self.image_id = image, image_id
+        self.users = 0
+        self.removed = False
+
+    def adopt(self, child: Sandbox) -> None:
+        self.users += 1
+        child._after_cleanup(self._release)
+
+    async def _release(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            await self.remove()
+
+    async def remove(self) -> None:
+        """Remove the image if it is still the one made (never a namesake made since)."""
+        if self.removed:
+            return
+        self.removed = True
+        from .docker._checkpoint import remove_image
+        from .docker._gateway import Engine, new_client
+        from .docker._images import inspect_image
+
+        client = new_client()
+        try:
+            engine = Engine(client)
+            found = await inspect_image(engine, self.image)
+            if found is not None and found.get("Id") == self.image_id:
+                await remove_image(engine, self.image)
+        finally:
+            await client.close()
+
+
+async def fork(sb: Sandbox, n: int, *, name: str = "", keep: bool = False) -> list[Sandbox]:
     """Checkpoint ``sb`` and start ``n`` sandboxes from it (what `Sandbox.fork` does).
 
     All or nothing: if one fails to start (or the caller is cancelled), those already started
-    are removed before the error goes on.
+    are removed before the error goes on, and the checkpoint with them unless ``keep``.
     """
     from ._sandbox import Sandbox
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"fork: n must be a positive integer, got {n!r}")
     name = check_name(name) if name else f"{sb.id}-fork-{uuid.uuid4().hex[:8]}"
-    point = await create_checkpoint(sb, name, fork=True)
+    point = await create_checkpoint(sb, name, fork=True, owned=not keep)
+    shared = None if keep else _ForkImage(point.image, point.image_id)
     children: list[Sandbox] = []
     limiter = anyio.CapacityLimiter(FORK_CONCURRENCY)
 
@@ -173,6 +289,8 @@ async def fork(sb: Sandbox, n: int, *, name: str = "") -> list[Sandbox]:
             child = Sandbox(point.config)
             await child.initialize()
             children.append(child)  # after initialize: a failed one removed itself
+            if shared is not None:
+                shared.adopt(child)
 
     try:
         async with anyio.create_task_group() as tg:
@@ -183,14 +301,20 @@ async def fork(sb: Sandbox, n: int, *, name: str = "") -> list[Sandbox]:
             async with anyio.create_task_group() as tg:
                 for child in children:
                     tg.start_soon(_quiet_cleanup, child)
+            if shared is not None and shared.users == 0:
+                await _quietly(shared.remove)
         raise
     return children
 
 
-async def _quiet_cleanup(sb: Sandbox) -> None:
-    # The error that made us clean up is the news; a failed removal is left to gc.
+async def _quietly(action: Callable[[], Awaitable[None]]) -> None:
+    # The error that made us clean up is the news; what is left is gc's (owner labels).
     with contextlib.suppress(SandboxError):
-        await sb.cleanup()
+        await action()
+
+
+async def _quiet_cleanup(sb: Sandbox) -> None:
+    await _quietly(sb.cleanup)
 
 
 def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
@@ -215,6 +339,10 @@ def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
     with contextlib.suppress(ValueError, TypeError):
         created = datetime.fromisoformat(str(labels.get(LABEL_CREATED)))
         created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    withheld: tuple[str, ...] = ()
+    with contextlib.suppress(ValueError, TypeError):
+        names = json.loads(str(labels.get(LABEL_CHECKPOINT_WITHHELD) or "[]"))
+        withheld = tuple(str(n) for n in names) if isinstance(names, list) else ()
     size = image.get("Size")
     tag = f"{CHECKPOINT_REPOSITORY}:{name}"
     tags = image.get("RepoTags") or []
@@ -224,7 +352,8 @@ def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
         source_id=str(labels.get(LABEL_CHECKPOINT_SOURCE) or ""),
         created=created or engine_time(image.get("Created")),
         size=size if isinstance(size, int) and not isinstance(size, bool) else 0,
-        memory=labels.get(LABEL_CHECKPOINT_MEMORY) == "true", source_config=config)
+        memory=labels.get(LABEL_CHECKPOINT_MEMORY) == "true", source_config=config,
+        withheld=withheld)
 
 
 async def checkpoints(*, docker: DockerClient | None = None) -> list[Checkpoint]:

@@ -16,7 +16,9 @@ removal further to resources at least that old.
 
 Checkpoints (``sandbox-checkpoint:<name>`` images) are kept on purpose beyond their maker's
 life, so they are removed by age only, and only when ``checkpoints_older_than`` is given; one
-a container still uses is kept.
+a container still uses is kept. The exception is a fork's checkpoint that was to go with its
+forks (``fork(keep=False)``, the default): it carries its maker's owner labels (under
+``io.sandbox.checkpoint.owner.*``) and is removed, like a container, once that owner is gone.
 """
 
 from __future__ import annotations
@@ -96,8 +98,10 @@ class GcReport:
         kept_networks: Networks left alone, each with the reason.
         removed_volumes: Volumes removed because their owner is gone.
         kept_volumes: Volumes left alone, each with the reason.
-        removed_checkpoints: Checkpoint images removed for their age.
-        kept_checkpoints: Checkpoint images left alone (younger, or in use).
+        removed_checkpoints: Checkpoint images removed for their age, or (a fork's, to go
+            with its forks) because their maker is gone.
+        kept_checkpoints: Checkpoint images left alone (younger, in use, or a fork's whose
+            maker is alive).
         failed: Resources that should have gone but the engine refused; reason says why.
         removed_process: Process sandboxes' leftovers (state directory, cgroup) removed.
         kept_process: Process sandboxes left alone, each with the reason.
@@ -241,8 +245,8 @@ async def gc(
             Resources of a live owner, or of one that cannot be checked from here (another
             host, no owner labels), are never removed.
         checkpoints_older_than: Also remove checkpoints at least this old (by their creation
-            label); None (the default) leaves every checkpoint alone. One in use by a
-            container is kept.
+            label); None (the default) leaves every checkpoint alone but a fork's whose
+            maker is gone (see `Sandbox.fork`). One in use by a container is kept.
         docker: An aiodocker client to use (yours to close); by default one is opened to
             DOCKER_HOST or the default socket and closed before returning.
 
@@ -285,10 +289,9 @@ async def gc(
                                                             f"failed: {exc}"))
                     continue
             removed[res.kind].append(item)
-        old_checkpoints: tuple[list[GcItem], list[GcItem]] = ([], [])
-        if checkpoints_older_than is not None:
-            old_checkpoints = await _collect_checkpoints(
-                engine, checkpoints_older_than, now=now, dry_run=dry_run, failed=failed)
+        old_checkpoints = await _collect_checkpoints(
+            engine, checkpoints_older_than, now=now, dry_run=dry_run, failed=failed,
+            here=here, older_than=older_than)
     finally:
         if docker is None:
             await client.close()
@@ -309,11 +312,12 @@ async def gc(
 
 
 async def _collect_checkpoints(
-    engine: Engine, older_than: timedelta, *, now: datetime, dry_run: bool,
-    failed: list[GcItem],
+    engine: Engine, by_age: timedelta | None, *, now: datetime, dry_run: bool,
+    failed: list[GcItem], here: _Here, older_than: timedelta | None,
 ) -> tuple[list[GcItem], list[GcItem]]:
-    """Remove checkpoints at least ``older_than`` old: (removed, kept); failures to ``failed``."""
-    from ._checkpoint import parse_checkpoint
+    """Remove the fork checkpoints whose maker is gone, and (``by_age`` given) the
+    checkpoints at least that old: (removed, kept); failures to ``failed``."""
+    from ._checkpoint import fork_owner, parse_checkpoint
     from .docker._checkpoint import list_checkpoint_images, remove_image
     from .docker._gateway import EngineConflict
 
@@ -324,15 +328,26 @@ async def _collect_checkpoints(
         if point is None:
             continue  # labelled, but not a checkpoint the SDK can vouch for: never touched
         item = GcItem(kind="checkpoint", id=point.image_id, name=point.name, reason="")
-        if point.created is None:
+        owner = fork_owner(image.get("Labels") or {})
+        if owner:  # a fork's, to go with its forks: judged by its maker, like a container
+            gone, reason = owner_verdict(owner, here=here, created=point.created,
+                                         older_than=older_than, now=now)
+            reason = f"a fork's checkpoint: {reason}"
+            if not gone:
+                if by_age is not None:  # else no checkpoint is reported, as before
+                    kept.append(attrs.evolve(item, reason=reason))
+                continue
+        elif by_age is None:
+            continue
+        elif point.created is None:
             kept.append(attrs.evolve(item, reason="its age is unknown"))
             continue
-        age = now - point.created
-        if age < older_than:
+        elif (age := now - point.created) < by_age:
             kept.append(attrs.evolve(item, reason=f"it is only {_age_text(age)} old (younger "
-                                                  f"than {_age_text(older_than)})"))
+                                                  f"than {_age_text(by_age)})"))
             continue
-        reason = f"it is {_age_text(age)} old"
+        else:
+            reason = f"it is {_age_text(age)} old"
         if not dry_run:
             try:
                 await remove_image(engine, point.image)

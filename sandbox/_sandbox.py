@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +90,12 @@ class Sandbox:
         self._cwd = config.working_dir
         self._env: dict[str, str] = dict(config.environment)
         self._provisions: Provisions | None = None
+        self._cleanup_hooks: list[Callable[[], Awaitable[None]]] = []
+
+    def _after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` once this sandbox is removed (a fork's image release); its errors are
+        not cleanup's (what it leaves carries labels for gc)."""
+        self._cleanup_hooks.append(hook)
 
     async def __aenter__(self) -> Sandbox:
         await self.initialize()
@@ -402,6 +408,10 @@ class Sandbox:
                     await self._provisions.stop()  # MCP servers end before their sandbox
                 await self._impl.remove()
                 self._life.advance(SandboxStatus.DESTROYED)
+                hooks, self._cleanup_hooks = self._cleanup_hooks, []
+                for hook in hooks:
+                    with contextlib.suppress(SandboxError):
+                        await hook()
 
     # -- checkpoints and forks (see _checkpoint) ---------------------------------------------
 
@@ -422,15 +432,18 @@ class Sandbox:
 
         return await create_checkpoint(self, name, memory=memory)
 
-    async def fork(self, n: int, *, name: str = "") -> list[Sandbox]:
+    async def fork(self, n: int, *, name: str = "", keep: bool = False) -> list[Sandbox]:
         """Checkpoint this sandbox and start ``n`` new sandboxes from it, with its config.
 
         The new sandboxes are started and yours to clean up (``async with`` each, or
         ``cleanup()``); if one fails to start, the others are removed before the error is
-        raised. The checkpoint is kept (named ``name``, or ``<id>-fork-<random>``) and
-        listed by ``python -m sandbox checkpoints``; ``gc`` removes it by age.
+        raised. The checkpoint (named ``name``, or ``<id>-fork-<random>``) holds this
+        sandbox's files, so it goes with the last of them; if this process dies first,
+        ``gc`` removes it once the process is gone. ``keep=True`` keeps it instead, listed
+        by ``python -m sandbox checkpoints``, for ``gc`` to remove by age. Either way its
+        labels never hold environment values (see `Checkpoint.withheld`).
         """
         self._life.require_running()
         from ._checkpoint import fork
 
-        return await fork(self, n, name=name)
+        return await fork(self, n, name=name, keep=keep)
