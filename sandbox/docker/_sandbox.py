@@ -21,6 +21,7 @@ from .._errors import (
     SandboxInitFailed,
 )
 from .._gc import owner_labels
+from .._ids import Identity
 from .._image_ref import parse_image_ref
 from .._lifecycle import Lifecycle
 from .._models import (
@@ -90,6 +91,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
                                       stop_commands=self._stop_commands)
         self._facts: EngineFacts | None = None
         self._user = ""
+        self._identity: Identity | None = None
         self._root_opt_in = False
         self._workdir_given = False
         self._image_id = ""
@@ -118,6 +120,11 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
     def user(self) -> str:
         """The user commands run as ("uid:gid" or a name); "" before create."""
         return self._user
+
+    @property
+    def identity(self) -> Identity | None:
+        """The user's real ids and names, as the probe at create read them."""
+        return self._identity
 
     @property
     def audit(self) -> Auditor:
@@ -275,6 +282,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
             self._helpers.run, self._engine_or_fail(), self._container_id, user=self._user,
             cwd=self._cwd, image=self._config.image, covered=self._workspace.covers(self._cwd),
             given=self._workdir_given, root_ok=self._root_opt_in, audit=self._audit)
+        self._identity = Identity(ids.uid, ids.gid, ids.user_name, ids.group_name)
         if not ids.home_writable and "HOME" not in self._env:
             self._env["HOME"] = self._cwd
 

@@ -36,21 +36,32 @@ class Runner(Protocol):
 
 @attrs.frozen
 class UserIds:
-    """What the probe found: the user's real uid and gid, and whether HOME is writable."""
+    """What the probe found: the user's real uid and gid, whether HOME is writable, and the
+    names the image's /etc/passwd and /etc/group give those ids ("" for none)."""
 
     uid: int
     gid: int
     home_writable: bool
+    user_name: str = ""
+    group_name: str = ""
 
 
-#: Run as the sandbox user at start: print "uid gid home-writable", and with "1" as $1 make the
+#: Run as the sandbox user at start: print "uid gid home-writable", then the names of uid and
+#: gid in the image's /etc/passwd and /etc/group ("-" for none), and with "1" as $1 make the
 #: working dir $2 (it may sit in the user's own home, where capability-less root cannot write).
-_WHOAMI_SH = r"""u=; g=
+#: Shell built-ins only: no tool is started for the names.
+_WHOAMI_SH = r"""u=; g=; n=-; m=-
 while read -r k a _; do case "$k" in Uid:) u=$a;; Gid:) g=$a;; esac; done < /proc/self/status
 if [ "$1" = 1 ] && [ ! -d "$2" ]; then mkdir -p -- "$2" 2>/dev/null; fi
 h=0; f="$HOME/.sandbox-probe-$$"
 if ( : > "$f" ) 2>/dev/null; then rm -f -- "$f"; h=1; fi
-echo "$u $g $h"
+if [ -r /etc/passwd ]; then
+  while IFS=: read -r a _ c _; do [ "$c" = "$u" ] && { n=$a; break; }; done < /etc/passwd
+fi
+if [ -r /etc/group ]; then
+  while IFS=: read -r a _ c _; do [ "$c" = "$g" ] && { m=$a; break; }; done < /etc/group
+fi
+echo "$u $g $h $n $m"
 """
 
 #: As root (without capabilities: it can mkdir only where root owns the parent): make the
@@ -110,11 +121,12 @@ async def probe_user(run: Runner, user: str, cwd: str, *, image: str,
             f"security.run_as_user {user!r} cannot run commands in image {image!r}",
             details=exc.details, cause=exc) from exc
     fields = result.stdout.split()
-    if not result.success or len(fields) != 3 or not all(f.isdigit() for f in fields):
+    if not result.success or len(fields) != 5 or not all(f.isdigit() for f in fields[:3]):
         raise SandboxInitFailed(
             f"security.run_as_user {user!r}: could not read its ids in image {image!r}",
             details=(result.stderr or result.stdout or result.error).strip()[:500])
-    return UserIds(int(fields[0]), int(fields[1]), fields[2] == "1")
+    names = ["" if name == "-" else name for name in fields[3:]]
+    return UserIds(int(fields[0]), int(fields[1]), fields[2] == "1", *names)
 
 
 async def give_workdir_after_start(run: Runner, engine: Engine, container_id: str, cwd: str,

@@ -27,6 +27,7 @@ from .._backend import ProcessSpec
 from .._constants import LABEL_SANDBOX_ID
 from .._errors import CommandStartFailed, SandboxError, SandboxInitFailed
 from .._gc import owner_labels
+from .._ids import Identity, identity_of
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -105,6 +106,11 @@ class ProcessSandbox(HelperFiles):
     def user(self) -> str:
         """"uid:gid" of commands; "" before create."""
         return self._user
+
+    @property
+    def identity(self) -> Identity | None:
+        """The user's ids, from the plan ("uid:gid" in the sandbox's namespace)."""
+        return identity_of(self._user)
 
     @property
     def audit(self) -> Auditor:
