@@ -2,8 +2,8 @@
 
 `runc_resolve` (tests/unit/_runc_user.py) is a model of moby/sys/user ``GetExecUser`` (what
 dockerd runs for an exec's ``User``), written apart from `sandbox._ids`;
-tests/integration/test_command_users.py checks this model against the real engine. Here every spelling a
-generator makes (signs, zeros, colons, names, junk, random strings) is put through
+tests/integration/test_command_users.py checks it against the real engine. Here every spelling
+a generator makes (signs, zeros, colons, names, junk, random strings) is put through
 `narrow_user`, and what it hands the engine must resolve, under the model, to ids the sandbox
 user has or to nobody.
 """
@@ -33,7 +33,7 @@ def resolve(spec: str) -> tuple[int, int, frozenset[int]] | None:
     ("0", 0), ("00", 0), ("+0", 0), ("-0", 0), ("+00", 0), ("007", 7), ("+1000", 1000),
     ("-1", -1), ("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -(2**63)),
     ("9223372036854775808", None), ("", None), ("+", None), ("-", None), ("++0", None),
-    ("+-0", None), (" 0", None), ("0 ", None), ("0x0", None), ("1_000", None), ("١", None),
+    ("+-0", None), (" 0", None), ("0 ", None), ("0x0", None), ("1_000", None), ("\u0661", None),
     ("0.0", None), ("1e3", None), ("root", None),
 ])
 def test_go_atoi(text: str, value: int | None) -> None:
@@ -47,7 +47,7 @@ def spellings() -> list[str]:
     fields = {f"{sign}{'0' * zeros}{number}" for sign, zeros, number in
               itertools.product(["", "+", "-", "++"], range(3), numbers)}
     fields |= {"", " 0", "0 ", "0x0", "root", "sandbox", "nobody", "nogroup", "shadow",
-               "users", "www-data", "١", "Root"}
+               "users", "www-data", "\u0661", "Root"}
     out = sorted(fields)
     short = sorted(f for f in fields if len(f) <= 5)
     out += [f"{u}:{g}" for u, g in itertools.product(short, short)]
