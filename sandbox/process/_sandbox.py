@@ -308,7 +308,7 @@ class ProcessSandbox(HelperFiles):
             errors = await anyio.to_thread.run_sync(remove_state, self._state)
         elif self._cgroup is not None:
             errors = await anyio.to_thread.run_sync(self._cgroup.remove)
-        errors += await self._workspace.remove()
+        errors += await self._workspace.remove(self._audit)
         if errors:
             raise SandboxError("cleanup could not remove everything", details="; ".join(errors),
                                retryable=True)
