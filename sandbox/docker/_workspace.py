@@ -180,6 +180,7 @@ async def live_mount_user(repo: RepositoryConfig | None) -> str:
     """
     if repo is None or _mode_of(repo) is not Mode.LIVE or repo.read_only:
         return ""
+    _check(repo)  # a config that cannot be honoured is named first
     try:
         st = await (await anyio.Path(repo.local_path).expanduser()).stat()
     except OSError:
