@@ -3,7 +3,10 @@
 Three modes, picked from the `RepositoryConfig`:
 
 * live: ``local_path`` without filters is bind-mounted as it is. Edits made inside are edits of
-  the user's directory; the SDK never changes its ownership, mode or content on its own.
+  the user's directory; the SDK never changes its ownership or content on its own. Writable,
+  the sandbox runs as the directory's owner (`live_mount_user`; root's is refused), and at
+  cleanup set-id bits set during the sandbox's life are stripped and links pointing outside
+  are reported (`sandbox._live_mount`): the one mode change the SDK makes there.
 * mounted copy: ``read_only`` with ``url`` or filters. A host directory the SDK owns (the
   checkout, or a filtered copy of it) is bind-mounted read-only, so every write fails with EROFS.
 * container copy: read-write with ``url`` or filters. The selected files are streamed into the
