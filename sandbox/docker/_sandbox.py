@@ -283,7 +283,8 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         ids = await settle_user(
             self._helpers.run, self._engine_or_fail(), self._container_id, user=self._user,
             cwd=self._cwd, image=self._config.image, covered=self._workspace.covers(self._cwd),
-            given=self._workdir_given, root_ok=self._root_opt_in, audit=self._audit)
+            given=self._workdir_given, root_ok=self._root_opt_in, audit=self._audit,
+            image_id=self._image_id)
         self._identity = Identity(ids.uid, ids.gid, ids.user_name, ids.group_name)
         if not ids.home_writable and "HOME" not in self._env:
             # Not in a live mount: dotfiles (git's config, caches) would land in the user's
