@@ -160,6 +160,17 @@ async def test_process_backend_cleanup_strips_and_reports_too(
                      ("symlink_outside", "results.json"), ("symlink_outside", "up")]
 
 
+@pytest.mark.asyncio
+async def test_process_backend_refuses_a_writable_mount_it_cannot_write(tmp_path: Path) -> None:
+    repo = owned_repo(tmp_path, uid=0)  # 0755, root's: host nobody cannot write it
+    cfg = SandboxConfig(type="process", image=IMAGE_BUSYBOX,
+                        repository=RepositoryConfig(local_path=str(repo)))
+    with pytest.raises(SandboxInitFailed, match="not writable by the host user") as info:
+        async with Sandbox(cfg):
+            pass
+    assert "include_files=['**']" in str(info.value)
+
+
 def test_the_scan_leaves_what_was_there_before_the_sandbox(tmp_path: Path) -> None:
     """Set-id bits and links older than the sandbox are the user's: kept and not reported."""
     old = tmp_path / "old-setuid"
