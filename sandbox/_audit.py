@@ -26,6 +26,11 @@ Events and their fields (every record also has ``event`` and ``sandbox_id``):
   ``error`` (the exception raised).
 * ``limit``: ``limit`` (``timeout``, ``memory``, ``cpu_time``, ``wall_time``, ``output``),
   ``detail``.
+* ``live_mount``: ``found`` (``setid_stripped``: a setuid/setgid bit set during the
+  sandbox's life in a live ``local_path`` mount, removed at cleanup; ``symlink_outside``: a
+  link made there that points outside the directory; ``incomplete``: the scan ran out of
+  time), ``path`` (on the host), ``detail`` (the old mode, or the link's target). Also logged
+  at WARNING on ``sandbox.security`` whatever the policy says.
 * ``opt_in``: ``setting`` (``security.run_as_user``, ``security.run_as_group``,
   ``security.add_capabilities``), ``granted`` (root, or the capabilities added). Also
   logged at WARNING on ``sandbox.security`` whatever the policy says.
@@ -132,6 +137,13 @@ class Auditor:
                              setting)
         if self.security:
             self._emit("opt_in", {"setting": setting, "granted": granted})
+
+    def live_mount(self, found: str, path: str, detail: str) -> None:
+        """Record what the cleanup of a live mount found there (see `_live_mount`)."""
+        security_log.warning("sandbox %s left %s in its live mount: %s (%s)", self.sandbox_id,
+                             found, path, detail)
+        if self.security:
+            self._emit("live_mount", {"found": found, "path": path, "detail": detail})
 
     def egress(self, decision: str, fields: Mapping[str, Any]) -> None:
         """Record one egress proxy decision: a refusal as a security event, the rest as

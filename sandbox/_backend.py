@@ -15,6 +15,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import attrs
 
 from ._audit import Auditor
+from ._ids import Identity
 from ._lifecycle import Lifecycle
 from ._models import (
     CommandResult,
@@ -134,6 +135,12 @@ class Backend(Protocol):
     @property
     def user(self) -> str:
         """The user commands run as ("uid:gid" or a name); "" before initialize."""
+        ...
+
+    @property
+    def identity(self) -> Identity | None:
+        """The user's real ids (and names at create), once known: what a per-command user
+        is compared with; None before initialize or where the backend cannot tell."""
         ...
 
     @property

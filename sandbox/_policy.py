@@ -3,7 +3,8 @@
 Turns a `Command` and the sandbox's state (its user, working directory, environment,
 network) into the `ProcessSpec` a backend runs, refusing what the sandbox does not allow:
 network for an isolated sandbox, path restriction that cannot be enforced per command, and
-a per-command user that would widen the sandbox user to root. Every refusal is audited.
+a per-command user or group other than the sandbox user's own or nobody (compared as the
+numbers the engine would run, `_ids`). Every refusal is audited.
 Per-command settings may only narrow what the sandbox allows.
 """
 
@@ -15,6 +16,7 @@ from datetime import timedelta
 from ._audit import Auditor
 from ._backend import ProcessSpec
 from ._errors import ConfigError, NetworkAccessDenied, SecurityViolation
+from ._ids import Identity, names_root, narrow_user, split_spec
 from ._models import Command, SandboxConfig, check_environment
 from ._paths import resolve
 from ._protocol import to_command as to_command
@@ -31,13 +33,9 @@ def seconds(value: timedelta) -> float | None:
     return s if s > 0 else None
 
 
-#: How a user or group field names root.
-ROOT_NAMES = ("0", "root")
-
-
 def is_root(user: str) -> bool:
-    """True when ``user`` ("name", "uid" or "uid:gid") names root as user."""
-    return user.split(":", 1)[0] in ROOT_NAMES
+    """True when ``user`` ("name", "uid" or "uid:gid", any spelling) names root as user."""
+    return names_root(split_spec(user)[0])
 
 
 def with_group(user: str) -> str:
@@ -49,14 +47,6 @@ def with_group(user: str) -> str:
     return f"{user}:{user}" if user.isdigit() else user
 
 
-def widens(asked: str, sandbox: str) -> bool:
-    """True when running as ``asked`` gives root (user or group) the sandbox user lacks."""
-    uid, _, gid = asked.partition(":")
-    s_uid, _, s_gid = sandbox.partition(":")
-    return (uid in ROOT_NAMES and s_uid not in ROOT_NAMES) or \
-        (gid in ROOT_NAMES and s_gid not in ROOT_NAMES)
-
-
 def is_networked(config: SandboxConfig) -> bool:
     """True when the sandbox has a network its commands may use."""
     return not config.network.isolated and config.security.allow_networking \
@@ -65,14 +55,18 @@ def is_networked(config: SandboxConfig) -> bool:
 
 def plan_process(
     command: Command, *, config: SandboxConfig, user: str, cwd: str, env: Mapping[str, str],
-    audit: Auditor,
+    audit: Auditor, identity: Identity | None = None,
 ) -> ProcessSpec:
     """Decide how ``command`` runs in a sandbox whose commands run as ``user`` in ``cwd``.
 
+    ``identity`` is the sandbox user's real uid and gid (and their names at create) where the
+    backend knows them; a per-command user is compared with them as numbers
+    (`_ids.narrow_user`).
+
     Raises:
         NetworkAccessDenied: The command asks for network in an isolated sandbox.
-        SecurityViolation: It asks for ``restrict_paths``, or for a user that would run as
-            root (user or group) where the sandbox user is not root.
+        SecurityViolation: It asks for ``restrict_paths``, or, where the sandbox user is not
+            root, for a user or group other than the sandbox's own or nobody.
     """
     argv = (command.executable, *command.args)
     if command.allow_network and not is_networked(config):
@@ -88,13 +82,19 @@ def plan_process(
             "Command.restrict_paths cannot be enforced for a single command",
             details="use SecurityPolicy.read_only_paths / masked_paths for the sandbox",
         ))
-    if command.user and user and not is_root(user) and widens(command.user, user):
-        asked = f"user={command.user!r} for {list(argv)}"
-        raise audit.refused("security.run_as_user", asked, SecurityViolation(
-            f"Command.user={command.user!r} would run as root (user or group) in a sandbox "
-            f"that runs as {user!r}", details="per-command settings may only narrow the "
-                                              "sandbox's"))
-    run_as = with_group(command.user) or user
+    run_as = user
+    if command.user and user and not is_root(user) and not (identity and identity.uid == 0):
+        run_as, why = narrow_user(command.user, own_user=user, own=identity)
+        if why:
+            asked = f"user={command.user!r} for {list(argv)}"
+            raise audit.refused("security.run_as_user", asked, SecurityViolation(
+                f"Command.user={command.user!r} would run with ids the sandbox user "
+                f"{user!r} does not have: {why}",
+                details="per-command users may only narrow the sandbox's; leave Command.user "
+                        "empty, use allow_write=False (nobody), or set security.run_as_user "
+                        "for the whole sandbox"))
+    elif command.user:
+        run_as = with_group(command.user)
     if not command.allow_write:
         run_as = NOBODY
     stdin = command.stdin

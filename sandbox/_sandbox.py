@@ -184,7 +184,8 @@ class Sandbox:
 
     def _plan(self, cmd: CommandLike) -> ProcessSpec:
         return plan_process(to_command(cmd), config=self._impl.config, user=self._impl.user,
-                            cwd=self._cwd, env=self._env, audit=self._impl.audit)
+                            cwd=self._cwd, env=self._env, audit=self._impl.audit,
+                            identity=self._impl.identity)
 
     def _audit_command(self, spec: ProcessSpec, *, result: CommandResult | None = None,
                        error: BaseException | None = None) -> None:

@@ -41,6 +41,7 @@ from ._errors import (
     SandboxIsADirectory,
     StdinClosed,
 )
+from ._ids import Identity, identity_of
 from ._lifecycle import Lifecycle
 from ._models import (
     Command,
@@ -185,6 +186,11 @@ class FakeBackend:
             user, _, default_group = DEFAULT_USER.partition(":")
             group = group or default_group
         return f"{user}:{group or user}" if group or user.isdigit() else user
+
+    @property
+    def identity(self) -> Identity | None:
+        """The ids `user` names, when numeric."""
+        return identity_of(self.user)
 
     @property
     def audit(self) -> Auditor:

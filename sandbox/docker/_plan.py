@@ -113,8 +113,9 @@ import attrs
 from .._constants import DEFAULT_USER, LABEL_PREFIX
 from .._egress import EgressPolicy
 from .._errors import ConfigError, SandboxInitFailed
+from .._ids import names_root
 from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
-from .._policy import ROOT_NAMES, with_group
+from .._policy import with_group
 from ._disk import disk_options
 from ._egress import plan_egress
 from ._facts import EngineFacts
@@ -303,14 +304,14 @@ def _user(sec: SecurityPolicy, image_user: str) -> tuple[str, tuple[str, ...]]:
             raise ConfigError(f"security.{field}: {value!r} must be one name or number")
     user, group = sec.run_as_user, sec.run_as_group
     opt_ins: list[str] = []
-    if user in ROOT_NAMES:
+    if names_root(user):
         opt_ins.append(f"security.run_as_user: {user} (root)")
-    if group in ROOT_NAMES:
+    if names_root(group):
         opt_ins.append(f"security.run_as_group: {group} (root group)")
     if not user:
         # The image's own user, unless it is root (in user or group): then a fixed one.
         image_uid, _, image_gid = image_user.strip().partition(":")
-        if image_uid and image_uid not in ROOT_NAMES and image_gid not in ROOT_NAMES:
+        if image_uid and not names_root(image_uid) and not names_root(image_gid):
             user, group = image_uid, group or image_gid
         else:
             default_uid, _, default_gid = DEFAULT_USER.partition(":")

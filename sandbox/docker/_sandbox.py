@@ -21,6 +21,7 @@ from .._errors import (
     SandboxInitFailed,
 )
 from .._gc import owner_labels
+from .._ids import Identity
 from .._image_ref import parse_image_ref
 from .._lifecycle import Lifecycle
 from .._models import (
@@ -50,7 +51,7 @@ from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
 from ._workdir import give_workdir_before_start, settle_user
-from ._workspace import Workspace
+from ._workspace import Workspace, live_mount_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
@@ -90,6 +91,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
                                       stop_commands=self._stop_commands)
         self._facts: EngineFacts | None = None
         self._user = ""
+        self._identity: Identity | None = None
         self._root_opt_in = False
         self._workdir_given = False
         self._image_id = ""
@@ -118,6 +120,11 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
     def user(self) -> str:
         """The user commands run as ("uid:gid" or a name); "" before create."""
         return self._user
+
+    @property
+    def identity(self) -> Identity | None:
+        """The user's real ids and names, as the probe at create read them."""
+        return self._identity
 
     @property
     def audit(self) -> Auditor:
@@ -206,7 +213,9 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         labels = {**owner_labels(), LABEL_SANDBOX_ID: self.id}
         image_user = ""
         if not cfg.security.run_as_user:
-            image_user = str((image.get("Config") or {}).get("User") or "")
+            # A writable live mount's owner, else the image's own user (`_plan._user`).
+            image_user = await live_mount_user(cfg.repository) or \
+                str((image.get("Config") or {}).get("User") or "")
         try:
             plan = plan_container(cfg, name=self._name, labels=labels, engine=self._facts,
                                   command=list(KEEPALIVE), image_user=image_user)
@@ -274,9 +283,13 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         ids = await settle_user(
             self._helpers.run, self._engine_or_fail(), self._container_id, user=self._user,
             cwd=self._cwd, image=self._config.image, covered=self._workspace.covers(self._cwd),
-            given=self._workdir_given, root_ok=self._root_opt_in, audit=self._audit)
+            given=self._workdir_given, root_ok=self._root_opt_in, audit=self._audit,
+            image_id=self._image_id)
+        self._identity = Identity(ids.uid, ids.gid, ids.user_name, ids.group_name)
         if not ids.home_writable and "HOME" not in self._env:
-            self._env["HOME"] = self._cwd
+            # Not in a live mount: dotfiles (git's config, caches) would land in the user's
+            # checkout.
+            self._env["HOME"] = "/tmp" if self._workspace.covers(self._cwd) else self._cwd
 
     async def _give_workdir(self) -> None:
         """Before start, hand the working dir to a numeric non-root user (see `_workdir`)."""
@@ -321,7 +334,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         # After the container: a network with an endpoint left cannot be removed.
         if self._network is not None:
             errors += await self._network.remove()
-        errors += await self._workspace.remove()
+        errors += await self._workspace.remove(self._audit)
         if closing is not None:
             with contextlib.suppress(Exception):
                 await closing.close()

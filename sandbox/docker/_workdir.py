@@ -36,21 +36,33 @@ class Runner(Protocol):
 
 @attrs.frozen
 class UserIds:
-    """What the probe found: the user's real uid and gid, and whether HOME is writable."""
+    """What the probe found: the user's real uid and gid, whether HOME is writable, and the
+    names the image's /etc/passwd and /etc/group give those ids ("" for none)."""
 
     uid: int
     gid: int
     home_writable: bool
+    user_name: str = ""
+    group_name: str = ""
 
 
-#: Run as the sandbox user at start: print "uid gid home-writable", and with "1" as $1 make the
-#: working dir $2 (it may sit in the user's own home, where capability-less root cannot write).
-_WHOAMI_SH = r"""u=; g=
+#: Run as the sandbox user at start: print "uid gid home-writable", then (with "1" as $3) the
+#: names of uid and gid in the image's /etc/passwd and /etc/group ("-" for none or not asked),
+#: and with "1" as $1 make the working dir $2 (it may sit in the user's own home, where
+#: capability-less root cannot write). Shell built-ins only: no tool is started for the names
+#: (dash reads a byte per call, about 5 ms here: hence asked once per image and user).
+_WHOAMI_SH = r"""u=; g=; n=-; m=-
 while read -r k a _; do case "$k" in Uid:) u=$a;; Gid:) g=$a;; esac; done < /proc/self/status
 if [ "$1" = 1 ] && [ ! -d "$2" ]; then mkdir -p -- "$2" 2>/dev/null; fi
 h=0; f="$HOME/.sandbox-probe-$$"
 if ( : > "$f" ) 2>/dev/null; then rm -f -- "$f"; h=1; fi
-echo "$u $g $h"
+if [ "$3" = 1 ] && [ -r /etc/passwd ]; then
+  while IFS=: read -r a _ c _; do [ "$c" = "$u" ] && { n=$a; break; }; done < /etc/passwd
+fi
+if [ "$3" = 1 ] && [ -r /etc/group ]; then
+  while IFS=: read -r a _ c _; do [ "$c" = "$g" ] && { m=$a; break; }; done < /etc/group
+fi
+echo "$u $g $h $n $m"
 """
 
 #: As root (without capabilities: it can mkdir only where root owns the parent): make the
@@ -98,23 +110,36 @@ def root_owned_empty_dir(head: bytes) -> bool:
         len(head) < PROBE_BYTES
 
 
+#: Per (image id, user spec): the names the image gives the user's ids. A fresh container's
+#: /etc/passwd is its image's, so one answer holds for every container of that image.
+_NAMES: dict[tuple[str, str], tuple[str, str]] = {}
+
+
 async def probe_user(run: Runner, user: str, cwd: str, *, image: str,
-                     make_dir: bool) -> UserIds:
+                     make_dir: bool, image_id: str = "") -> UserIds:
     """Run the probe as `user` (making `cwd` if `make_dir` and it is missing): an unknown user
     shows up here, at start, rather than at the first command."""
+    known = _NAMES.get((image_id, user)) if image_id else None
     try:
         result = await run(["/bin/sh", "-c", _WHOAMI_SH, "sandbox-init", "1" if make_dir else "0",
-                            cwd], user=user, what=f"start a command as {user!r}")
+                            cwd, "0" if known else "1"], user=user,
+                           what=f"start a command as {user!r}")
     except CommandExecutionFailed as exc:
         raise SandboxInitFailed(
             f"security.run_as_user {user!r} cannot run commands in image {image!r}",
             details=exc.details, cause=exc) from exc
     fields = result.stdout.split()
-    if not result.success or len(fields) != 3 or not all(f.isdigit() for f in fields):
+    if not result.success or len(fields) != 5 or not all(f.isdigit() for f in fields[:3]):
         raise SandboxInitFailed(
             f"security.run_as_user {user!r}: could not read its ids in image {image!r}",
             details=(result.stderr or result.stdout or result.error).strip()[:500])
-    return UserIds(int(fields[0]), int(fields[1]), fields[2] == "1")
+    if known is None:
+        known = ("" if fields[3] == "-" else fields[3], "" if fields[4] == "-" else fields[4])
+        if image_id:
+            if len(_NAMES) >= _PROBES_KEPT:
+                _NAMES.clear()
+            _NAMES[(image_id, user)] = known
+    return UserIds(int(fields[0]), int(fields[1]), fields[2] == "1", *known)
 
 
 async def give_workdir_after_start(run: Runner, engine: Engine, container_id: str, cwd: str,
@@ -179,11 +204,12 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
 
 async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: str, cwd: str,
                       image: str, covered: bool, given: bool, root_ok: bool,
-                      audit: Auditor) -> UserIds:
+                      audit: Auditor, image_id: str = "") -> UserIds:
     """After start: probe the sandbox user's real ids, refuse one that is root without the
     opt-in, and give it the working dir unless the workspace or the pre-start hand-over did.
     """
-    ids = await probe_user(run, user, cwd, image=image, make_dir=not covered)
+    ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,
+                           image_id=image_id)
     if 0 in (ids.uid, ids.gid) and not root_ok:
         # A name, or the image's own user, that the image maps to root (user or group).
         raise audit.refused("security.run_as_user", f"user={user!r}", SecurityViolation(

@@ -3,7 +3,10 @@
 Three modes, picked from the `RepositoryConfig`:
 
 * live: ``local_path`` without filters is bind-mounted as it is. Edits made inside are edits of
-  the user's directory; the SDK never changes its ownership, mode or content on its own.
+  the user's directory; the SDK never changes its ownership or content on its own. Writable,
+  the sandbox runs as the directory's owner (`live_mount_user`; root's is refused), and at
+  cleanup set-id bits set during the sandbox's life are stripped and links pointing outside
+  are reported (`sandbox._live_mount`): the one mode change the SDK makes there.
 * mounted copy: ``read_only`` with ``url`` or filters. A host directory the SDK owns (the
   checkout, or a filtered copy of it) is bind-mounted read-only, so every write fails with EROFS.
 * container copy: read-write with ``url`` or filters. The selected files are streamed into the
@@ -24,16 +27,19 @@ import re
 import shutil
 import tarfile
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import anyio
 
+from .._audit import Auditor
 from .._constants import DEFAULT_CLEANUP_TIMEOUT
 from .._errors import SandboxInitFailed
 from .._git import checkout
 from .._glob import PathFilter, select_entries
+from .._live_mount import scan_live_mount
 from .._models import CommandResult, RepositoryConfig
 from .._rmtree import remove_tree
 from ._files import _file_chunks
@@ -166,6 +172,37 @@ def _check(repo: RepositoryConfig) -> None:
                             "image's users mean nothing")
 
 
+async def live_mount_user(repo: RepositoryConfig | None) -> str:
+    """For a writable live mount, the ``uid:gid`` its owner has on the host ("" otherwise).
+
+    The sandbox user becomes that owner (the devcontainer convention): the agent can edit the
+    checkout, and its edits come back owned by the user. A root-owned checkout is refused
+    here, because only root could write it.
+
+    Raises:
+        SandboxInitFailed: The directory is root's; the message names the ways out.
+    """
+    if repo is None or _mode_of(repo) is not Mode.LIVE or repo.read_only:
+        return ""
+    _check(repo)  # a config that cannot be honoured is named first
+    try:
+        st = await (await anyio.Path(repo.local_path).expanduser()).stat()
+    except OSError:
+        return ""  # `Workspace.prepare` names a missing directory
+    if st.st_uid == 0:
+        raise SandboxInitFailed(
+            f"repository local_path {repo.local_path!r} is owned by root, so the sandbox's "
+            "non-root user could not write it, and a writable live mount runs as the "
+            "directory's owner",
+            details="choose one: security.run_as_user='0' (root inside the sandbox, without "
+                    "capabilities; audited), or a copy the sandbox owns and cannot use to "
+                    "reach your directory: include_files=['**'] (take results back with "
+                    "copy_files), or read_only=True, or chown the directory to a non-root "
+                    "user")
+    # A root group would give the sandbox root's group: the owner's uid serves as gid then.
+    return f"{st.st_uid}:{st.st_gid or st.st_uid}"
+
+
 class Workspace:
     """What the SDK made on the host for one sandbox's repository, and how to undo it."""
 
@@ -177,6 +214,7 @@ class Workspace:
         self._entries: list[str] | None = None
         self.mount_source: Path | None = None
         self._sandbox_user = ""
+        self._since: float | None = None  # when a live mount was handed to the sandbox
 
     def covers(self, path: str) -> bool:
         """``path`` lies in a bind mount, where the SDK must not create or chown anything."""
@@ -215,6 +253,7 @@ class Workspace:
             self._entries = await anyio.to_thread.run_sync(select_entries, source, path_filter)
         if self.mode is Mode.LIVE:
             self.mount_source = source
+            self._since = time.time()
         elif self.mode is Mode.MOUNTED_COPY:
             if filtered:
                 staged = await self._mkdtemp()
@@ -355,9 +394,24 @@ class Workspace:
             raise OSError(f"could not remove {path}: {'; '.join(left)}")
         self._temp_dirs.remove(path)
 
-    async def remove(self) -> list[str]:
-        """Delete the SDK's temporary checkouts and copies; never the user's directory."""
+    async def remove(self, audit: Auditor | None = None) -> list[str]:
+        """Delete the SDK's temporary checkouts and copies; never the user's directory.
+
+        A live mount is checked instead (`_live_mount`): set-id bits the sandbox set there are
+        stripped, and those and links pointing outside it are reported to ``audit``.
+        """
         errors: list[str] = []
+        if self.mode is Mode.LIVE and self.mount_source is not None and \
+                self.repo is not None and not self.repo.read_only and self._since is not None:
+            source, since, self._since = str(self.mount_source), self._since, None
+            try:
+                findings = await anyio.to_thread.run_sync(scan_live_mount, source, since)
+            except OSError as exc:
+                errors.append(f"check the live repository mount {source}: {exc}")
+                findings = []
+            for finding in findings:
+                if audit is not None:
+                    audit.live_mount(finding.kind, finding.path, finding.detail)
         with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT) as scope:
             for path in list(self._temp_dirs):
                 try:

@@ -78,8 +78,9 @@ import attrs
 
 from .._constants import DEFAULT_CPU_LIMIT, DEFAULT_MEMORY_LIMIT, DEFAULT_USER, LABEL_PREFIX
 from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
+from .._ids import go_atoi, names_root
 from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
-from .._policy import ROOT_NAMES, is_networked
+from .._policy import is_networked
 from ..docker._security import ESCALATING_CAPABILITIES, _capabilities
 
 __all__ = ["CONTAINER", "KEEPALIVE", "PodPlan", "plan_pod"]
@@ -271,14 +272,15 @@ def _user(sec: SecurityPolicy) -> tuple[str, tuple[str, ...]]:
     ids = []
     for field in ("run_as_user", "run_as_group"):
         value = getattr(sec, field).strip()
-        if value in ROOT_NAMES:
+        if names_root(value):
             opt_ins.append(f"security.{field}: {value} (root)")
             value = "0"
-        if value and not value.isdigit():
+        number = go_atoi(value)
+        if value and (number is None or number < 0):
             raise _refuse(f"security.{field}",
                           f"{value!r} is a name; Kubernetes runAsUser/runAsGroup take numbers",
                           "give the numeric id")
-        ids.append(value)
+        ids.append(str(number) if value else "")
     uid, gid = ids
     gid = gid or (uid if uid else default_gid)
     return f"{uid or default_uid}:{gid}", tuple(opt_ins)

@@ -37,6 +37,7 @@ from .._errors import (
     SandboxNotFound,
 )
 from .._gc import owner_labels
+from .._ids import Identity, identity_of
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -130,6 +131,11 @@ class KubernetesSandbox:
     @property
     def user(self) -> str:
         return self._user
+
+    @property
+    def identity(self) -> Identity | None:
+        """The Pod's numeric runAsUser and runAsGroup."""
+        return identity_of(self._user)
 
     @property
     def audit(self) -> Auditor:

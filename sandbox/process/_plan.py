@@ -80,8 +80,9 @@ import attrs
 
 from .._constants import DEFAULT_RUNTIME, DEFAULT_USER, LABEL_PREFIX
 from .._errors import ConfigError, SandboxInitFailed
+from .._ids import names_root
 from .._models import ResourceLimits, SandboxConfig
-from .._policy import ROOT_NAMES, is_networked
+from .._policy import is_networked
 from ..docker._security import seccomp_options
 
 __all__ = ["ProcessPlan", "plan_sandbox"]
@@ -126,14 +127,14 @@ def _ids(cfg: SandboxConfig, image_user: str, lookup: Lookup) -> tuple[int, int]
     user, group = sec.run_as_user, sec.run_as_group
     if not user:
         image_uid = image_user.partition(":")[0]
-        if image_user and image_uid not in ROOT_NAMES:
+        if image_user and not names_root(image_uid):
             user, _, image_group = image_user.partition(":")
             group = group or image_group
         else:
             user, _, default_group = DEFAULT_USER.partition(":")
             group = group or default_group
-    if user in ROOT_NAMES or group in ROOT_NAMES:
-        field = "security.run_as_user" if user in ROOT_NAMES else "security.run_as_group"
+    if names_root(user) or names_root(group):
+        field = "security.run_as_user" if names_root(user) else "security.run_as_group"
         raise _refuse(field, "root cannot be the process sandbox's user: root in the "
                       "sandbox's user namespace holds every capability over its namespaces",
                       "use a non-root user, or type='docker'")

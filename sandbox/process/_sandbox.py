@@ -27,6 +27,7 @@ from .._backend import ProcessSpec
 from .._constants import LABEL_SANDBOX_ID
 from .._errors import CleanupIncomplete, CommandStartFailed, SandboxInitFailed
 from .._gc import owner_labels
+from .._ids import Identity, identity_of
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -105,6 +106,11 @@ class ProcessSandbox(HelperFiles):
     def user(self) -> str:
         """"uid:gid" of commands; "" before create."""
         return self._user
+
+    @property
+    def identity(self) -> Identity | None:
+        """The user's ids, from the plan ("uid:gid" in the sandbox's namespace)."""
+        return identity_of(self._user)
 
     @property
     def audit(self) -> Auditor:
@@ -304,7 +310,7 @@ class ProcessSandbox(HelperFiles):
                 self._state = None  # gone: a retried cleanup has nothing to redo there
         elif self._cgroup is not None:
             errors = await anyio.to_thread.run_sync(self._cgroup.remove)
-        errors += await self._workspace.remove()
+        errors += await self._workspace.remove(self._audit)
         if errors:
             left = [str(self._state)] if self._state is not None else []
             raise CleanupIncomplete(

@@ -31,6 +31,7 @@ from sandbox import (
     SandboxNotRunning,
     SandboxStatus,
     SecurityPolicy,
+    SecurityViolation,
 )
 from tests.conftest import our_containers, sandbox_containers
 
@@ -88,7 +89,12 @@ async def test_working_directory_that_is_a_file() -> None:
 
 
 async def test_unknown_user_per_command_names_it() -> None:
+    # A non-root sandbox refuses every name but its own and nobody's before the engine sees it
     async with busybox() as sb:
+        with pytest.raises(SecurityViolation, match="nosuchuser"):
+            await sb.execute_command(Command(executable="id", user="nosuchuser"))
+    # A root sandbox passes names on: the engine's refusal is named
+    async with busybox(security=SecurityPolicy(run_as_user="root")) as sb:
         with pytest.raises(CommandExecutionFailed, match="nosuchuser"):
             await sb.execute_command(Command(executable="id", user="nosuchuser"))
         assert (await sb.execute_command("echo fine")).stdout == "fine\n"

@@ -244,7 +244,9 @@ async def test_run_as_user_and_group() -> None:
     async with sandbox(IMAGE_PYTHON, run_as_user="1234") as sb:
         assert await run(sb, "id -u; id -g; stat -c %u:%g .; touch x && echo ok") == \
             "1234\n1234\n1234:1234\nok\n"
-        assert await run(sb, "id -g", user="4321") == "4321\n"  # a command's user too
+        assert await run(sb, "id -g", user="+1234") == "1234\n"  # a command's user too
+        with pytest.raises(SecurityViolation, match="uid 4321"):  # but no other uid (issue 25)
+            await run(sb, "id -g", user="4321")
 
 
 async def test_seccomp_profile_file_denies_mkdir(tmp_path: Path) -> None:

@@ -79,6 +79,15 @@ def test_resources_runtime_and_limits() -> None:
                 runtime="kata").pod["spec"]["runtimeClassName"] == "kata-qemu"
 
 
+def test_root_spelled_as_numbers_is_an_audited_opt_in() -> None:
+    p = plan(security=SecurityPolicy(run_as_user="00", run_as_group="+0"))
+    sc = container(p)["securityContext"]
+    assert (sc["runAsUser"], sc["runAsGroup"], p.user) == (0, 0, "0:0")
+    assert p.opt_ins == ("security.run_as_user: 00 (root)", "security.run_as_group: +0 (root)")
+    p = plan(security=SecurityPolicy(run_as_user="+01234"))
+    assert (container(p)["securityContext"]["runAsUser"], p.opt_ins) == (1234, ())
+
+
 def test_security_mapping() -> None:
     p = plan(security=SecurityPolicy(
         run_as_user="0", run_as_group="0", read_only_root=True, prevent_escalation=False,

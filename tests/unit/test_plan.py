@@ -501,7 +501,10 @@ def test_default_user_is_the_images_own_non_root_user(image_user: str, expected:
     ("user", "group", "expected", "opt_ins"),
     [("root", "", "root", ("security.run_as_user: root (root)",)),
      ("0", "", "0:0", ("security.run_as_user: 0 (root)",)),
-     ("", "0", "1000:0", ("security.run_as_group: 0 (root group)",))],
+     ("", "0", "1000:0", ("security.run_as_group: 0 (root group)",)),
+     # spelled as the engine reads it (issue 25): still root, still an audited opt-in
+     ("+00", "", "+00", ("security.run_as_user: +00 (root)",)),
+     ("1000", "-0", "1000:-0", ("security.run_as_group: -0 (root group)",))],
 )
 def test_root_is_an_opt_in(user: str, group: str, expected: str,
                            opt_ins: tuple[str, ...]) -> None:

@@ -18,6 +18,7 @@ from sandbox import (
 )
 from sandbox._audit import Auditor
 from sandbox._backend import ProcessSpec
+from sandbox._ids import Identity
 from sandbox._paths import parse_copy, resolve
 from sandbox._policy import merge_environment, plan_process
 
@@ -40,18 +41,43 @@ def test_a_plain_command_inherits_the_sandbox() -> None:
 def test_per_command_settings_narrow() -> None:
     spec = plan(Command(executable="ls", working_dir="../tmp", environment={"B": "3"},
                         timeout=timedelta(seconds=2), idle_timeout=timedelta(seconds=1),
-                        stdin_content="in", user="1234"))
+                        stdin_content="in", user="1000"))
     assert (spec.workdir, spec.env, spec.time_limit, spec.idle_timeout, spec.stdin,
-            spec.user) == ("/tmp", {"A": "1", "B": "3"}, 2.0, 1.0, b"in", "1234:1234")
+            spec.user) == ("/tmp", {"A": "1", "B": "3"}, 2.0, 1.0, b"in", "1000:1000")
     assert plan(Command(executable="ls", allow_write=False)).user == "65534:65534"
     assert plan(Command(executable="ls", stdin="text")).stdin == b"text"
 
 
-@pytest.mark.parametrize("asked", ["root", "0", "0:0", "1000:0", "1000:root"])
+@pytest.mark.parametrize("asked", ["root", "0", "0:0", "1000:0", "1000:root", "00", "+0",
+                                   "-0", "000:000", "00:1000", "0:0:x", ":1000", ":",
+                                   "1000:-0", "root:1000", "1000:+00"])
 def test_a_command_cannot_widen_to_root(asked: str) -> None:
-    with pytest.raises(SecurityViolation, match="would run as root"):
+    with pytest.raises(SecurityViolation, match=r"\(root\)"):
         plan(Command(executable="id", user=asked))
     assert plan(Command(executable="id", user=asked), user="0:0").user.startswith(asked)
+
+
+@pytest.mark.parametrize("asked", ["1000:42", "1000:shadow", "1234", "33:1000", "sandbox",
+                                   "1000:sandbox", "1000:1001", "65534:42", "www-data",
+                                   "-1", "4294967296"])
+def test_a_command_cannot_take_another_uid_or_group(asked: str) -> None:
+    auditor = Auditor("t", SecurityPolicy(log_security_events=True))
+    with pytest.raises(SecurityViolation, match="only the sandbox's own ids"):
+        plan_process(Command(executable="id", user=asked), config=CFG, user="1000:1000",
+                     cwd="/", env={}, audit=auditor)
+
+
+@pytest.mark.parametrize(("asked", "runs_as"), [
+    ("1000", "sandbox"), ("01000", "sandbox"), ("+1000:100", "sandbox"),
+    ("1000:65534", "1000:65534"), ("nobody", "65534:65534"), ("65534", "65534:65534"),
+    ("nobody:nogroup", "65534:65534"), ("sandbox", "sandbox"), ("sandbox:users", "sandbox"),
+    ("1000:users", "sandbox"), ("65534:users", "65534:100"),
+])
+def test_own_ids_and_nobody_are_allowed_as_numbers(asked: str, runs_as: str) -> None:
+    own = Identity(1000, 100, "sandbox", "users")
+    spec = plan_process(Command(executable="id", user=asked), config=CFG, user="sandbox",
+                        cwd="/", env={}, audit=Auditor("t", CFG.security), identity=own)
+    assert spec.user == runs_as
 
 
 def test_network_and_restrict_paths_are_refused() -> None:

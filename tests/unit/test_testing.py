@@ -50,7 +50,7 @@ async def test_the_fake_shares_the_sandbox_policy_and_lifecycle_rules() -> None:
             await fake.initialize()
         with pytest.raises(NetworkAccessDenied):
             await fake.execute_command(Command(executable="wget", allow_network=True))
-        with pytest.raises(SecurityViolation, match="would run as root"):
+        with pytest.raises(SecurityViolation, match=r"uid 0 \(root\)"):
             await fake.execute_command(Command(executable="id", user="root"))
         with pytest.raises(FileNotFoundError):
             await fake.set_working_directory("/missing")
