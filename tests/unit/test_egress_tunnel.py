@@ -29,6 +29,7 @@ from sandbox._egress_proxy import (
     parse_head,
 )
 
+
 @attrs.define
 class Origin:
     """A server that records every byte each connection sent until it closed."""
@@ -75,13 +76,13 @@ class Proxy:
 async def proxy(origin: Origin) -> AsyncIterator[Proxy]:
     """A proxy allowing ``localhost``'s address on the origin's port, which it treats as the
     HTTP port for tunnels; `tls_proxy` treats it as the TLS port."""
-    async for made in _proxy(origin, http_port=origin.port):
+    async for made in _proxy(origin, http_port=origin.port, tls_port=443):
         yield made
 
 
 @pytest_asyncio.fixture
 async def tls_proxy(origin: Origin) -> AsyncIterator[Proxy]:
-    async for made in _proxy(origin, tls_port=origin.port):
+    async for made in _proxy(origin, http_port=80, tls_port=origin.port):
         yield made
 
 
@@ -92,11 +93,12 @@ class _LoopbackProxy(EgressProxy):
         return ["127.0.0.1"], self.policy.check_addresses(host, ["127.0.0.1"])
 
 
-async def _proxy(origin: Origin, **ports: int) -> AsyncIterator[Proxy]:
+async def _proxy(origin: Origin, http_port: int = 80,
+                 tls_port: int = 443) -> AsyncIterator[Proxy]:
     events: list[Mapping[str, Any]] = []
     made = _LoopbackProxy(EgressPolicy.from_fields(allowed_hosts=["127.0.0.1", "a.test"],
                                                 allowed_ports=[origin.port]),
-                       emit=events.append, **ports)
+                       emit=events.append, http_port=http_port, tls_port=tls_port)
     server = await asyncio.start_server(made.handle, "127.0.0.1", 0, limit=16 * 1024)
     async with server:
         yield Proxy(server.sockets[0].getsockname()[1], events, made)
