@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import json
 import re
 import socket
@@ -78,8 +79,13 @@ sys.modules["egress._egress_proxy"].main(sys.argv[3])
 """
 
 
+_lines = itertools.count(1)
+
+
 def _emit(event: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
+    """One JSON line on stdout, numbered (``seq``): the engine's follow of a rotating log
+    repeats a line at each rotation (measured on 20.10), and the SDK drops repeats by it."""
+    sys.stdout.write(json.dumps({**event, "seq": next(_lines)}, separators=(",", ":")) + "\n")
     sys.stdout.flush()
 
 

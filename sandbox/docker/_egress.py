@@ -61,7 +61,8 @@ READY_TIMEOUT: Final = 30.0
 PROXY_MEMORY: Final = 256 * 1024 * 1024
 #: The proxy's log on the host: at most 3 files of 10 MB (a sandbox refused in a loop wrote
 #: 1.8 GB an hour before the cap; the proxy also rate-limits its refusal lines). The counters
-#: follow it through rotation.
+#: follow it through rotation (json-file: the engine's ``local`` driver lost lines when
+#: followed across rotations here, json-file repeats one, which ``seq`` drops).
 PROXY_LOG: Final = {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}}
 _PROXY_VARS: Final = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 _NO_PROXY: Final = "localhost,127.0.0.1,::1"
@@ -117,6 +118,7 @@ class EgressGate:
         self.address = ""
         self._counts = {"allowed": 0, "refused": 0, "failed": 0}
         self._by_rule: dict[str, int] = {}
+        self._seq = 0
         self._ready = anyio.Event()
         self._supervisor = Supervisor(f"{sandbox_id} egress proxy", self._follow_failed)
 
@@ -280,6 +282,12 @@ class EgressGate:
                     self._record(event)
 
     def _record(self, event: Mapping[str, Any]) -> None:
+        # Following a rotating log, the engine repeats a line at each rotation: drop repeats.
+        seq = event.get("seq")
+        if isinstance(seq, int):
+            if seq <= self._seq:
+                return
+            self._seq = seq
         if event.get("ready"):
             self._ready.set()
             return
