@@ -304,6 +304,7 @@ async def test_listed_name_resolving_to_loopback_refused(origin: tuple[int, list
     (b"CONNECT a.test:99999 HTTP/1.1", b"400"),
     (b"CONNECT unlisted.test:443 HTTP/1.1", b"403"),
     (b"GET http://a.test:25/ HTTP/1.1", b"403"),
+    (b"CONNECT a.test:22 HTTP/1.1", b"403 Forbidden by sandbox egress policy (allowed_ports)"),
     (b"BREW", b"400"),
 ])
 @pytest.mark.asyncio
