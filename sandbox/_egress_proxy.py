@@ -63,6 +63,11 @@ LOG_RATE = 5.0
 _CHUNK = 64 * 1024
 #: A fatal TLS ``access_denied`` alert: what a client of a refused tunnel to 443 reads.
 TLS_ACCESS_DENIED = b"\x15\x03\x03\x00\x02\x02\x31"
+#: The ServerHello random that makes it a HelloRetryRequest (RFC 8446, 4.1.3).
+HELLO_RETRY_RANDOM = bytes.fromhex(
+    "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
+#: TLS 1.3's compatibility ChangeCipherSpec record, which may come before a second hello.
+_CCS = b"\x14\x03\x03\x00\x01\x01"
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _CTL_BYTES = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
@@ -256,7 +261,7 @@ class HelloReader:
     def __init__(self) -> None:
         #: Every byte fed, to forward as it came once the name is judged.
         self.raw = bytearray()
-        self._pos = 0
+        self._pos = self.end = 0
         self._handshake = bytearray()
 
     def feed(self, data: bytes) -> bytes | None:
@@ -273,6 +278,8 @@ class HelloReader:
                 break
             self._handshake += self.raw[self._pos + 5:self._pos + 5 + length]
             self._pos += 5 + length
+            #: Where the records read so far end (after the ClientHello's, once it is whole).
+            self.end = self._pos
             if len(self._handshake) >= 4:
                 if self._handshake[0] != 1:
                     raise ValueError("the first handshake message is not a ClientHello")
@@ -454,21 +461,45 @@ class EgressProxy:
         answers = None if port == self.tls_port else asyncio.ensure_future(
             _pipe(up_reader, writer))
         try:
-            first, decision = b"", Decision(True)
-            if answers is None or (first := await reader.read(_CHUNK))[:1] == b"\x16":
-                first, decision = await _judge_hello(reader, first, host)
-            if not decision.allowed:
-                self._refused(event, decision)
-                writer.write(TLS_ACCESS_DENIED)
-                await writer.drain()
+            first = b""
+            if answers is not None and (first := await reader.read(_CHUNK))[:1] != b"\x16":
+                self._decided({"decision": "allowed", **event})
+                up_writer.write(first)
+                await asyncio.gather(_pipe(reader, up_writer), answers)
                 return
-            self._decided({"decision": "allowed", **event})
-            up_writer.write(first)
-            await asyncio.gather(_pipe(reader, up_writer),
-                                 answers or _pipe(up_reader, writer))
+            if answers is not None:  # TLS, where the server speaks second: stop piping it
+                answers.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await answers
+            await self._tls_tunnel(reader, writer, up_reader, up_writer, host, first, event)
         finally:
             if answers is not None:
                 answers.cancel()
+
+    async def _tls_tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
+                          host: str, first: bytes, event: dict[str, Any]) -> None:
+        """The ClientHello must name ``host``; so must a second one, after a HelloRetryRequest
+        (client bytes after the first wait for the server's answer, so a second hello cannot
+        be slipped in ahead of it). Then both ways as they come."""
+        hello, rest, decision = await _judge_hello(reader, first, host)
+        if decision.allowed:
+            self._decided({"decision": "allowed", **event})
+            up_writer.write(hello)
+            answer, retry = await _server_first(up_reader)
+            writer.write(answer)
+            await writer.drain()
+            if retry:
+                hello, rest, decision = await _judge_hello(reader, rest, host, again=True)
+                if decision.allowed:
+                    up_writer.write(hello)
+        if not decision.allowed:
+            self._refused(event, decision)
+            writer.write(TLS_ACCESS_DENIED)
+            await writer.drain()
+            return
+        up_writer.write(rest)
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
     async def _http_tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
@@ -539,24 +570,57 @@ class EgressProxy:
         await writer.drain()
 
 
-async def _judge_hello(reader: asyncio.StreamReader, first: bytes,
-                       host: str) -> tuple[bytes, Decision]:
-    """Read a ClientHello (that starts with `first`) within `HELLO_TIMEOUT`; return every
-    byte read (to forward) and whether its server name is ``host``."""
+async def _judge_hello(reader: asyncio.StreamReader, first: bytes, host: str, *,
+                       again: bool = False) -> tuple[bytes, bytes, Decision]:
+    """Read a ClientHello (that starts with `first`) within `HELLO_TIMEOUT`; return its
+    records, the bytes read after them, and whether its server name is ``host``. ``again``:
+    the second ClientHello after a HelloRetryRequest, which a ChangeCipherSpec may precede."""
     hello = HelloReader()
-    data = first
+    data, before = first, b""
     deadline = time.monotonic() + HELLO_TIMEOUT
     try:
-        while (body := hello.feed(data)) is None:
+        while True:
+            if again and not hello.raw:
+                while len(data) < len(_CCS) and _CCS.startswith(data) and data:
+                    more = await asyncio.wait_for(reader.read(_CHUNK),
+                                                  deadline - time.monotonic())
+                    if not more:
+                        raise ValueError("the client closed before a whole ClientHello")
+                    data += more
+                if data.startswith(_CCS) and not before:
+                    before, data = _CCS, data[len(_CCS):]
+            if (body := hello.feed(data)) is not None:
+                break
             data = await asyncio.wait_for(reader.read(_CHUNK), deadline - time.monotonic())
             if not data:
                 raise ValueError("the client closed before a whole ClientHello")
-        return bytes(hello.raw), check_server_name(hello_server_name(body), host)
+        return (before + bytes(hello.raw[:hello.end]), bytes(hello.raw[hello.end:]),
+                check_server_name(hello_server_name(body), host))
     except TimeoutError:
         reason = f"no whole TLS ClientHello within {HELLO_TIMEOUT:g} s"
     except ValueError as exc:
         reason = f"a tunnel to {host} must start with a TLS ClientHello naming it: {exc}"
-    return b"", Decision(False, "sni", reason)
+    return b"", b"", Decision(False, "sni", reason)
+
+
+async def _server_first(up_reader: asyncio.StreamReader) -> tuple[bytes, bool]:
+    """Read the server's answer up to its first handshake message's random; return the bytes
+    read (to forward) and whether it is a TLS 1.3 HelloRetryRequest."""
+    raw, handshake, pos = bytearray(), bytearray(), 0
+    while len(handshake) < 38:
+        data = await up_reader.read(_CHUNK)
+        if not data or len(raw) > HELLO_LIMIT:
+            return bytes(raw + data), False
+        raw += data
+        while len(raw) - pos >= 5 and len(handshake) < 38:
+            if raw[pos] != 0x16:
+                return bytes(raw), False  # an alert, or not TLS at all
+            length = int.from_bytes(raw[pos + 3:pos + 5], "big")
+            if len(raw) - pos - 5 < length:
+                break
+            handshake += raw[pos + 5:pos + 5 + length]
+            pos += 5 + length
+    return bytes(raw), handshake[0] == 2 and handshake[6:38] == HELLO_RETRY_RANDOM
 
 
 def _forward_head(request: Request, path: str, host: str, port: int) -> bytes:

@@ -21,6 +21,7 @@ import pytest_asyncio
 from sandbox._egress import Decision, EgressPolicy
 from sandbox._egress_proxy import (
     HELLO_LIMIT,
+    HELLO_RETRY_RANDOM,
     LOG_BURST,
     TLS_ACCESS_DENIED,
     EgressProxy,
@@ -38,6 +39,8 @@ class Origin:
     seen: list[bytearray] = attrs.field(factory=list)
     answer: bytes = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
     closed: asyncio.Event = attrs.field(factory=asyncio.Event)
+    #: Answer the first bytes, not only a request head (a TLS server's ServerHello).
+    at_once: bool = False
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         got = bytearray()
@@ -46,7 +49,7 @@ class Origin:
         try:
             while data := await reader.read(65536):
                 got += data
-                if not answered and b"\r\n\r\n" in got and self.answer:
+                if not answered and (self.at_once or b"\r\n\r\n" in got) and self.answer:
                     writer.write(self.answer)  # answer, but read on: record what follows
                     answered = True
         except OSError:
@@ -127,6 +130,17 @@ def _connect(port: int, host: str = "127.0.0.1") -> bytes:
 
 
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
+def server_hello(random_bytes: bytes = bytes(32)) -> bytes:
+    """A TLS 1.3 ServerHello record (a HelloRetryRequest with `HELLO_RETRY_RANDOM`)."""
+    body = b"\x03\x03" + random_bytes + b"\x00\x13\x01\x00" + b"\x00\x06\x00\x2b\x00\x02\x03\x04"
+    message = b"\x02" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x03" + len(message).to_bytes(2, "big") + message
+
+
+def tls_origin(origin: Origin, answer: bytes) -> None:
+    origin.answer, origin.at_once = answer, True
 
 
 def client_hello(server_hostname: str | None) -> bytes:
@@ -315,14 +329,14 @@ async def test_tunnel_tls_naming_another_server_is_refused(origin: Origin,
 @pytest.mark.asyncio
 async def test_tunnel_tls_naming_its_server_is_forwarded_as_it_came(
         origin: Origin, tls_proxy: Proxy, split: int | None) -> None:
-    origin.answer = b""
+    tls_origin(origin, server_hello())
     hello = client_hello("A.test")
     parts = [hello] if split is None else [hello[i:i + split] for i in
                                           range(0, len(hello), split)]
     answer = await _exchange(tls_proxy.port, _connect(origin.port, "a.test"), *parts,
                              b"after")
     await origin.closed.wait()
-    assert answer == ESTABLISHED
+    assert answer == ESTABLISHED + server_hello()
     assert origin.seen == [bytearray(hello + b"after")]
     assert [e["decision"] for e in tls_proxy.events] == ["allowed"]
 
@@ -330,7 +344,7 @@ async def test_tunnel_tls_naming_its_server_is_forwarded_as_it_came(
 @pytest.mark.asyncio
 async def test_tunnel_tls_in_several_records_is_read_whole(origin: Origin,
                                                            tls_proxy: Proxy) -> None:
-    origin.answer = b""
+    tls_origin(origin, server_hello())
     hello = records(hello_body([sni(b"a.test")]), [3, 1, 50])
     await _exchange(tls_proxy.port, _connect(origin.port, "a.test"), hello)
     await origin.closed.wait()
@@ -360,7 +374,7 @@ async def test_tunnel_tls_refusals(origin: Origin, tls_proxy: Proxy, first: byte
 @pytest.mark.asyncio
 async def test_tunnel_to_an_address_must_name_no_server(origin: Origin,
                                                         tls_proxy: Proxy) -> None:
-    origin.answer = b""
+    tls_origin(origin, server_hello())
     hello = client_hello(None)
     await _exchange(tls_proxy.port, _connect(origin.port), hello)
     assert await _exchange(tls_proxy.port, _connect(origin.port), client_hello("a.test")) == \
@@ -372,12 +386,68 @@ async def test_tunnel_to_an_address_must_name_no_server(origin: Origin,
 async def test_other_ports_pass_other_protocols_but_judge_tls(origin: Origin) -> None:
     """On a port neither HTTP's nor TLS's, the server may speak first (SSH); a ClientHello
     is still judged."""
-    origin.answer = b""
+    tls_origin(origin, server_hello())
     async for made in _proxy(origin):
         await _exchange(made.port, _connect(origin.port), b"SSH-2.0-x\r\n")
         assert await _exchange(made.port, _connect(origin.port, "a.test"),
                                client_hello("other.test")) == ESTABLISHED + TLS_ACCESS_DENIED
     assert [seen for seen in origin.seen if seen] == [bytearray(b"SSH-2.0-x\r\n")]
+
+
+async def _after_retry(port: int, origin_port: int, first: bytes,
+                       second: bytes) -> bytes:
+    """CONNECT, send `first`, read the HelloRetryRequest, send `second`, read to the end."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_connect(origin_port, "a.test") + first)
+    retry = ESTABLISHED + server_hello(HELLO_RETRY_RANDOM)
+    got = await asyncio.wait_for(reader.readexactly(len(retry)), 20)
+    writer.write(second)
+    writer.write_eof()
+    got += await asyncio.wait_for(reader.read(), 20)
+    writer.close()
+    return got
+
+
+@pytest.mark.parametrize("ccs", [b"", b"\x14\x03\x03\x00\x01\x01"])
+@pytest.mark.asyncio
+async def test_second_hello_after_a_retry_must_name_the_server_too(
+        origin: Origin, tls_proxy: Proxy, ccs: bytes) -> None:
+    """TLS 1.3 lets the server ask for a second ClientHello (HelloRetryRequest): naming
+    another server there is refused like in the first."""
+    tls_origin(origin, server_hello(HELLO_RETRY_RANDOM))
+    first = records(hello_body([sni(b"a.test")]), [])
+    got = await _after_retry(tls_proxy.port, origin.port, first,
+                             ccs + records(hello_body([sni(b"other.test")]), [7]))
+    assert got == ESTABLISHED + server_hello(HELLO_RETRY_RANDOM) + TLS_ACCESS_DENIED
+    assert [seen for seen in origin.seen if seen] == [bytearray(first)]
+    assert [e["decision"] for e in tls_proxy.events] == ["allowed", "refused"]
+    assert "'other.test', not a.test" in tls_proxy.events[1]["reason"]
+
+
+@pytest.mark.parametrize("ccs", [b"", b"\x14\x03\x03\x00\x01\x01"])
+@pytest.mark.asyncio
+async def test_second_hello_naming_the_server_is_forwarded(origin: Origin, tls_proxy: Proxy,
+                                                           ccs: bytes) -> None:
+    tls_origin(origin, server_hello(HELLO_RETRY_RANDOM))
+    first = records(hello_body([sni(b"a.test")]), [])
+    second = ccs + records(hello_body([sni(b"a.test"), (51, b"\x00\x00")]), []) + b"\x17rest"
+    got = await _after_retry(tls_proxy.port, origin.port, first, second)
+    await origin.closed.wait()
+    assert got == ESTABLISHED + server_hello(HELLO_RETRY_RANDOM)
+    assert origin.seen == [bytearray(first + second)]
+
+
+@pytest.mark.asyncio
+async def test_second_hello_sent_ahead_of_the_retry_is_held_and_judged(
+        origin: Origin, tls_proxy: Proxy) -> None:
+    """A client cannot slip its second hello in before the server asked for it: what follows
+    the first waits for the server's answer."""
+    tls_origin(origin, server_hello(HELLO_RETRY_RANDOM))
+    first = records(hello_body([sni(b"a.test")]), [])
+    answer = await _exchange(tls_proxy.port, _connect(origin.port, "a.test"),
+                             first + records(hello_body([sni(b"other.test")]), []))
+    assert answer == ESTABLISHED + server_hello(HELLO_RETRY_RANDOM) + TLS_ACCESS_DENIED
+    assert [seen for seen in origin.seen if seen] == [bytearray(first)]
 
 
 # --- the ClientHello reader, on hostile input -------------------------------------------------
