@@ -9,9 +9,11 @@ gets hostile input: fragments, truncations, random mutations.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import random
 import ssl
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -448,6 +450,63 @@ async def test_second_hello_sent_ahead_of_the_retry_is_held_and_judged(
                              first + records(hello_body([sni(b"other.test")]), []))
     assert answer == ESTABLISHED + server_hello(HELLO_RETRY_RANDOM) + TLS_ACCESS_DENIED
     assert [seen for seen in origin.seen if seen] == [bytearray(first)]
+
+
+def _certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for ``a.test`` and its key (with ``cryptography``, which is
+    not a test dependency: skipped without it)."""
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "a.test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("a.test")]), False)
+            .sign(key, hashes.SHA256()))
+    paths = directory / "cert.pem", directory / "key.pem"
+    paths[0].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+@pytest.mark.parametrize("retry", [False, True])
+@pytest.mark.asyncio
+async def test_real_tls_through_the_tunnel(tmp_path: Path, retry: bool) -> None:
+    """Python's TLS client and server, through the proxy, with and without a
+    HelloRetryRequest (the server takes only secp384r1; the client's first key share is not)."""
+    cert, key = _certificate(tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    if retry:
+        server_context.set_ecdh_curve("secp384r1")
+
+    async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello " + await reader.readline())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(greet, "127.0.0.1", 0, ssl=server_context)
+    origin = Origin(server.sockets[0].getsockname()[1])
+    async with server:
+        async for made in _proxy(origin, tls_port=origin.port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", made.port)
+            writer.write(_connect(origin.port, "a.test"))
+            assert await reader.readuntil(b"\r\n\r\n") == ESTABLISHED
+            await writer.start_tls(ssl.create_default_context(cafile=cert),
+                                   server_hostname="a.test")
+            writer.write(b"through\n")
+            assert await asyncio.wait_for(reader.read(), 20) == b"hello through\n"
+            writer.close()
+            assert [e["decision"] for e in made.events] == ["allowed"]
 
 
 # --- the ClientHello reader, on hostile input -------------------------------------------------
