@@ -11,9 +11,11 @@ SDK's egress proxy applies it to every request, in this order, and a refusal nam
    not loopback, private, link-local such as 169.254.169.254, CGNAT, IPv6 unique-local or
    link-local, multicast or reserved, nor IPv6 that carries such an IPv4 address: mapped,
    compatible, NAT64, 6to4, Teredo), unless that exact address is listed in
-   ``allowed_hosts``. The
-   proxy then connects to the address it checked, never resolving the name again, so DNS
-   rebinding cannot slip past the check.
+   ``allowed_hosts``. The proxy then connects to the address it checked, never resolving
+   the name again, so DNS rebinding cannot slip past the check.
+
+Then the name used must be the name checked (`sandbox._egress_proxy`): ``host_header`` (a
+``Host`` header naming another site) and ``sni`` (a TLS ClientHello naming another server).
 
 Patterns: an exact name (``pypi.org``), ``*.domain`` (every name below ``domain``, not
 ``domain`` itself), ``*`` (any name), or an IP address (that address).

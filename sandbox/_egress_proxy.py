@@ -19,7 +19,10 @@ The name checked is the name used (no other virtual host on the same address):
 - a tunnel to port 443 must start with a TLS ClientHello whose server name (SNI) is the
   tunnel's name (none for an address); no SNI, several, or an encrypted ClientHello (ECH) is
   refused with a TLS ``access_denied`` alert. TLS is not terminated: the ClientHello is read
-  (records reassembled, 64 KiB and 10 s at most) and then forwarded as it came;
+  (records reassembled, 64 KiB and 10 s at most) and then forwarded as it came. What the
+  client sends next waits for the server's first answer: after a HelloRetryRequest (TLS
+  1.3) the second ClientHello is judged the same way. What travels inside TLS (an HTTP
+  ``Host`` naming another tenant of the same server) cannot be seen without terminating it;
 - on any other allowed port a ClientHello is judged the same way, and anything else passes
   (the server may speak first, as SSH does).
 
