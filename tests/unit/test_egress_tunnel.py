@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import random
 import ssl
 from collections.abc import AsyncIterator, Mapping
@@ -28,6 +29,7 @@ from sandbox._egress_proxy import (
     TLS_ACCESS_DENIED,
     EgressProxy,
     HelloReader,
+    _LogLines,
     hello_server_name,
     parse_head,
 )
@@ -589,3 +591,17 @@ async def test_refusals_past_a_burst_are_counted_not_logged_one_by_one(origin: O
         now[0] += 1.0  # LOG_RATE more tokens
         await _exchange(port, b"CONNECT b.test:443 HTTP/1.1\r\n\r\n")
         assert len(events) == LOG_BURST + 2 and "count" not in events[-1]
+
+
+def test_stderr_lines_are_rate_limited_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """Tracebacks a sandbox could provoke by the thousand go to the same log."""
+    now = [0.0]
+    lines = _LogLines(clock=lambda: now[0])
+    for i in range(LOG_BURST + 10):
+        lines.write(f"trace {i}\n")
+    written = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["log"] for e in written] == [f"trace {i}" for i in range(LOG_BURST)]
+    now[0] += 1.0
+    lines.write("later\n")
+    (last,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (last["log"], last["dropped"]) == ("later", 10)
