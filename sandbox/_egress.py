@@ -7,11 +7,15 @@ SDK's egress proxy applies it to every request, in this order, and a refusal nam
 1. ``allowed_ports``: the destination port must be listed (default 80 and 443);
 2. ``blocked_hosts``: a name matching one of them is refused;
 3. ``allowed_hosts``: the name must match one (``"*"`` matches every name);
-4. ``private_address``: every address the name resolved to must be public (not loopback,
-   private, link-local such as 169.254.169.254, CGNAT, IPv6 unique-local or link-local,
-   multicast or reserved), unless that exact address is listed in ``allowed_hosts``. The
-   proxy then connects to the address it checked, never resolving the name again, so DNS
-   rebinding cannot slip past the check.
+4. ``private_address``: every address the name resolved to must be public (see `is_public`:
+   not loopback, private, link-local such as 169.254.169.254, CGNAT, IPv6 unique-local or
+   link-local, multicast or reserved, nor IPv6 that carries such an IPv4 address: mapped,
+   compatible, NAT64, 6to4, Teredo), unless that exact address is listed in
+   ``allowed_hosts``. The proxy then connects to the address it checked, never resolving
+   the name again, so DNS rebinding cannot slip past the check.
+
+Then the name used must be the name checked (`sandbox._egress_proxy`): ``host_header`` (a
+``Host`` header naming another site) and ``sni`` (a TLS ClientHello naming another server).
 
 Patterns: an exact name (``pypi.org``), ``*.domain`` (every name below ``domain``, not
 ``domain`` itself), ``*`` (any name), or an IP address (that address).
@@ -86,12 +90,62 @@ def _matches(host: str, pattern: str) -> bool:
     return host == pattern
 
 
+#: Not public, whatever a Python version's ``ipaddress`` says (its lists change between
+#: releases, and the proxy runs the image's Python): RFC 6890's special-purpose blocks and later
+#: ones. IPv4 inside IPv6 (mapped, compatible, NAT64, 6to4, Teredo) is judged by `_inner_ipv4`.
+_NOT_PUBLIC = tuple(ipaddress.ip_network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+    "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
+    "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+    "::/96", "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b:1::/48", "100::/64", "2001::/23",
+    "2001:db8::/32", "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10",
+    "ff00::/8",
+))
+#: IPv6 prefixes whose last 32 bits are an IPv4 address the traffic goes on to: IPv4-mapped,
+#: IPv4-compatible (deprecated), IPv4-translated (SIIT) and the well-known NAT64 prefix.
+_LOW_32 = tuple(ipaddress.ip_network(n) for n in (
+    "::ffff:0:0/96", "::/96", "::ffff:0:0:0/96", "64:ff9b::/96"))
+_6TO4 = ipaddress.ip_network("2002::/16")
+_TEREDO = ipaddress.ip_network("2001::/32")
+
+
+def _inner_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address] | None:
+    """The IPv4 addresses an IPv6 address carries and leads to, or None if it carries none."""
+    if any(address in net for net in _LOW_32):
+        return [ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)]
+    if address in _6TO4:
+        return [ipaddress.IPv4Address((int(address) >> 80) & 0xFFFFFFFF)]
+    if address in _TEREDO:  # the server, and the client (stored inverted)
+        return [ipaddress.IPv4Address((int(address) >> 64) & 0xFFFFFFFF),
+                ipaddress.IPv4Address(~int(address) & 0xFFFFFFFF)]
+    return None
+
+
+def _flags_public(address: IPAddress) -> bool:
+    flags = ("is_private", "is_reserved", "is_loopback", "is_link_local", "is_multicast",
+             "is_unspecified", "is_site_local")
+    return address.is_global and not any(getattr(address, f, False) for f in flags) and \
+        not any(address in net for net in _NOT_PUBLIC if net.version == address.version)
+
+
 def is_public(address: IPAddress) -> bool:
-    """Whether `address` is a public unicast address (not private, loopback, link-local,
-    CGNAT, unique-local, multicast, reserved or unspecified); IPv4-mapped IPv6 counts as IPv4."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+    """Whether `address` is a public unicast address: nothing ``ipaddress`` calls private,
+    reserved, loopback, link-local, multicast, unspecified or site-local, nor in `_NOT_PUBLIC`.
+
+    An IPv6 address that carries IPv4 (mapped ``::ffff:a.b.c.d``, compatible ``::a.b.c.d``,
+    translated, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``, Teredo) is judged by that IPv4:
+    a translator or relay on the path takes it there. The local-use NAT64 prefix
+    ``64:ff9b:1::/48`` can embed IPv4 at any length, so it is never public; Teredo's
+    ``2001::/32`` is inside ``2001::/23``, never public either.
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        address = ipaddress.IPv6Address(int(address))  # without a scope id
+        inner = _inner_ipv4(address)
+        if inner is not None and not all(_flags_public(a) for a in inner):
+            return False
+        if inner is not None and address not in _TEREDO:
+            return True
+    return _flags_public(address)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ class EgressStats:
         refused: Requests refused by the policy.
         failed: Allowed requests whose destination could not be reached.
         refused_by_rule: ``(rule, count)`` pairs, sorted: the rules are ``allowed_hosts``,
-            ``blocked_hosts``, ``allowed_ports``, ``private_address``, ``dns`` and ``host``.
+            ``blocked_hosts``, ``allowed_ports``, ``private_address``, ``dns``, ``host``,
+            ``host_header`` (a ``Host`` naming another site than the one checked) and ``sni``
+            (a TLS ClientHello naming another server than the tunnel's, or none).
     """
 
     enforced: bool = False

@@ -17,7 +17,8 @@ containers a default route via the bridge's address, which the host then owns, s
 
 The proxy runs as nobody, without capabilities, on a read-only root, with memory, CPU and
 process limits, under runc (runsc here has ``--network=none``). Its decisions come back as JSON
-lines on its log, followed for the counters (`EgressStats`) and the audit log. It carries the
+lines on its log (capped: `PROXY_LOG`), followed for the counters (`EgressStats`) and the
+audit log. It carries the
 owner labels, so gc finds it after a crash, and `remove` takes it and the network away.
 """
 
@@ -58,6 +59,11 @@ PROXY_IMAGE: Final = IMAGE_PYTHON
 PROXY_LABEL: Final = f"{LABEL_PREFIX}egress-proxy-of"
 READY_TIMEOUT: Final = 30.0
 PROXY_MEMORY: Final = 256 * 1024 * 1024
+#: The proxy's log on the host: at most 3 files of 10 MB (a sandbox refused in a loop wrote
+#: 1.8 GB an hour before the cap; the proxy also rate-limits its refusal lines). The counters
+#: follow it through rotation (json-file: the engine's ``local`` driver lost lines when
+#: followed across rotations here, json-file repeats one, which ``seq`` drops).
+PROXY_LOG: Final = {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}}
 _PROXY_VARS: Final = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 _NO_PROXY: Final = "localhost,127.0.0.1,::1"
 
@@ -112,6 +118,7 @@ class EgressGate:
         self.address = ""
         self._counts = {"allowed": 0, "refused": 0, "failed": 0}
         self._by_rule: dict[str, int] = {}
+        self._seq = 0
         self._ready = anyio.Event()
         self._supervisor = Supervisor(f"{sandbox_id} egress proxy", self._follow_failed)
 
@@ -239,6 +246,7 @@ class EgressGate:
             "NanoCpus": 500_000_000,
             # Port 53 (the DNS refuser) without a capability: the proxy runs as nobody.
             "Sysctls": {"net.ipv4.ip_unprivileged_port_start": "53"},
+            "LogConfig": PROXY_LOG,
         }
         if self._runtime:
             host["Runtime"] = self._runtime
@@ -274,18 +282,27 @@ class EgressGate:
                     self._record(event)
 
     def _record(self, event: Mapping[str, Any]) -> None:
+        # Following a rotating log, the engine repeats a line at each rotation: drop repeats.
+        seq = event.get("seq")
+        if isinstance(seq, int):
+            if seq <= self._seq:
+                return
+            self._seq = seq
         if event.get("ready"):
             self._ready.set()
             return
         decision = event.get("decision")
         if decision not in self._counts:
             return
-        self._counts[str(decision)] += 1
+        # Past its log's rate limit the proxy writes one line per rule with a count.
+        count = event.get("count", 1)
+        count = count if isinstance(count, int) and 0 < count < 1 << 40 else 1
+        self._counts[str(decision)] += count
         fields = {k: event.get(k) for k in ("method", "host", "port", "address", "rule",
-                                             "reason") if event.get(k) is not None}
+                                             "reason", "count") if event.get(k) is not None}
         if decision == "refused":
             rule = str(event.get("rule") or "")
-            self._by_rule[rule] = self._by_rule.get(rule, 0) + 1
+            self._by_rule[rule] = self._by_rule.get(rule, 0) + count
         self._audit().egress(str(decision), fields)
 
     def _follow_failed(self, name: str, exc: Exception) -> None:

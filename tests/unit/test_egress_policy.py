@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import random
 import struct
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -76,9 +78,87 @@ def test_blocked_address_refused_by_resolution() -> None:
 
 
 def test_is_public() -> None:
-    import ipaddress
     assert is_public(ipaddress.ip_address("8.8.8.8"))
     assert not is_public(ipaddress.ip_address("100.127.255.255"))
+
+
+#: IPv4 addresses that must never be reached, one per special-purpose block (and edges).
+PRIVATE_V4 = [
+    "0.0.0.0", "0.1.2.3", "10.0.0.1", "10.255.255.255", "100.64.0.1", "100.127.255.254",
+    "127.0.0.1", "127.255.255.254", "169.254.169.254", "169.254.0.1", "172.16.0.1",
+    "172.31.255.255", "192.0.0.8", "192.0.2.1", "192.88.99.1", "192.168.0.1",
+    "198.18.0.1", "198.19.255.255", "198.51.100.7", "203.0.113.9", "224.0.0.1",
+    "239.255.255.250", "240.0.0.1", "255.255.255.255",
+]
+PUBLIC_V4 = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "151.101.1.69", "100.63.255.255",
+             "100.128.0.1", "172.15.255.255", "172.32.0.1", "223.255.255.1"]
+
+
+def _spellings(v4: str) -> dict[str, list[str]]:
+    """IPv6 addresses that carry `v4`, in many spellings, by how they carry it."""
+    n = int(ipaddress.IPv4Address(v4))
+    hi, lo = f"{n >> 16:x}", f"{n & 0xFFFF:x}"
+    return {
+        "mapped": [f"::ffff:{v4}", f"::FFFF:{hi}:{lo}", f"0:0:0:0:0:ffff:{v4}",
+                   f"0000:0000:0000:0000:0000:FFFF:{int(hi, 16):04x}:{int(lo, 16):04X}",
+                   f"[::ffff:{v4}]"],
+        "compatible": [f"::{v4}", f"::{hi}:{lo}", f"0:0:0:0:0:0:{v4}",
+                       f"0000:0000:0000:0000:0000:0000:{int(hi, 16):04x}:{int(lo, 16):04x}"],
+        "translated": [f"::ffff:0:{v4}", f"0:0:0:0:ffff:0:{hi}:{lo}"],
+        "nat64": [f"64:ff9b::{v4}", f"64:FF9B::{hi}:{lo}", f"0064:ff9b:0000:0000:0000:0000:"
+                  f"{int(hi, 16):04x}:{int(lo, 16):04x}", f"64:ff9b:0:0:0:0:{v4}"],
+        "6to4": [f"2002:{hi}:{lo}::", f"2002:{hi}:{lo}::1", f"2002:{hi}:{lo}:ffff:1:2:3:4",
+                 f"2002:{int(hi, 16):04X}:{int(lo, 16):04x}:0::5"],
+    }
+
+
+@pytest.mark.parametrize("v4", PRIVATE_V4)
+def test_ipv6_carrying_a_private_ipv4_is_refused_in_every_spelling(v4: str) -> None:
+    """The attacker's spellings of a private IPv4 (issue 26: ``::169.254.169.254``,
+    ``::127.0.0.1`` and ``64:ff9b::<private>`` were allowed), whatever the resolver returns."""
+    p = policy(allowed_hosts=["api.test"])
+    assert not is_public(ipaddress.ip_address(v4))
+    for how, texts in _spellings(v4).items():
+        for text in texts:
+            assert p.check_addresses("api.test", [text]).rule == "private_address", (how, text)
+            assert not is_public(ipaddress.ip_address(text.strip("[]"))), (how, text)
+
+
+@pytest.mark.parametrize("v4", PUBLIC_V4)
+def test_ipv6_carrying_a_public_ipv4_is_judged_by_it(v4: str) -> None:
+    assert is_public(ipaddress.ip_address(v4))
+    for how, texts in _spellings(v4).items():
+        for text in texts:
+            assert is_public(ipaddress.ip_address(text.strip("[]"))), (how, text)
+
+
+@pytest.mark.parametrize("address", [
+    "64:ff9b:1::808:808", "64:ff9b:1:ffff::1",  # local-use NAT64: IPv4 at any length
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo (public server and client)
+    "2001::1", "2001:db8::1", "3fff::1", "5f00::1", "100::1", "fec0::1", "fe80::1%eth0",
+    "ff02::1", "fc00::1", "fd12:3456::1", "::", "::1",
+])
+def test_reserved_ipv6_refused(address: str) -> None:
+    assert not is_public(ipaddress.ip_address(address))
+    assert policy(allowed_hosts=["api.test"]).check_addresses(
+        "api.test", [address]).rule == "private_address"
+
+
+def test_every_ipv6_in_a_special_block_is_refused() -> None:
+    """Sampled from each block: whatever Python's own lists say, none is public."""
+    rng = random.Random(26)
+    for block in ["::ffff:0:0/104", "::/104", "64:ff9b::/104", "64:ff9b:1::/48", "2001::/23",
+                  "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8", "2002:a00::/24",
+                  "2002:7f00::/24", "2002:a9fe::/32", "64:ff9b::a00:0/104"]:
+        net = ipaddress.ip_network(block)
+        for _ in range(200):
+            address = net[rng.randrange(net.num_addresses)]
+            assert not is_public(address), address
+
+
+def test_global_ipv6_is_public() -> None:
+    for text in ["2606:4700:4700::1111", "2001:4860:4860::8888", "2a00:1450:4001::1"]:
+        assert is_public(ipaddress.ip_address(text))
 
 
 @pytest.mark.parametrize("bad", ["", "a b", "-a.test", "a..test", "*", "x" * 64 + ".test"])
@@ -174,12 +254,13 @@ async def test_plain_http_forwarded_in_origin_form(origin: tuple[int, list[bytes
                                              allowed_ports=[port]), events)
     async with server:
         answer = await _ask(proxy_port, f"GET http://127.0.0.1:{port}/x?y=1 HTTP/1.1\r\n"
-                            "Host: evil.test\r\nProxy-Authorization: secret\r\n"
-                            "Connection: keep-alive\r\n\r\n".encode())
+                            f"Host: 127.0.0.1:{port}\r\nProxy-Authorization: secret\r\n"
+                            "Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\r\n".encode())
     assert answer.endswith(b"hello")
     assert seen[0].startswith(b"GET /x?y=1 HTTP/1.1\r\n")
     assert b"Proxy-Authorization" not in seen[0] and b"Connection: close" in seen[0]
-    assert f"Host: 127.0.0.1:{port}\r\n".encode() in seen[0] and b"evil" not in seen[0]
+    assert b"X-Hop" not in seen[0] and b"keep-alive" not in seen[0]
+    assert seen[0].count(b"Host:") == 1 and f"Host: 127.0.0.1:{port}\r\n".encode() in seen[0]
     assert events == [{"decision": "allowed", "method": "GET", "host": "127.0.0.1",
                        "port": port, "address": "127.0.0.1"}]
 
@@ -223,6 +304,7 @@ async def test_listed_name_resolving_to_loopback_refused(origin: tuple[int, list
     (b"CONNECT a.test:99999 HTTP/1.1", b"400"),
     (b"CONNECT unlisted.test:443 HTTP/1.1", b"403"),
     (b"GET http://a.test:25/ HTTP/1.1", b"403"),
+    (b"CONNECT a.test:22 HTTP/1.1", b"403 Forbidden by sandbox egress policy (allowed_ports)"),
     (b"BREW", b"400"),
 ])
 @pytest.mark.asyncio
