@@ -12,7 +12,8 @@ one MCP client attached at a time (``sandbox._mcp_client``). It is killed at cle
 
 Everything read back from the sandbox (the tool check's output, the server's stdout and
 stderr) is untrusted: the check's lines are validated, the server's lines are bounded in size
-and only ever parsed as JSON-RPC by the client, and its stderr is kept as a bounded tail.
+(and those waiting for a client, in bytes; with no client attached they are dropped) and only
+ever parsed as JSON-RPC by the client, and its stderr is kept as a bounded tail.
 """
 
 from __future__ import annotations

@@ -112,6 +112,38 @@ async def test_tools_run_commands_and_move_files(tmp_path: Path) -> None:
     assert labelled(mark) == []
 
 
+def vm_kib(pid: int, field: str) -> int:
+    """A VmHWM (peak) or VmRSS line of /proc/<pid>/status, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for pid {pid}")
+
+
+async def test_read_file_on_a_huge_sparse_file_keeps_the_server_small(tmp_path: Path) -> None:
+    """Issue 26: read_file read the whole file (up to 1 GiB) to show max_bytes of it; two
+    calls on a sparse 1000 MiB file took the server from 83 MB to over 2 GB."""
+    async with server(tmp_path) as (session, mark):
+        [container] = labelled(mark)
+        owner = int(container["Config"]["Labels"][LABEL_OWNER_PID])
+        made = structured(await session.call_tool(
+            "run_command", {"command": "printf 'top\\n' > big; truncate -s 1000M big"}))
+        assert made["exit_code"] == 0, made
+        before = vm_kib(owner, "VmHWM")
+        with anyio.fail_after(120):
+            for _ in range(2):
+                shown = text(await session.call_tool("read_file", {"path": "big"}))
+                assert shown.startswith("top\n") and len(shown) < (1 << 20) + 100
+                assert shown.endswith(f"[... {1000 * (1 << 20) - (1 << 20)} more bytes not "
+                                      "shown]")
+            small = text(await session.call_tool("read_file", {"path": "big", "max_bytes": 3}))
+            assert small == "top\n[... 1048575997 more bytes not shown]"
+        grown_mib = (vm_kib(owner, "VmHWM") - before) / 1024
+        assert grown_mib < 200, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
+        too_much = await session.call_tool("read_file", {"path": "big", "max_bytes": 1 << 30})
+        assert too_much.is_error and "max_bytes" in too_much.content[0].text
+
+
 def ps(container: dict[str, Any]) -> str:
     """The container's process list, as `docker top` shows it (not through the SDK)."""
     return docker_cli("top", container["Id"])
