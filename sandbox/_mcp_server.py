@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, SandboxError
 from ._json import to_json
+from ._mcp_http import http_guard
 from ._mcp_session import SessionTools, add_session_tools, session_tools
 from ._models import Command, SandboxConfig
 from ._sandbox import Sandbox
@@ -164,18 +165,28 @@ def build_server(sb: Sandbox, *, name: str = "sandbox",
 
 
 async def serve(config: SandboxConfig, *, http: bool = False, host: str = "127.0.0.1",
-                port: int = 8000) -> None:
-    """Create the sandbox, serve MCP on stdio (or streamable HTTP on loopback) until the
-    client goes away, then remove the sandbox."""
+                port: int = 8000, auth: bool = True, token_file: str | None = None,
+                unix_socket: str | None = None) -> None:
+    """Create the sandbox, serve MCP on stdio (or streamable HTTP on loopback, or on a unix
+    socket) until the client goes away, then remove the sandbox.
+
+    Over HTTP every request needs the bearer token written to ``token_file`` (default: a new
+    file in a private directory, see `_mcp_http`), unless ``auth`` is False; a unix socket
+    is made 0600 instead."""
+    http = http or bool(unix_socket)
     if http:
         check_loopback(host)
     _import_server()
-    async with cleanup_on_signals(), Sandbox(config) as sb, session_tools(sb) as sessions:
-        server = build_server(sb, sessions=sessions)
-        if http:
-            await server.run_streamable_http_async(host=host, port=port)
-        else:
-            await _run_stdio(server)
+    with contextlib.ExitStack() as stack:
+        run_http = stack.enter_context(http_guard(
+            host=host, port=port, auth=auth, token_file=token_file,
+            unix_socket=unix_socket)) if http else None
+        async with cleanup_on_signals(), Sandbox(config) as sb, session_tools(sb) as sessions:
+            server = build_server(sb, sessions=sessions)
+            if run_http is not None:
+                await run_http(server)
+            else:
+                await _run_stdio(server)
 
 
 class _Lines:
