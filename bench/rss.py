@@ -4,6 +4,11 @@
 stdout and N to stderr under the default output cap; ``peak_mib`` is the peak after it, before
 its text is read (then decoded: the peaks after reading stdout and combined are given too).
 
+``rss.py mcp-read N`` runs ``python -m sandbox mcp`` (stdio, the mcp package's client) and
+calls its read_file twice on a sparse N MiB file with the default max_bytes: the server's peak.
+``rss.py mcp-noisy N`` starts a sandbox whose config's MCP server prints N lines of 16 MB with
+no client attached: this process's peak once the server has printed them (or stalled).
+
 Run by run.py in a fresh interpreter per implementation so the numbers do not mix.
 """
 
@@ -75,6 +80,85 @@ async def with_sdk_output(n: int) -> tuple[float, dict[str, float]]:
     return base, peaks
 
 
+def vm_mib(pid: int | str, field: str) -> float:
+    """VmHWM (peak) or VmRSS of a process, in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+async def with_mcp_read(mib: int) -> dict[str, Any]:
+    """The MCP server's memory for read_file twice on a sparse ``mib`` MiB file (hostile: the
+    file costs the sandbox no disk)."""
+    import os
+    import tempfile
+    import uuid
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from sandbox import SandboxConfig, to_json
+    from sandbox._constants import LABEL_OWNER_PID
+
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "config.json")
+        with open(config, "w") as f:  # noqa: ASYNC230 (before anything runs)
+            f.write(to_json(SandboxConfig(image=IMAGE, labels={"bench.rss": mark})))
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "sandbox", "mcp", "--config", config],
+                                       env={"PYTHONPATH": os.getcwd()})
+        async with stdio_client(params, errlog=sys.stderr) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            found = await anyio.run_process(
+                ["docker", "ps", "-q", "--filter", f"label=bench.rss={mark}"])
+            owner = "{{index .Config.Labels \"" + LABEL_OWNER_PID + "\"}}"
+            pid = (await anyio.run_process(
+                ["docker", "inspect", "--format", owner, found.stdout.decode().split()[0]]
+            )).stdout.decode().strip()
+            made = await session.call_tool("run_command", {"command": f"truncate -s {mib}M big"})
+            assert not made.is_error and made.structured_content["exit_code"] == 0, made
+            base = vm_mib(pid, "VmHWM")
+            shown = []
+            for _ in range(2):
+                got = await session.call_tool("read_file", {"path": "big"})
+                assert not got.is_error, got
+                shown.append(sum(len(c.text) for c in got.content))
+            peak = vm_mib(pid, "VmHWM")
+    return {"peak_mib": peak, "baseline_mib": base, "returned_chars": shown}
+
+
+NOISY = ("i=0; while :; do head -c 16000000 /dev/zero | tr -c x a; echo; i=$((i+1)); "
+         "echo $i > /tmp/lines; done")
+
+
+async def with_mcp_noisy(lines: int) -> dict[str, Any]:
+    """This process's memory while a config MCP server prints ``lines`` lines of 16 MB with no
+    client attached; stops early if the server stalls (it is made to wait) for 20 s."""
+    import shlex
+
+    from sandbox import Sandbox, SandboxConfig, SandboxFileNotFound
+
+    base = rss_mib()
+    cfg = SandboxConfig(image=IMAGE, mcp_servers=[f"noisy=sh -c {shlex.quote(NOISY)}"])
+    printed, since, last = 0, time.monotonic(), -1
+    async with Sandbox(cfg) as sb:
+        while printed < lines and time.monotonic() - since < 20:
+            try:
+                printed = int((await sb.read_file("/tmp/lines")).strip() or b"0")
+            except SandboxFileNotFound:
+                printed = 0
+            if printed != last:
+                since, last = time.monotonic(), printed
+            await anyio.sleep(0.2)
+        peak = rss_mib()
+    return {"peak_mib": peak, "baseline_mib": base, "lines_printed": printed,
+            "stalled": printed < lines}
+
+
 async def with_aiodocker(n: int, body: dict[str, Any]) -> float:
     import aiodocker
 
@@ -138,6 +222,10 @@ async def main() -> None:
         base, peaks = await with_sdk_output(n)
         print(json.dumps({"peak_mib": peaks["after_command_mib"], "baseline_mib": base,
                           **peaks, "seconds": time.monotonic() - t0}))
+        return
+    elif impl in ("mcp-read", "mcp-noisy"):
+        data = await (with_mcp_read(n) if impl == "mcp-read" else with_mcp_noisy(n))
+        print(json.dumps({**data, "seconds": time.monotonic() - t0}))
         return
     elif impl == "aiodocker":
         base = await with_aiodocker(n, spec["body"])

@@ -9,6 +9,7 @@ ratio to raw aiodocker, and writes bench/results/latest.json.
     python bench/run.py --quick         # fewer repetitions, about 3 minutes
     python bench/run.py --only exec,stream
     python bench/run.py --only pool,checkpoint   # SDK only: warm pool, checkpoints, forks
+    python bench/run.py --only rsshostile        # SDK only: memory against hostile content
 
 It measures; it asserts nothing about the numbers.
 """
@@ -52,7 +53,7 @@ from sandbox import (
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout", "pool", "checkpoint", "session", "peers")
+             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers")
 BASELINE = "aiodocker"
 
 
@@ -380,6 +381,27 @@ class Bench:
                      note=f"{data['baseline_mib']:.0f} MiB after imports; text unread. "
                           f"Reading stdout: {data['after_reading_stdout_mib']:.0f} MiB, "
                           f"then combined: {data['after_reading_combined_mib']:.0f} MiB"))
+
+    async def s_rsshostile(self) -> None:
+        """Memory against hostile sandbox content (SDK only, issue 26): the MCP server's
+        read_file, twice on a sparse 1000 MiB file; and an MCP server of the config printing
+        16 MB lines with no client attached (this process's peak)."""
+        # The MCP server needs mcp 2, which the project's venv has (the bench venv holds
+        # openai-agents' mcp); the noisy server needs no mcp package.
+        project = HERE.parent / ".venv" / "bin" / "python"
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+        cases = (
+            ("mcp-read", 1000, str(project) if project.exists() else sys.executable,
+             "peak RSS, MCP read_file x2, sparse 1000 MiB file"),
+            ("mcp-noisy", 64, sys.executable,
+             "peak RSS, MCP server prints 64 x 16 MB lines, no client"),
+        )
+        for key, n, python, title in cases:
+            proc = await anyio.run_process([python, str(HERE / "rss.py"), key, str(n)],
+                                           check=True, env=env, cwd=HERE.parent)
+            data = json.loads(proc.stdout)
+            self.add(Row(title, self.impls[0].name, "MiB", [data["peak_mib"]], extra=data,
+                         note=f"{data['baseline_mib']:.0f} MiB before"))
 
     async def s_pool(self) -> None:
         """A warm pool against fresh sandboxes (SDK only), with the same config throughout.

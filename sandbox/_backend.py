@@ -182,8 +182,9 @@ class Backend(Protocol):
         """Write a file at an absolute path, creating parent directories."""
         ...
 
-    async def read_file(self, target: str) -> bytes:
-        """Read a whole file at an absolute path."""
+    async def read_file(self, target: str, max_bytes: int | None = None) -> bytes:
+        """Read a whole file at an absolute path, or (``max_bytes``) at most its first
+        ``max_bytes`` bytes, reading no more than that inside the sandbox."""
         ...
 
     async def list_files(self, target: str) -> list[FileInfo]:

@@ -106,3 +106,4 @@ async def open_client(server: McpServer, **session_options: Any) -> AsyncIterato
             await write_send.aclose()
             await read_recv.aclose()
             server.attached = False
+            server.drain()  # nobody will read them: free them, and let the server print on

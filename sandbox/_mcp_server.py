@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, SandboxError
 from ._json import to_json
+from ._mcp_http import http_guard
 from ._mcp_session import SessionTools, add_session_tools, session_tools
 from ._models import Command, SandboxConfig
 from ._sandbox import Sandbox
@@ -33,10 +34,12 @@ from ._signals import cleanup_on_signals
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["DEFAULT_READ_BYTES", "build_server", "check_loopback", "serve"]
+__all__ = ["DEFAULT_READ_BYTES", "MAX_READ_BYTES", "build_server", "check_loopback", "serve"]
 
 #: read_file returns at most this much unless asked for more.
 DEFAULT_READ_BYTES = 1 << 20
+#: ... and never more than this (one tool result, held whole and then as JSON).
+MAX_READ_BYTES = 16 << 20
 #: The longest stdin line (one MCP message) the stdio server reads.
 MAX_STDIN_LINE = 64 * 1024 * 1024
 #: run_command's timeout when the client gives none, in seconds.
@@ -86,6 +89,15 @@ def _reported() -> Iterator[None]:
         raise ToolError(" ".join(str(exc).split())) from exc
 
 
+async def _rest(sb: Sandbox, path: str, shown: int) -> str:
+    """How much of a file read_file did not show, as the sandbox's listing tells it."""
+    with contextlib.suppress(SandboxError):
+        entries = await sb.list_files(path)
+        if len(entries) == 1 and entries[0].size > shown:
+            return f"{entries[0].size - shown} more bytes"
+    return "more bytes"
+
+
 def _wire(value: Any) -> Any:
     return json.loads(to_json(value))
 
@@ -115,14 +127,17 @@ def build_server(sb: Sandbox, *, name: str = "sandbox",
     @server.tool()
     async def read_file(path: str, max_bytes: int = DEFAULT_READ_BYTES) -> str:
         """Read a text file in the sandbox (invalid UTF-8 is replaced); at most `max_bytes`
-        are returned, with a note when there was more."""
+        (up to 16 MiB) are read and returned, with a note when there was more."""
         with _reported():
-            if max_bytes <= 0:
-                raise ConfigError(f"max_bytes must be positive, not {max_bytes}")
-            data = await sb.read_file(path)
+            if not 0 < max_bytes <= MAX_READ_BYTES:
+                raise ConfigError(f"max_bytes must be from 1 to {MAX_READ_BYTES}, "
+                                  f"not {max_bytes}")
+            # One byte more than shown tells whether there was more; the sandbox's file
+            # may be huge (sparse), so no more than that is read.
+            data = await sb.read_file(path, max_bytes=max_bytes + 1)
             text = data[:max_bytes].decode("utf-8", "replace")
             if len(data) > max_bytes:
-                text += f"\n[... {len(data) - max_bytes} more bytes not shown]"
+                text += f"\n[... {await _rest(sb, path, max_bytes)} not shown]"
             return text
 
     @server.tool()
@@ -150,18 +165,28 @@ def build_server(sb: Sandbox, *, name: str = "sandbox",
 
 
 async def serve(config: SandboxConfig, *, http: bool = False, host: str = "127.0.0.1",
-                port: int = 8000) -> None:
-    """Create the sandbox, serve MCP on stdio (or streamable HTTP on loopback) until the
-    client goes away, then remove the sandbox."""
+                port: int = 8000, auth: bool = True, token_file: str | None = None,
+                unix_socket: str | None = None) -> None:
+    """Create the sandbox, serve MCP on stdio (or streamable HTTP on loopback, or on a unix
+    socket) until the client goes away, then remove the sandbox.
+
+    Over HTTP every request needs the bearer token written to ``token_file`` (default: a new
+    file in a private directory, see `_mcp_http`), unless ``auth`` is False; a unix socket
+    is made 0600 instead."""
+    http = http or bool(unix_socket)
     if http:
         check_loopback(host)
     _import_server()
-    async with cleanup_on_signals(), Sandbox(config) as sb, session_tools(sb) as sessions:
-        server = build_server(sb, sessions=sessions)
-        if http:
-            await server.run_streamable_http_async(host=host, port=port)
-        else:
-            await _run_stdio(server)
+    with contextlib.ExitStack() as stack:
+        run_http = stack.enter_context(http_guard(
+            host=host, port=port, auth=auth, token_file=token_file,
+            unix_socket=unix_socket)) if http else None
+        async with cleanup_on_signals(), Sandbox(config) as sb, session_tools(sb) as sessions:
+            server = build_server(sb, sessions=sessions)
+            if run_http is not None:
+                await run_http(server)
+            else:
+                await _run_stdio(server)
 
 
 class _Lines:

@@ -12,12 +12,14 @@ one MCP client attached at a time (``sandbox._mcp_client``). It is killed at cle
 
 Everything read back from the sandbox (the tool check's output, the server's stdout and
 stderr) is untrusted: the check's lines are validated, the server's lines are bounded in size
-and only ever parsed as JSON-RPC by the client, and its stderr is kept as a bounded tail.
+(and those waiting for a client, in bytes; with no client attached they are dropped) and only
+ever parsed as JSON-RPC by the client, and its stderr is kept as a bounded tail.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import posixpath
 import re
@@ -45,6 +47,10 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@-]{0,127}")
 _MAX_PATH = 4096
 #: An MCP server's stdout line (one JSON-RPC message) may not be longer than this.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Bytes of an MCP server's lines held for a client that has not read them yet; past it the
+#: server waits on its stdout as on a full pipe. Lines printed with no client attached are
+#: dropped at once (a client that attaches drops what came before it anyway).
+MAX_QUEUED_BYTES = 2 * MAX_MESSAGE_BYTES
 #: How much of an MCP server's stderr is kept, for the report when it fails.
 STDERR_TAIL = 8 * 1024
 #: Seconds the tool check may take.
@@ -160,6 +166,57 @@ def _short(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
+class _LineQueue:
+    """Lines waiting for the client, bounded in bytes (not in lines: one line may be 16 MiB);
+    after `end`, every reader gets None."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._lines: collections.deque[bytes | None] = collections.deque()
+        self._bytes = 0
+        self._max = max_bytes
+        self._changed = asyncio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def put(self, line: bytes) -> None:
+        """Queue ``line``, first waiting while it would pass the bound (one line always fits
+        into an empty queue: its length is bounded by the caller)."""
+        while self._lines and self._bytes + len(line) > self._max:
+            await self._changed.wait()
+        self._lines.append(line)
+        self._bytes += len(line)
+        self._notify()
+
+    def end(self) -> None:
+        self._lines.append(None)
+        self._notify()
+
+    async def get(self) -> bytes | None:
+        while not self._lines:
+            await self._changed.wait()
+        line = self._lines[0]
+        if line is not None:  # the end stays, for every later reader
+            self._lines.popleft()
+            self._bytes -= len(line)
+            self._notify()
+        return line
+
+    def clear(self) -> None:
+        """Drop the lines queued (not the end)."""
+        ended = bool(self._lines) and self._lines[-1] is None
+        self._lines.clear()
+        self._bytes = 0
+        if ended:
+            self._lines.append(None)
+        self._notify()
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+
 class McpServer:
     """An MCP server process in the sandbox and the lines it has printed on stdout.
 
@@ -173,7 +230,9 @@ class McpServer:
         self.error: BaseException | None = None
         self.ended = asyncio.Event()
         self.attached = False
-        self._lines: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=256)
+        self._lines = _LineQueue(MAX_QUEUED_BYTES)
+        #: Lines the server printed while no client was attached (dropped, never held).
+        self.dropped_lines = 0
         self._stderr = bytearray()
         self._proc: Process | None = None
 
@@ -203,8 +262,7 @@ class McpServer:
         finally:
             started.set()
             self.ended.set()
-            with contextlib.suppress(asyncio.QueueFull):
-                self._lines.put_nowait(None)
+            self._lines.end()
 
     async def _pump(self, proc: Process) -> bool:
         """Move output until the process ends (True), or until it broke the rules (False)."""
@@ -218,11 +276,15 @@ class McpServer:
             start = len(pending)
             pending += chunk.data
             while (end := pending.find(b"\n", start)) >= 0:
-                line = bytes(pending[:end])
+                if not self.attached:
+                    self.dropped_lines += 1
+                else:
+                    with memoryview(pending) as view:
+                        line = bytes(view[:end])  # one copy, not two
+                    if line.strip():
+                        await self._lines.put(line)
                 del pending[:end + 1]
                 start = 0
-                if line.strip():
-                    await self._lines.put(line)
             if len(pending) > MAX_MESSAGE_BYTES:
                 self.error = McpServerFailed(
                     f"MCP server {self.name!r} sent a message longer than "
@@ -250,17 +312,11 @@ class McpServer:
 
     def drain(self) -> None:
         """Drop lines a previous client left unread."""
-        while not self._lines.empty():
-            if self._lines.get_nowait() is None:
-                self._lines.put_nowait(None)
-                return
+        self._lines.clear()
 
     async def receive_line(self) -> bytes | None:
         """The next line the server printed, or None once it ended."""
-        line = await self._lines.get()
-        if line is None:
-            self._lines.put_nowait(None)  # every later reader sees the end too
-        return line
+        return await self._lines.get()
 
     async def send(self, data: bytes) -> None:
         """Write to the server's stdin; raise `failure` if it no longer runs."""

@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from ._checkpoint import Checkpoint
 
 
+#: The most read_file returns: a whole file past it is refused, and max_bytes is at most this.
+MAX_READ_BYTES = 1 << 30
+
+
 class Sandbox:
     """An isolated place to run commands, move files and watch resources.
 
@@ -297,11 +301,19 @@ class Sandbox:
         with self._impl.audit.file_op("write", target, len(data)):
             await self._impl.write_file(target, data, mode)
 
-    async def read_file(self, path: str) -> bytes:
-        """Read a whole file (up to 1 GiB; use copy_files for larger ones)."""
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Read a whole file (up to 1 GiB; use copy_files for larger ones), or with
+        ``max_bytes`` only its first ``max_bytes`` bytes: a larger file is then no error, and
+        no more than that is read inside the sandbox or held here (ask for one byte more to
+        learn whether there was more)."""
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(
+                max_bytes, int) or not 0 < max_bytes <= MAX_READ_BYTES):
+            raise ConfigError(f"read_file: max_bytes must be a whole number of bytes from 1 "
+                              f"to {MAX_READ_BYTES}, not {max_bytes!r}",
+                              details="leave it out (None) to read the whole file")
         target = resolve(self._cwd, path)
         with self._impl.audit.file_op("read", target) as record:
-            data = await self._impl.read_file(target)
+            data = await self._impl.read_file(target, max_bytes)
             record["bytes"] = len(data)
         return data
 

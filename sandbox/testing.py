@@ -261,14 +261,15 @@ class FakeBackend:
             self.dirs.add(parent)
             parent = posixpath.dirname(parent)
 
-    async def read_file(self, target: str) -> bytes:
+    async def read_file(self, target: str, max_bytes: int | None = None) -> bytes:
         self.require_running()
         if target in self.dirs:
             raise SandboxIsADirectory(f"read {target!r} failed: it is a directory", path=target)
         if target not in self.files:
             raise SandboxFileNotFound(f"read {target!r} failed: no such file or directory",
                                       path=target)
-        return self.files[target][0]
+        data = self.files[target][0]
+        return data if max_bytes is None else data[:max_bytes]
 
     async def list_files(self, target: str) -> list[FileInfo]:
         self.require_running()
@@ -465,9 +466,9 @@ class FakeSandbox(Sandbox):
         self._check("write_file")
         await super().write_file(path, content, mode)
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         self._check("read_file")
-        return await super().read_file(path)
+        return await super().read_file(path, max_bytes=max_bytes)
 
     async def list_files(self, path: str = ".") -> list[FileInfo]:
         self._check("list_files")

@@ -36,11 +36,14 @@ from .._paths import resolve as resolve
 DEFAULT_READ_LIMIT = 1 << 30
 _SPOOL = 64 << 20
 
+# $3 is "head" for a read of the first $lim bytes (a larger file is no error); else the whole
+# file, refused past $lim, and one byte more asked for to see a file that grew.
 _READ_SH = r"""f="$1"; lim="$2"
 [ -e "$f" ] || [ -L "$f" ] || { echo "No such file or directory" >&2; exit 2; }
 [ -d "$f" ] && { echo "Is a directory" >&2; exit 21; }
 [ -e "$f" ] || { echo "No such file or directory" >&2; exit 2; }
 [ -f "$f" ] || { echo "Not a regular file (a device, FIFO or socket has no end)" >&2; exit 22; }
+[ "$3" = head ] && exec head -c "$lim" -- "$f"
 s=$(stat -L -c %s -- "$f") || exit 1
 [ "$s" -gt "$lim" ] && { echo "File too large: $s bytes, over the limit of $lim" >&2; exit 27; }
 exec head -c "$((lim + 1))" -- "$f"
@@ -115,8 +118,14 @@ def raise_for(result: CommandResult, op: str, path: str) -> None:
     raise FileOperationFailed(what, path=path, details=msg or f"exit code {result.exit_code}")
 
 
-async def read_file(run: Runner, path: str, *, limit: int | None = None) -> bytes:
-    if limit is None:
+async def read_file(run: Runner, path: str, *, limit: int | None = None,
+                    max_bytes: int | None = None) -> bytes:
+    """The whole file (refused past ``limit``), or with ``max_bytes`` its first bytes only:
+    the tool in the sandbox reads no more, and no more is ever held here."""
+    head = max_bytes is not None
+    if max_bytes is not None:
+        limit = max_bytes
+    elif limit is None:
         limit = DEFAULT_READ_LIMIT
     parts: list[bytes] = []
     size = 0
@@ -126,11 +135,11 @@ async def read_file(run: Runner, path: str, *, limit: int | None = None) -> byte
         nonlocal size
         size += len(data)
         if size > limit:
-            raise _grew(path, limit)
+            raise _overrun(path, limit) if head else _grew(path, limit)
         parts.append(data)
 
-    result = await run(["/bin/sh", "-c", _READ_SH, "sandbox-read", path, str(limit)],
-                       on_stdout=take)
+    result = await run(["/bin/sh", "-c", _READ_SH, "sandbox-read", path, str(limit),
+                        "head" if head else "whole"], on_stdout=take)
     if result.exit_code == 27:
         raise FileOperationFailed(
             f"read {path!r} refused: the file is larger than read_file's limit",
@@ -146,6 +155,13 @@ async def read_file(run: Runner, path: str, *, limit: int | None = None) -> byte
         )
     raise_for(result, "read", path)
     return b"".join(parts)
+
+
+def _overrun(path: str, limit: int) -> FileOperationFailed:
+    return FileOperationFailed(
+        f"read {path!r} refused: the sandbox's `head` printed more than the {limit} bytes "
+        "asked for", path=path,
+        details="a tool in the sandbox was replaced; the read was stopped at the limit")
 
 
 def _grew(path: str, limit: int) -> FileOperationFailed:
@@ -359,9 +375,10 @@ class HelperFiles:
         """Write a file at the absolute path ``target``, creating parent directories."""
         await write_file(self._helper(f"write {target!r}"), target, content, mode)
 
-    async def read_file(self, target: str) -> bytes:
-        """Read a whole file (up to 1 GiB; use copy_out for larger ones)."""
-        return await read_file(self._helper(f"read {target!r}"), target)
+    async def read_file(self, target: str, max_bytes: int | None = None) -> bytes:
+        """Read a whole file (up to 1 GiB; use copy_out for larger ones), or its first
+        ``max_bytes`` bytes."""
+        return await read_file(self._helper(f"read {target!r}"), target, max_bytes=max_bytes)
 
     async def list_files(self, target: str) -> list[FileInfo]:
         """List a directory (or describe one file)."""

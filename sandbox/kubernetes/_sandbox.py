@@ -465,8 +465,9 @@ class KubernetesSandbox:
     async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
         await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
 
-    async def read_file(self, target: str) -> bytes:
-        return await _files.read_file(self._helper(f"read {target!r}"), target)
+    async def read_file(self, target: str, max_bytes: int | None = None) -> bytes:
+        return await _files.read_file(self._helper(f"read {target!r}"), target,
+                                      max_bytes=max_bytes)
 
     async def list_files(self, target: str) -> list[FileInfo]:
         return await _files.list_files(self._helper(f"list {target!r}"), target)

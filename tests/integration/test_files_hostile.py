@@ -11,6 +11,7 @@ import pytest
 from sandbox import (
     IMAGE_BUSYBOX,
     IMAGE_PYTHON,
+    ConfigError,
     FileOperationFailed,
     Sandbox,
     SandboxConfig,
@@ -160,3 +161,28 @@ async def test_a_big_write_and_read_get_time_in_proportion(
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
         await sb.write_file("big", data)
         assert await sb.read_file("big") == data
+
+
+async def test_read_file_max_bytes_reads_no_more_inside_the_sandbox() -> None:
+    """read_file(max_bytes=) asks the sandbox for that much only: a 1000 MiB (sparse) file
+    costs a 10-byte read, and a `head` that answers with more is stopped at the bound."""
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, security=HOSTILE_ROOT)) as sb:
+        r = await sb.execute_command(["sh", "-c", "printf 'first line\\n' > big && "
+                                      "truncate -s 1000M big && printf abc > small"])
+        assert r.success, r
+        # The helper's own argv, as the sandbox sees it (a logging wrapper around head).
+        await sb.write_file("/usr/local/bin/head", '#!/bin/sh\necho "$@" >> /tmp/head.args\n'
+                            'exec /usr/bin/head "$@"\n', mode=0o755)
+        with anyio.fail_after(60):
+            assert await sb.read_file("big", max_bytes=10) == b"first line"
+            assert await sb.read_file("small", max_bytes=10) == b"abc"
+        assert (await sb.read_file("/tmp/head.args")).split(b"\n")[0] == b"-c 10 -- /workspace/big"
+        for bad in (0, -1, True, 1.5, (1 << 30) + 1):
+            with pytest.raises(ConfigError, match="max_bytes"):
+                await sb.read_file("big", max_bytes=bad)  # type: ignore[arg-type]
+        # A head that prints without end is cut off at the bound, not read into memory.
+        await sb.write_file("/usr/local/bin/head", "#!/bin/sh\nexec yes 987\n", mode=0o755)
+        with anyio.fail_after(60), pytest.raises(FileOperationFailed,
+                                                 match="printed more than the 4096 bytes"):
+            await sb.read_file("big", max_bytes=4096)
+        assert await _helpers_left(sb, "987") == ""

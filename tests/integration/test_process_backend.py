@@ -160,6 +160,13 @@ async def test_writes_to_the_read_only_root_fail() -> None:
         assert await box.read_file("/tmp/f") == b"x"
 
 
+async def test_read_file_max_bytes_reads_only_the_head(sb: Sandbox) -> None:
+    """A 1000 MiB (sparse) file: max_bytes reads its first bytes, not the file."""
+    await sh(sb, "printf 'head\\n' > /tmp/big && truncate -s 1000M /tmp/big")
+    assert await sb.read_file("/tmp/big", max_bytes=5) == b"head\n"
+    assert len(await sb.read_file("/tmp/big", max_bytes=1 << 20)) == 1 << 20
+
+
 # -- commands, limits, cleanup -----------------------------------------------------------------
 
 

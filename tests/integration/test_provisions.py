@@ -131,3 +131,35 @@ async def test_a_server_flooding_one_endless_line_is_stopped() -> None:
                                                   match="longer than 16777216 bytes"):
             async with sb.mcp_client("flood"):
                 pass
+
+
+def rss_kib() -> int:
+    """This process's resident memory now (not its peak: earlier tests may have set that)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+#: A hostile server: 16 MB lines (each under the 16 MiB message bound), counted in /tmp/lines.
+NOISY = ("i=0; while :; do head -c 16000000 /dev/zero | tr -c x a; echo; i=$((i+1)); "
+         "echo $i > /tmp/lines; done")
+
+
+async def test_a_server_printing_long_lines_with_no_client_does_not_grow_the_sdk() -> None:
+    """Issue 26: lines printed with no client attached were queued, 256 of up to 16 MiB (a
+    4 GiB SDK process); now they are dropped, and what waits for a client is bounded in bytes."""
+    lines = 24  # 384 MB printed
+    before = rss_kib()
+    config = SandboxConfig(image=IMAGE_BUSYBOX, mcp_servers=["noisy=sh -c " + shlex.quote(NOISY)])
+    async with Sandbox(config) as sb:
+        printed = 0
+        with anyio.fail_after(600):
+            while printed < lines:
+                await anyio.sleep(0.5)
+                r = await sb.execute_command(["cat", "/tmp/lines"])
+                printed = int(r.stdout or "0")
+        grown_mib = (rss_kib() - before) / 1024
+        assert grown_mib < 200, f"the SDK grew by {grown_mib:.0f} MiB over {printed} lines"
+        # The server still runs and can be stopped with the sandbox.
+        assert "tr -c x a" in docker_cli("top", sb.backend.container_id)

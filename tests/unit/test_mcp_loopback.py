@@ -1,11 +1,16 @@
-"""Pure logic of sandbox/_mcp_server.py; the server itself is tested end to end in
-tests/integration/test_mcp_server.py."""
+"""Pure logic of sandbox/_mcp_server.py and _mcp_http.py (the HTTP guard); the server itself
+is tested end to end in tests/integration/test_mcp_server.py."""
 
 from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sandbox import ConfigError
+from sandbox._mcp_http import BearerAuth, private_dir, unix_listener, write_token
 from sandbox._mcp_server import check_loopback
 
 
@@ -18,3 +23,88 @@ def test_loopback_is_accepted(host: str) -> None:
 def test_other_addresses_are_refused(host: str) -> None:
     with pytest.raises(ConfigError, match="loopback only"):
         check_loopback(host)
+
+
+# -- the HTTP guard (sandbox/_mcp_http.py) -------------------------------------------------------
+
+async def _call(app: BearerAuth, scope_type: str = "http",
+                headers: list[tuple[bytes, bytes]] | None = None) -> tuple[list[Any], bool]:
+    """Run one ASGI call through ``app``: (messages sent, whether the inner app ran)."""
+    ran: list[bool] = []
+    sent: list[Any] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        ran.append(True)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    app._app = inner
+    await app({"type": scope_type, "headers": headers or []}, receive, send)
+    return sent, bool(ran)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("headers", "allowed"), [
+    ([], False),
+    ([(b"authorization", b"Bearer s3cret")], True),
+    ([(b"Authorization", b"bearer s3cret")], True),
+    ([(b"authorization", b"Bearer s3cre")], False),
+    ([(b"authorization", b"Bearer s3cret2")], False),
+    ([(b"authorization", b"Basic s3cret")], False),
+    ([(b"authorization", b"s3cret")], False),
+    ([(b"x-token", b"s3cret")], False),
+])
+async def test_bearer_auth_lets_only_the_token_through(headers: list[tuple[bytes, bytes]],
+                                                       allowed: bool) -> None:
+    sent, ran = await _call(BearerAuth(None, "s3cret"), headers=headers)  # type: ignore[arg-type]
+    assert ran is allowed
+    if not allowed:
+        assert sent[0]["status"] == 401 and b"Authorization: Bearer" in sent[1]["body"]
+
+
+@pytest.mark.asyncio
+async def test_bearer_auth_passes_lifespan_and_closes_websockets() -> None:
+    _, ran = await _call(BearerAuth(None, "t"), "lifespan")  # type: ignore[arg-type]
+    assert ran
+    sent, ran = await _call(BearerAuth(None, "t"), "websocket")  # type: ignore[arg-type]
+    assert not ran and sent == [{"type": "websocket.close", "code": 1008}]
+
+
+def test_token_file_is_new_private_and_never_followed(tmp_path: Path) -> None:
+    token, path = write_token(tmp_path / "t")
+    assert path.read_text() == token + "\n" and len(token) >= 40
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with pytest.raises(ConfigError, match="must not exist yet"):
+        write_token(path)
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError):
+        write_token(tmp_path / "link")
+    assert not (tmp_path / "elsewhere").exists()
+    assert write_token(tmp_path / "u")[0] != token
+
+
+def test_the_token_directory_must_be_private(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    made = private_dir()
+    assert made == tmp_path / "sandbox" and stat.S_IMODE(made.stat().st_mode) == 0o700
+    made.chmod(0o755)  # planted (or loosened) by someone: refused, not used
+    with pytest.raises(ConfigError, match="not private"):
+        private_dir()
+    made.rmdir()
+    (tmp_path / "sandbox").symlink_to(tmp_path)
+    with pytest.raises(ConfigError, match="not private"):
+        private_dir()
+
+
+def test_unix_socket_is_born_private_and_removed(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with unix_listener(str(path)):
+        assert stat.S_ISSOCK(path.lstat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o600
+        with pytest.raises(ConfigError, match="already exists"), unix_listener(str(path)):
+            pass
+    assert not path.exists()

@@ -3,10 +3,17 @@ output. The behaviour on the engine is in tests/integration/test_provisions.py."
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from sandbox import ConfigError, SandboxInfo, SandboxInitFailed
-from sandbox._provisions import McpServerSpec, _parse_found, parse_mcp_server, parse_mcp_servers
+from sandbox._provisions import (
+    McpServerSpec,
+    _LineQueue,
+    _parse_found,
+    parse_mcp_server,
+    parse_mcp_servers,
+)
 
 
 @pytest.mark.parametrize(("entry", "name", "argv"), [
@@ -57,3 +64,25 @@ def test_info_lists_tools_from_annotations() -> None:
     info = SandboxInfo(id="x", status="running",
                        annotations={"io.sandbox.tool/git": "/usr/bin/git", "note": "n"})
     assert info.tools == {"git": "/usr/bin/git"}
+
+
+@pytest.mark.asyncio
+async def test_queued_lines_are_bounded_in_bytes() -> None:
+    """What waits for an MCP client is bounded in bytes: a put past the bound waits for a
+    reader; one line longer than the bound still passes an empty queue."""
+    queue = _LineQueue(10)
+    await queue.put(b"123456")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queue.put, b"78901")  # 11 bytes in all: waits
+        await anyio.wait_all_tasks_blocked()
+        assert queue.queued_bytes == 6
+        assert await queue.get() == b"123456"
+    assert await queue.get() == b"78901"
+    await queue.put(b"x" * 50)  # alone, over the bound
+    queue.clear()
+    assert queue.queued_bytes == 0
+    await queue.put(b"last")
+    queue.end()
+    assert [await queue.get() for _ in range(3)] == [b"last", None, None]
+    queue.clear()
+    assert await queue.get() is None  # the end stays
