@@ -141,32 +141,49 @@ def check_reusable(config: SandboxConfig) -> None:
 async def record_baseline(sb: Sandbox) -> Baseline:
     """What `reset` restores ``sb`` to; call it when ``sb`` is new (nothing else ran)."""
     backend = sb.backend
-    base = Baseline(changes=frozenset(await backend.filesystem_changes()),
-                    cwd=sb.get_working_directory(),
+    base = Baseline(changes=frozenset(), cwd=sb.get_working_directory(),
                     env=tuple(sorted(sb.get_environment().items())), user=backend.user)
+    changes: list[tuple[str, str]] = []
+
+    async def list_changes() -> None:
+        changes.extend(await backend.filesystem_changes())
+
+    async with anyio.create_task_group() as tg:  # the engine's diff is the slow part
+        tg.start_soon(list_changes)
+        seen = await _look_from_outside(sb)
+    base = attrs.evolve(base, changes=frozenset(changes))
+    if isinstance(seen, str):
+        return attrs.evolve(base, unverifiable=seen)
+    inspector, identity = seen
+
+    def scan() -> dict[str, Meta | None]:
+        paths = set(inspector.changeable_dirs(identity)) | {path for _, path in changes}
+        return inspector.metadata(sorted(paths))
+
+    return attrs.evolve(base, identity=identity, inspector=inspector,
+                        metadata=await anyio.to_thread.run_sync(scan))
+
+
+async def _look_from_outside(sb: Sandbox) -> tuple[HostInspector, Identity] | str:
+    """The backend's view of ``sb`` from outside and the sandbox user's ids, or why a reset
+    cannot verify ``sb``."""
+    backend = sb.backend
     finder = getattr(backend, "host_inspector", None)
     if finder is None:
-        return attrs.evolve(base, unverifiable="its backend cannot show it from outside")
+        return "its backend cannot show it from outside"
     found: HostInspector | str = await finder()
     if isinstance(found, str):
-        return attrs.evolve(base, unverifiable=found)
+        return found
     result = await backend.run_process(ProcessSpec(
         argv=["/bin/sh", "-c", _WHOAMI], env={"PATH": _PATH}, workdir="/", user=backend.user,
         time_limit=30.0))
     try:
         identity = identity_of_status(result.stdout)
     except ValueError:
-        return attrs.evolve(base, unverifiable="the sandbox user's ids could not be read "
-                                               f"(exit {result.exit_code})")
+        return f"the sandbox user's ids could not be read (exit {result.exit_code})"
     if identity.is_root:
-        return attrs.evolve(base, unverifiable=f"the sandbox user is root ({identity})")
-
-    def scan() -> dict[str, Meta | None]:
-        paths = set(found.changeable_dirs(identity)) | {path for _, path in base.changes}
-        return found.metadata(sorted(paths))
-
-    return attrs.evolve(base, identity=identity, inspector=found,
-                        metadata=await anyio.to_thread.run_sync(scan))
+        return f"the sandbox user is root ({identity})"
+    return found, identity
 
 
 def _top_level(paths: set[str]) -> list[str]:

@@ -80,3 +80,15 @@ async def test_a_sandbox_remembers_every_user_its_commands_ran_as() -> None:
         await sb.execute_command(Command.shell("true", allow_write=False))
         await sb.execute_command(Command.shell("true", user="nobody"))
         assert sb.command_users() == {sb.backend.user, "65534:65534", "nobody"}
+
+
+def test_no_host_view_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An SDK that is not root on the engine's host cannot freeze or signal the sandbox's
+    processes: it gets a reason (and the pool no reuse), never a half-working view."""
+    import os
+
+    from sandbox.docker import _hostview
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    why = _hostview.HostView.find("c0ffee", 1, ("/bin/sh",))
+    assert isinstance(why, str) and "not root" in why
