@@ -146,8 +146,9 @@ async def filesystem_changes(engine: Engine, container_id: str) -> list[tuple[st
 
 
 class PoolPrimitives:
-    """`Backend.health`, `filesystem_changes` and `checkpoint` for `DockerSandbox`, which
-    mixes this in (its own module stays within the size bound)."""
+    """`Backend.health`, `filesystem_changes`, `checkpoint` and the pool reset's
+    `host_inspector` for `DockerSandbox`, which mixes this in (its own module stays within
+    the size bound)."""
 
     _life: Lifecycle
     _background: Background
