@@ -19,7 +19,8 @@ Rules:
 * A sandbox goes to one user (``max_uses=1``, the default) and is then destroyed: nothing
   can leak between users. With ``max_uses > 1`` it is reset between users (see
   ``sandbox._reset`` for what that proves) and destroyed instead when the reset cannot
-  prove it clean, when it is unhealthy, or when it was used ``max_uses`` times.
+  prove it clean (always, where the backend cannot show it from outside), when anything ran
+  in it as another user, when it is unhealthy, or when it was used ``max_uses`` times.
 * ``acquire`` hands out only a sandbox the engine says is running now: one killed while it
   waited is removed and the next one taken (or a new one made).
 * A sandbox idle for ``max_idle`` is replaced by a fresh one.
@@ -187,6 +188,7 @@ class SandboxPool:
         self._counts = dict.fromkeys(
             ("created", "reused", "discarded", "unhealthy", "failed", "acquired"), 0)
         self._last_error = ""
+        self._told_unverifiable = False  # logged once per pool: every release discards
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -346,6 +348,9 @@ class SandboxPool:
                 sb.status is not SandboxStatus.RUNNING:
             self._discard(lease, "used up" if lease.uses >= self._max_uses else "not running")
             return
+        if lease.baseline is not None and lease.baseline.unverifiable:
+            self._discard(lease, f"a reset cannot verify it: {lease.baseline.unverifiable}")
+            return
         assert self._tg is not None
         self._tg.start_soon(self._recycle, lease)
 
@@ -461,6 +466,11 @@ class SandboxPool:
         self._counts["created"] += 1
         self._backoff = 0.0
         self._failures.clear()  # stale: creating works again (each was logged and counted)
+        if baseline is not None and baseline.unverifiable and not self._told_unverifiable:
+            self._told_unverifiable = True
+            log.warning("pool: max_uses=%d, but no sandbox will be reused: a reset cannot "
+                        "verify one (%s); each user gets a fresh sandbox", self._max_uses,
+                        baseline.unverifiable)
         lease = _Lease(sb, baseline)
         if self._closed:
             self._held.add(lease)

@@ -1,31 +1,46 @@
 """Reset a used sandbox for its next user, or say why it cannot be (then it is destroyed).
 
-What a pool with ``max_uses > 1`` guarantees the next user, checked, not hoped:
+A reset must leave the next user what a fresh sandbox would; what it cannot verify from
+outside the sandbox, it does not reuse. What a pool with ``max_uses > 1`` guarantees:
 
-* no process of the sandbox user is left (SIGKILL to all of them until none answers);
-* the sandbox's own filesystem differs from its image exactly as it did when the sandbox
-  was new: every file or directory the user added is removed, and a sandbox in which an
-  image file was changed or deleted (which cannot be undone) is not reused at all; the
-  engine's own change list (``Backend.filesystem_changes``) is the judge, not a tool that
-  runs inside the sandbox;
+* no process is left but the container's own init, whatever its uid: the backend's
+  `HostInspector` freezes the sandbox's cgroup, kills every other process from the host and
+  checks that none is left (no tool inside the sandbox is asked);
+* a sandbox in which anything ran as another user than the sandbox user's own uid, gid and
+  groups is not reused at all: a command planned with another ``user`` (``allow_write=False``
+  runs as nobody), or any process seen with other ids (compared as the kernel's numbers, not
+  as the text of ``Command.user``). Such a process may have planted what outlives it;
+* the directories the sandbox user could change (those it owns or may write) have the mode,
+  owner, extended attributes and POSIX ACLs they had when the sandbox was new, and the files
+  the set-up made are untouched (ctime), else it is not reused;
+* the sandbox's own filesystem differs from its image exactly as it did when the sandbox was
+  new: every file or directory the user added is removed, and a sandbox in which an image
+  file was changed or deleted (which cannot be undone) is not reused; the engine's own change
+  list (``Backend.filesystem_changes``) is the judge;
 * ``/dev/shm`` (a tmpfs the change list cannot see) is empty, and no System V IPC object
   is left;
 * the working directory and environment are those the sandbox had when new.
 
-What it cannot see, and so is refused for reuse up front (`check_reusable`): tmpfs mounts,
-a read-only root (its writable places are tmpfs), a bind-mounted repository (shared with
-the host by design) and a root sandbox user (root's leftovers are not the user's to kill).
-A directory the user changed keeps its new mtime (and mode, if the user owns it).
+A sandbox the backend cannot show from outside (no `HostInspector`: the SDK is not root on
+the engine's host, a remote engine, gVisor, another backend) is never reused: the pool
+replaces it after each user, as with ``max_uses=1``. Configs whose state the check cannot
+see are refused up front (`check_reusable`): tmpfs mounts, a read-only root (its writable
+places are tmpfs), a bind-mounted repository (shared with the host by design), MCP servers
+(they run for the sandbox's life) and a root sandbox user. A directory the user changed
+keeps its new mtime.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 
+import anyio
 import attrs
 
 from ._backend import ProcessSpec
 from ._errors import ConfigError
+from ._hostview import HostInspector, Identity, Meta, identity_of_status
 from ._models import SandboxConfig
 from ._policy import is_root
 from ._sandbox import Sandbox
@@ -35,25 +50,20 @@ __all__ = ["Baseline", "check_reusable", "record_baseline", "reset"]
 #: More top-level leftovers than this and the sandbox is replaced rather than wiped.
 MAX_WIPE_PATHS = 1000
 
-#: Run as the sandbox user with the paths to remove, "--", then the changed paths to check.
-#: kill(-1) reports success while root's processes exist (EPERM is not counted), so the user's
-#: own processes are counted in /proc (a process's directory belongs to its user) until none
-#: is left. Only shell built-ins and kill, chmod, rm and sleep (root-owned tools the user cannot
-#: replace without the engine's change list showing it) run. Prints "dirty <what>" for what
-#: it could not clear, "file <path>" for a changed path that is not a directory, then "done".
+#: A neutral PATH for the reset's own execs (root-owned tools only).
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+#: Run as the sandbox user, on a new sandbox: its own ids, as the kernel holds them.
+_WHOAMI = r'''while IFS= read -r line; do
+  case "$line" in Uid:*|Gid:*|Groups:*) printf '%s\n' "$line";; esac
+done < /proc/self/status'''
+
+#: Run as the sandbox user, after every other process is gone, with the paths to remove,
+#: "--", then the changed paths to check. Only shell built-ins and chmod and rm (root-owned
+#: tools the user cannot replace without the engine's change list showing it) run. Prints
+#: "dirty <what>" for what it could not clear, "file <path>" for a changed path that is not
+#: a directory, then "done".
 _WIPE = r'''
-i=0
-while :; do
-  kill -9 -1 2>/dev/null
-  left=0
-  for d in /proc/[0-9]*; do
-    [ "${d#/proc/}" = "$$" ] && continue
-    [ -O "$d" ] && { left=1; break; }
-  done
-  [ "$left" = 0 ] && break
-  i=$((i+1)); [ "$i" -gt 200 ] && { echo "dirty processes"; break; }
-  sleep 0.02
-done
 part=wipe
 for p in "$@"; do
   if [ "$part" = wipe ]; then
@@ -81,13 +91,30 @@ echo done
 '''
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Baseline:
-    """A new sandbox's state, to reset to: its change list, working dir and environment."""
+    """A new sandbox's state, to reset to, and how to see it from outside.
+
+    Attributes:
+        changes: The engine's change list when new.
+        cwd: The working directory when new.
+        env: The environment when new.
+        user: The sandbox user, as commands name it ("uid:gid").
+        unverifiable: Why a reset cannot verify this sandbox ("" if it can): it is then
+            never reused.
+        identity: The kernel's ids of a process run as the sandbox user.
+        inspector: The sandbox seen from outside.
+        metadata: The paths compared at each reset, with their metadata when new.
+    """
 
     changes: frozenset[tuple[str, str]]
     cwd: str
     env: tuple[tuple[str, str], ...]
+    user: str
+    unverifiable: str = ""
+    identity: Identity | None = None
+    inspector: HostInspector | None = attrs.field(default=None, eq=False)
+    metadata: Mapping[str, Meta | None] = attrs.field(factory=dict, eq=False)
 
 
 def check_reusable(config: SandboxConfig) -> None:
@@ -103,16 +130,60 @@ def check_reusable(config: SandboxConfig) -> None:
         why = "security.tmpfs_paths: a tmpfs mount is invisible to the reset's check"
     elif sec.run_as_user and is_root(sec.run_as_user):
         why = "security.run_as_user: root's leftovers are not the sandbox user's to remove"
+    elif config.mcp_servers:
+        why = "mcp_servers: they run for the sandbox's life, and one user could leave them " \
+              "compromised for the next"
     if why:
         raise ConfigError(f"max_uses > 1 cannot be used with this config ({why})",
                           details="use max_uses=1 (a fresh sandbox per user) for it")
 
 
 async def record_baseline(sb: Sandbox) -> Baseline:
-    """What `reset` restores ``sb`` to; call it when ``sb`` is new."""
-    changes = await sb.backend.filesystem_changes()
-    return Baseline(frozenset(changes), sb.get_working_directory(),
-                    tuple(sorted(sb.get_environment().items())))
+    """What `reset` restores ``sb`` to; call it when ``sb`` is new (nothing else ran)."""
+    backend = sb.backend
+    base = Baseline(changes=frozenset(), cwd=sb.get_working_directory(),
+                    env=tuple(sorted(sb.get_environment().items())), user=backend.user)
+    changes: list[tuple[str, str]] = []
+
+    async def list_changes() -> None:
+        changes.extend(await backend.filesystem_changes())
+
+    async with anyio.create_task_group() as tg:  # the engine's diff is the slow part
+        tg.start_soon(list_changes)
+        seen = await _look_from_outside(sb)
+    base = attrs.evolve(base, changes=frozenset(changes))
+    if isinstance(seen, str):
+        return attrs.evolve(base, unverifiable=seen)
+    inspector, identity = seen
+
+    def scan() -> dict[str, Meta | None]:
+        paths = set(inspector.changeable_dirs(identity)) | {path for _, path in changes}
+        return inspector.metadata(sorted(paths))
+
+    return attrs.evolve(base, identity=identity, inspector=inspector,
+                        metadata=await anyio.to_thread.run_sync(scan))
+
+
+async def _look_from_outside(sb: Sandbox) -> tuple[HostInspector, Identity] | str:
+    """The backend's view of ``sb`` from outside and the sandbox user's ids, or why a reset
+    cannot verify ``sb``."""
+    backend = sb.backend
+    finder = getattr(backend, "host_inspector", None)
+    if finder is None:
+        return "its backend cannot show it from outside"
+    found: HostInspector | str = await finder()
+    if isinstance(found, str):
+        return found
+    result = await backend.run_process(ProcessSpec(
+        argv=["/bin/sh", "-c", _WHOAMI], env={"PATH": _PATH}, workdir="/", user=backend.user,
+        time_limit=30.0))
+    try:
+        identity = identity_of_status(result.stdout)
+    except ValueError:
+        return f"the sandbox user's ids could not be read (exit {result.exit_code})"
+    if identity.is_root:
+        return f"the sandbox user is root ({identity})"
+    return found, identity
 
 
 def _top_level(paths: set[str]) -> list[str]:
@@ -127,11 +198,38 @@ def _top_level(paths: set[str]) -> list[str]:
     return top
 
 
+def _differs(before: Meta | None, now: Meta | None) -> str:
+    """What changed between two readings of a path ("" if nothing)."""
+    if before == now:
+        return ""
+    if before is None or now is None:
+        return "appeared" if before is None else "gone, or replaced by a symbolic link"
+    for field in ("kind", "mode", "uid", "gid", "xattrs", "ctime_ns", "size"):
+        if getattr(before, field) != getattr(now, field):
+            if field == "mode":
+                return f"mode {before.mode:o} -> {now.mode:o}"
+            if field == "xattrs":
+                names = sorted({n for n, _ in before.xattrs} ^ {n for n, _ in now.xattrs})
+                return f"extended attributes or ACLs changed ({', '.join(names) or 'values'})"
+            return f"{field} changed"
+    return "changed"
+
+
 async def reset(sb: Sandbox, baseline: Baseline) -> str:
     """Bring ``sb`` back to ``baseline``: "" on success, else why it cannot be reused."""
     backend = sb.backend
     if await backend.health():
         return "it is not running"
+    if baseline.unverifiable:
+        return f"a reset cannot verify it: {baseline.unverifiable}"
+    inspector, identity = baseline.inspector, baseline.identity
+    assert inspector is not None and identity is not None
+    others = sorted(u for u in sb.command_users() if u != baseline.user)
+    if others:
+        return f"a command ran as another user ({', '.join(map(repr, others))})"
+    why = await anyio.to_thread.run_sync(inspector.kill_all, identity)
+    if why:
+        return why
     before = set(await backend.filesystem_changes()) - baseline.changes
     added = {path for kind, path in before if kind == "A"}
     gone = sorted(path for kind, path in before if kind == "D")
@@ -145,8 +243,7 @@ async def reset(sb: Sandbox, baseline: Baseline) -> str:
     changed = sorted(path for kind, path in before if kind == "C")
     result = await backend.run_process(ProcessSpec(
         argv=["/bin/sh", "-c", _WIPE, "sandbox-reset", *wipe, "--", *changed],
-        env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-        workdir="/", user=backend.user, time_limit=60.0))
+        env={"PATH": _PATH}, workdir="/", user=baseline.user, time_limit=60.0))
     lines = result.stdout.splitlines()
     if result.exit_code != 0 or not lines or lines[-1] != "done":
         return f"the wipe failed (exit {result.exit_code}): {result.stderr[-200:]!r}"
@@ -156,6 +253,14 @@ async def reset(sb: Sandbox, baseline: Baseline) -> str:
     files = [line.removeprefix("file ") for line in lines if line.startswith("file ")]
     if files:
         return f"image files were changed ({', '.join(files[:3])})"
+    why = await anyio.to_thread.run_sync(inspector.wait_none_left)
+    if why:
+        return why
+    now = await anyio.to_thread.run_sync(inspector.metadata, list(baseline.metadata))
+    for path, meta in baseline.metadata.items():
+        what = _differs(meta, now.get(path))
+        if what:
+            return f"{path} differs from when the sandbox was new: {what}"
     after = set(await backend.filesystem_changes()) - baseline.changes
     left = sorted(f"{kind} {path}" for kind, path in after
                   if kind != "C" or path not in changed)
@@ -166,4 +271,3 @@ async def reset(sb: Sandbox, baseline: Baseline) -> str:
     env = dict(baseline.env)
     sb.set_environment({**{k: None for k in sb.get_environment() if k not in env}, **env})
     return ""
-

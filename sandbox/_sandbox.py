@@ -95,6 +95,9 @@ class Sandbox:
         self._env: dict[str, str] = dict(config.environment)
         self._provisions: Provisions | None = None
         self._cleanup_hooks: list[Callable[[], Awaitable[None]]] = []
+        # Every user a command was planned to run as: a pool reuses no sandbox in which
+        # anything ran as another user than the sandbox's (see `_reset`).
+        self._command_users: set[str] = set()
 
     def _after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run ``hook`` once this sandbox is removed (a fork's image release); its errors are
@@ -187,9 +190,16 @@ class Sandbox:
     # -- commands: the policy decides, the backend runs ------------------------------------------
 
     def _plan(self, cmd: CommandLike) -> ProcessSpec:
-        return plan_process(to_command(cmd), config=self._impl.config, user=self._impl.user,
+        spec = plan_process(to_command(cmd), config=self._impl.config, user=self._impl.user,
                             cwd=self._cwd, env=self._env, audit=self._impl.audit,
                             identity=self._impl.identity)
+        self._command_users.add(spec.user)
+        return spec
+
+    def command_users(self) -> frozenset[str]:
+        """Every user ("uid:gid" or a name) a command of this sandbox was started as,
+        sessions and ``allow_write=False`` (nobody) included."""
+        return frozenset(self._command_users)
 
     def _audit_command(self, spec: ProcessSpec, *, result: CommandResult | None = None,
                        error: BaseException | None = None) -> None:

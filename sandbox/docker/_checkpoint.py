@@ -10,7 +10,9 @@ import anyio
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import CheckpointFailed
+from .._hostview import HostInspector
 from ._gateway import Engine, EngineConflict, EngineNotFound
+from ._hostview import HostView
 from ._images import inspect_image
 
 if TYPE_CHECKING:
@@ -144,15 +146,31 @@ async def filesystem_changes(engine: Engine, container_id: str) -> list[tuple[st
 
 
 class PoolPrimitives:
-    """`Backend.health`, `filesystem_changes` and `checkpoint` for `DockerSandbox`, which
-    mixes this in (its own module stays within the size bound)."""
+    """`Backend.health`, `filesystem_changes`, `checkpoint` and the pool reset's
+    `host_inspector` for `DockerSandbox`, which mixes this in (its own module stays within
+    the size bound)."""
 
     _life: Lifecycle
     _background: Background
     _user: str
+    #: The container's main command (DockerSandbox's), which the host view expects to find.
+    keepalive: tuple[str, ...] = ()
 
     def _running(self) -> tuple[Engine, str]:
         raise NotImplementedError  # DockerSandbox's
+
+    async def host_inspector(self) -> HostInspector | str:
+        """The container seen from the host (its cgroup and its init's root), for a pool's
+        reset; or why it cannot be seen so (not root, a remote engine, gVisor). Call it on a
+        new sandbox: it checks that only the container's own processes run."""
+        engine, container_id = self._running()
+        data = await engine.query_json("inspect the sandbox", f"containers/{container_id}/json",
+                                       deadline=10)
+        pid = ((data or {}).get("State") or {}).get("Pid")
+        found = await anyio.to_thread.run_sync(
+            lambda: HostView.find(container_id, pid if isinstance(pid, int) else 0,
+                                  self.keepalive))
+        return found
 
     async def health(self) -> str:
         """Ask the engine whether the container runs now: "" if so, else why not."""

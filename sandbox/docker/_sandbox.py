@@ -66,6 +66,8 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
     ``Sandbox(backend=DockerBackend(config, docker=...))`` for Docker-specific options).
     """
 
+    keepalive = KEEPALIVE
+
     def __init__(
         self, config: SandboxConfig | None = None, *, docker: DockerClient | None = None,
         on_pull_progress: PullProgress | None = None,
