@@ -26,9 +26,13 @@ Events and their fields (every record also has ``event`` and ``sandbox_id``):
   ``error`` (the exception raised).
 * ``limit``: ``limit`` (``timeout``, ``memory``, ``cpu_time``, ``wall_time``, ``output``),
   ``detail``.
+* ``resources``: ``limits`` (per defaulted limit, what holds it: a cgroup, an rlimit, or
+  nothing where ``resources.allow_unbounded`` accepts that), once at create; a security
+  event. The process backend writes it (its enforcement depends on the host).
 * ``opt_in``: ``setting`` (``security.run_as_user``, ``security.run_as_group``,
-  ``security.add_capabilities``), ``granted`` (root, or the capabilities added). Also
-  logged at WARNING on ``sandbox.security`` whatever the policy says.
+  ``security.add_capabilities``, ``resources.allow_unbounded``), ``granted`` (root, the
+  capabilities added, or the limit left unenforced). Also logged at WARNING on
+  ``sandbox.security`` whatever the policy says.
 
 Environment values are never logged, only their names: they are where secrets live.
 """
@@ -132,6 +136,11 @@ class Auditor:
                              setting)
         if self.security:
             self._emit("opt_in", {"setting": setting, "granted": granted})
+
+    def resources(self, limits: Mapping[str, str]) -> None:
+        """Record what holds each default limit of this sandbox."""
+        if self.security:
+            self._emit("resources", {"limits": dict(limits)})
 
     def egress(self, decision: str, fields: Mapping[str, Any]) -> None:
         """Record one egress proxy decision: a refusal as a security event, the rest as

@@ -317,6 +317,9 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
                 f.write("0")
         _join(list(zip(join["ns"], passed, strict=True)))
         _become(join)
+        # Last: in the sandbox's user namespace, RLIMIT_NPROC counts that sandbox's processes.
+        for which, soft, hard in join.get("rlimits") or ():
+            resource.setrlimit(which, (soft, hard))
     except Exception as exc:
         send_message(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
         os._exit(1)

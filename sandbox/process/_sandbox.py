@@ -49,7 +49,7 @@ from ._exec import Entry, SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
 from ._inroot import missing, open_in_root
 from ._overlay import overlay_options, overlay_problem, prepare_overlay
-from ._plan import CGROUP_FIELDS, ProcessPlan, plan_sandbox
+from ._plan import ProcessPlan, plan_sandbox
 from ._repository import prepare_repository
 from ._rootfs import resolve_rootfs
 from ._spawner import RemoteProcess, SandboxSpawner, readable
@@ -123,6 +123,13 @@ class ProcessSandbox(HelperFiles):
         return self._cgroup
 
     @property
+    def limits(self) -> dict[str, str]:
+        """Per defaulted limit (``memory_limit``, ``process_limit``, ``cpu_limit``,
+        ``file_limit``), what holds it in this sandbox: its cgroup, an rlimit, or nothing
+        (only when ``resources.allow_unbounded`` accepts that); {} before create."""
+        return dict(self._plan.limits) if self._plan is not None else {}
+
+    @property
     def init_pid(self) -> int:
         """Host pid of the sandbox's pid 1 (bwrap), once created."""
         return self._init_pid
@@ -147,24 +154,26 @@ class ProcessSandbox(HelperFiles):
         bwrap = find_bwrap()
         rootfs = await resolve_rootfs(cfg.image)
         root_user = os.getuid() == 0
-        limited = any(getattr(cfg.resources, field) for field in CGROUP_FIELDS)
-        cgroup_problem = available() if limited else ""  # asked only when it matters
         try:
             plan = self._plan = plan_sandbox(cfg, image_user=rootfs.user,
                                              lookup=lookup_in(rootfs.path),
-                                             cgroup_problem=cgroup_problem,
+                                             cgroup_problem=available(),
                                              overlay_problem="" if cfg.security.read_only_root
                                              else overlay_problem(),
                                              seccomp_problem=_seccomp.problem())
         except SandboxInitFailed as exc:
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
+        for field in plan.unbounded:
+            self._audit.opt_in("resources.allow_unbounded", f"no {field} (nothing here can "
+                               "enforce it)")
+        self._audit.resources(dict(plan.limits))
         self._user = f"{plan.uid}:{plan.gid}"
         self._cwd = plan.working_dir
         self._state = state = new_state(self.id, {**owner_labels(), LABEL_SANDBOX_ID: self.id})
         prepare_state(state, HOST_NOBODY if root_user else None)
         cgroup_procs: list[str] = []
-        if plan.cgroup is not None:  # only when asked: joining one costs every command
+        if plan.cgroup is not None:  # the default limits, or the config's
             self._cgroup = SandboxCgroup(self.id)
             self._cgroup.create()
             self._cgroup.apply(plan.cgroup)
@@ -231,7 +240,7 @@ class ProcessSandbox(HelperFiles):
         self._zygote.join(self._init_pid, self._pid_ns, [
             "user", "mnt", "pid", "ipc", "uts", "cgroup",
             *([] if plan.host_network else ["net"])], cgroup_procs,
-            (plan.uid, plan.gid) if root_user else None)
+            (plan.uid, plan.gid) if root_user else None, plan.sandbox_rlimits)
         self._entry = Entry(spawner=self._zygote, rlimits=plan.rlimits)
         self._created_at = datetime.now(UTC)
         self._life.advance(SandboxStatus.RUNNING)

@@ -37,17 +37,20 @@ class SandboxSpawner:
             raise
         self._stderr: asyncio.BaseTransport | None = None
         self._target: tuple[int, str, tuple[str, ...], tuple[str, ...],
-                            tuple[int, int] | None] | None = None
+                            tuple[int, int] | None, tuple[tuple[int, int, int], ...]] | None = None
 
     def join(self, init_pid: int, pid_ns: str, names: Sequence[str],
-             cgroup_procs: Sequence[str], ids: tuple[int, int] | None) -> None:
-        """Send the zygote into the sandbox whose first process is ``init_pid``."""
-        self._target = (init_pid, pid_ns, tuple(names), tuple(cgroup_procs), ids)
+             cgroup_procs: Sequence[str], ids: tuple[int, int] | None,
+             rlimits: Sequence[tuple[int, int, int]] = ()) -> None:
+        """Send the zygote into the sandbox whose first process is ``init_pid``; it takes
+        ``rlimits`` last, for every command it starts."""
+        self._target = (init_pid, pid_ns, tuple(names), tuple(cgroup_procs), ids,
+                        tuple(rlimits))
         self._send_join(self._zygote)
 
     def _send_join(self, zygote: Zygote) -> None:
         assert self._target is not None
-        init_pid, pid_ns, names, cgroup_procs, ids = self._target
+        init_pid, pid_ns, names, cgroup_procs, ids, rlimits = self._target
         fds: list[int] = []
         try:
             for name in names:
@@ -59,7 +62,8 @@ class SandboxSpawner:
             raise CommandStartFailed("the sandbox's first process is gone",
                                      details=str(exc)) from exc
         try:
-            zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs, ids=ids)
+            zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs, ids=ids,
+                        rlimits=rlimits)
         finally:
             close_fds(fds)
 
