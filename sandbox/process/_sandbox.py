@@ -350,10 +350,13 @@ class ProcessSandbox(HelperFiles):
         """Run ``spec`` to its end; exit codes, signals and timeouts are results.
 
         With a cgroup, the result's ``resource_usage`` is the cgroup's counters across the
-        command (the whole sandbox's, as on Docker: other commands running meanwhile count).
+        command (the whole sandbox's, as on Docker: other commands running meanwhile count),
+        and a SIGKILL while the cgroup's OOM kills went up is ``oom_killed``, as on Docker.
         """
-        reader = self._cgroup.reader() if self._cgroup is not None else None
+        cgroup = self._cgroup
+        reader = cgroup.reader() if cgroup is not None else None
         before = reader.read() if reader is not None else None
+        ooms = cgroup.oom_kills() if cgroup is not None else 0
         async with self._open(spec, iterate=False, on_stdout=on_stdout,
                               on_stderr=on_stderr) as proc:
             result = await proc.wait()
@@ -361,6 +364,10 @@ class ProcessSandbox(HelperFiles):
         if before is not None and after is not None:
             result = attrs.evolve(result, resource_usage=command_usage(
                 None, before, after, result.duration.total_seconds()))
+        if cgroup is not None and result.signal == "SIGKILL" and not result.timed_out \
+                and cgroup.oom_kills() > ooms:  # counted before the victim dies
+            result = attrs.evolve(result, oom_killed=True, error=" ".join(filter(None, (
+                "killed by the out-of-memory killer (memory limit reached)", result.error))))
         return result
 
     @contextlib.asynccontextmanager
