@@ -305,6 +305,9 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
                     signal.SIGCHLD):  # what every command starts with
             signal.signal(sig, signal.SIG_DFL)
+        for path in req.get("cgroup_procs") or ():  # now, while bwrap starts
+            with open(path, "w") as f:
+                f.write("0")
         install_filter(bytes.fromhex(req.get("filter") or ""))
         data, passed = receive_message(sock)
         if not data:

@@ -26,12 +26,13 @@ class SandboxSpawner:
     """One sandbox's zygote, replaced when it is found gone (its fork server was killed, say)."""
 
     def __init__(self, seccomp: bytes, holder: Mapping[str, Any] | None = None,
-                 holder_fds: Sequence[int] = ()) -> None:
+                 holder_fds: Sequence[int] = (), cgroup_procs: Sequence[str] = ()) -> None:
         self._seccomp = seccomp
+        self._cgroup_procs = tuple(cgroup_procs)  # the zygote joins it before its sandbox
         self._channel = start_holder(holder, holder_fds) if holder is not None else None
         self._holder = self._channel.expect(0) if self._channel is not None else None
         try:
-            self._zygote = prepare(seccomp)
+            self._zygote = prepare(seccomp, self._cgroup_procs)
         except BaseException:
             self._let_go()
             raise
@@ -99,7 +100,7 @@ class SandboxSpawner:
         """The live zygote: a new one, sent in, when the current one is known to be gone."""
         if self._zygote.failed and self._target is not None:
             self._zygote.close()
-            self._zygote = prepare(self._seccomp)
+            self._zygote = prepare(self._seccomp, self._cgroup_procs)
             self._send_join(self._zygote)
         return self._zygote
 
