@@ -83,36 +83,43 @@ class Enforcement:
     docker: str
     process_cgroup: str  # the process backend where the SDK can make a cgroup (root)
     process_rlimit: str  # where it cannot (an unprivileged user on cgroup v1)
+    kubernetes: str
 
 
 ENFORCEMENT: Final = (
     Enforcement(field="memory_limit", default="min(2 GiB, host memory / 4)",
-                docker="cgroup memory (+swap) limit: the sandbox's total; OOM kill",
+                docker="cgroup memory (+swap) limit: the sandbox's total; OOM kill (none under "
+                       "a runtime registered with --ignore-cgroups)",
                 process_cgroup="cgroup memory (+swap) limit: the sandbox's total; OOM kill",
-                process_rlimit="RLIMIT_AS per process (MemoryError / ENOMEM), not a total"),
+                process_rlimit="RLIMIT_AS per process (MemoryError / ENOMEM), not a total",
+                kubernetes="Pod memory limit, 2 GiB (the node's size is not known)"),
     Enforcement(field="process_limit", default=str(DEFAULT_PROCESS_LIMIT),
                 docker="pids cgroup (gVisor: RLIMIT_NPROC); fork fails with EAGAIN",
                 process_cgroup="pids cgroup; fork fails with EAGAIN",
                 process_rlimit="RLIMIT_NPROC of the sandbox user in the sandbox's own user "
-                               "namespace (counts only that sandbox); fork fails with EAGAIN"),
+                               "namespace (counts only that sandbox); fork fails with EAGAIN",
+                kubernetes="the kubelet's podPidsLimit, not the SDK's (refused when set)"),
     Enforcement(field="cpu_limit", default="min(2, host CPUs) cores",
-                docker="CFS quota (NanoCpus)",
+                docker="CFS quota (NanoCpus; none under --ignore-cgroups)",
                 process_cgroup="cgroup CFS quota, 100 ms period",
                 process_rlimit="none: refused unless the default is all of the host's CPUs "
-                               "or `allow_unbounded` names it"),
+                               "or `allow_unbounded` names it",
+                kubernetes="Pod CPU limit, 2 cores"),
     Enforcement(field="file_limit", default=str(DEFAULT_FILE_LIMIT),
                 docker="ulimit nofile (soft = hard)",
                 process_cgroup="RLIMIT_NOFILE (soft = hard)",
-                process_rlimit="RLIMIT_NOFILE (soft = hard)"),
+                process_rlimit="RLIMIT_NOFILE (soft = hard)",
+                kubernetes="the container runtime's default, not the SDK's (refused when "
+                           "set)"),
 )
 
 
 def defaults_markdown() -> str:
     """The defaults table as Markdown, for the README."""
     rows = ["| limit (`ResourceLimits`) | default | Docker | process, as root (cgroup) | "
-            "process, unprivileged (rlimits) |", "|---|---|---|---|---|"]
+            "process, unprivileged (rlimits) | Kubernetes |", "|---|---|---|---|---|---|"]
     rows += [f"| `{e.field}` | {e.default} | {e.docker} | {e.process_cgroup} | "
-             f"{e.process_rlimit} |" for e in ENFORCEMENT]
+             f"{e.process_rlimit} | {e.kubernetes} |" for e in ENFORCEMENT]
     return "\n".join(rows) + "\n"
 
 

@@ -5,9 +5,11 @@ host. The unprivileged (rlimit) case is in test_process_backend."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from sandbox import IMAGE_PYTHON, Command, Sandbox, SandboxConfig
+from sandbox import IMAGE_PYTHON, Command, Sandbox, SandboxConfig, SecurityPolicy
 from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
 from sandbox.process._sandbox import ProcessSandbox
 from tests.integration._limit_attacks import (
@@ -63,8 +65,13 @@ async def test_open_files_stop_at_the_default_file_limit(kind: str) -> None:
         assert err == EMFILE and DEFAULT_FILE_LIMIT - 16 < count < DEFAULT_FILE_LIMIT
 
 
-async def test_the_process_sandbox_says_what_holds_its_limits() -> None:
-    async with default_sandbox("process") as sb:
+async def test_the_process_sandbox_says_what_holds_its_limits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sandbox.audit")
+    config = SandboxConfig(type="process", image=IMAGE_PYTHON,
+                           security=SecurityPolicy(log_security_events=True))
+    async with Sandbox(config) as sb:
         backend = sb.backend
         assert isinstance(backend, ProcessSandbox)
         held = backend.limits
@@ -73,3 +80,6 @@ async def test_the_process_sandbox_says_what_holds_its_limits() -> None:
         assert held["file_limit"].startswith(f"{DEFAULT_FILE_LIMIT} open files per process")
         assert backend.cgroup is not None
         assert backend.cgroup.procs()  # the sandbox's processes are in it
+    audit = [getattr(r, "audit", {}) for r in caplog.records if r.name == "sandbox.audit"]
+    events = [record for record in audit if record.get("event") == "resources"]
+    assert [e["limits"] for e in events] == [held]

@@ -41,7 +41,7 @@ def test_the_table_covers_every_defaulted_limit_and_renders() -> None:
     table = defaults_markdown()
     lines = table.splitlines()
     assert len(lines) == 2 + len(ENFORCEMENT)
-    assert all(line.count("|") == 6 for line in lines)
+    assert all(line.count("|") == 7 for line in lines)
     assert f"| `file_limit` | {DEFAULT_FILE_LIMIT} |" in table
     printed = subprocess.run([sys.executable, "-m", "sandbox._limits"], capture_output=True,
                              text=True, check=True)
