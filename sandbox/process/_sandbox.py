@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
-import attrs
 
 from .._audit import Auditor
 from .._backend import ProcessSpec
@@ -39,7 +38,6 @@ from .._models import (
 from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
-from ..docker._cgroup import command_usage
 from ..docker._files import HelperFiles
 from ..docker._workspace import Workspace
 from . import _seccomp, _usage
@@ -79,8 +77,7 @@ class ProcessSandbox(HelperFiles):
         self._plan: ProcessPlan | None = None
         self._state: Path | None = None
         self._cgroup: SandboxCgroup | None = None
-        self._usage_per_command = False
-        self._ooms = 0  # the cgroup's OOM kills the last SIGKILLed command saw
+        self._accounting = _usage.CommandAccounting(None, per_command=False)
         self._holder: RemoteProcess | None = None
         self._root_fd = -1
         self._init_pid = 0
@@ -175,14 +172,14 @@ class ProcessSandbox(HelperFiles):
         self._state = state = new_state(self.id, {**owner_labels(), LABEL_SANDBOX_ID: self.id})
         prepare_state(state, HOST_NOBODY if root_user else None)
         cgroup_procs: list[str] = []
-        res = cfg.resources
-        self._usage_per_command = any((res.cpu_limit, res.cpu_request, res.memory_limit,
-                                       res.memory_request, res.process_limit))
         if plan.cgroup is not None:  # the default limits, or the config's
             self._cgroup = SandboxCgroup(self.id)
             self._cgroup.create()
             self._cgroup.apply(plan.cgroup)
             cgroup_procs = self._cgroup.procs_files
+        self._accounting = _usage.CommandAccounting(self._cgroup, per_command=any(
+            getattr(cfg.resources, f) for f in ("cpu_limit", "cpu_request", "memory_limit",
+                                                "memory_request", "process_limit")))
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         program = await _seccomp.compiled(plan.seccomp)
@@ -352,33 +349,13 @@ class ProcessSandbox(HelperFiles):
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
                           on_stderr: OutputCallback | None = None) -> CommandResult:
-        """Run ``spec`` to its end; exit codes, signals and timeouts are results.
-
-        When the config sets a cgroup limit, the result's ``resource_usage`` is the cgroup's
-        counters across the command (the whole sandbox's, as on Docker: other commands
-        running meanwhile count); the default limits alone add no such reads (~1 ms of a
-        ~5 ms round trip here). A SIGKILL after the cgroup's OOM kills went up is
-        ``oom_killed``, as on Docker.
-        """
-        cgroup = self._cgroup
-        reader = cgroup.reader() if cgroup is not None and self._usage_per_command else None
-        before = reader.read() if reader is not None else None
+        """Run ``spec`` to its end; exit codes, signals and timeouts are results, with what
+        the sandbox's cgroup says about it (`_usage.CommandAccounting`)."""
+        before = self._accounting.before()
         async with self._open(spec, iterate=False, on_stdout=on_stdout,
                               on_stderr=on_stderr) as proc:
             result = await proc.wait()
-        after = reader.read() if reader is not None else None
-        if before is not None and after is not None:
-            result = attrs.evolve(result, resource_usage=command_usage(
-                None, before, after, result.duration.total_seconds()))
-        if cgroup is not None and result.signal == "SIGKILL" and not result.timed_out:
-            # The kernel counts an OOM kill before the victim dies; one counted since the
-            # last SIGKILL looked at is this one's (as on Docker: the sandbox's events).
-            ooms, self._ooms = self._ooms, cgroup.oom_kills()
-            if self._ooms > ooms:
-                result = attrs.evolve(result, oom_killed=True, error=" ".join(filter(None, (
-                    "killed by the out-of-memory killer (memory limit reached)",
-                    result.error))))
-        return result
+        return self._accounting.after(result, before)
 
     @contextlib.asynccontextmanager
     async def open_process(self, spec: ProcessSpec) -> AsyncIterator[SandboxProcess]:
