@@ -197,7 +197,7 @@ async def test_limits_are_enforced_through_cgroup_and_rlimits() -> None:
     async with Sandbox(cfg) as box:
         assert (await sh(box, "ulimit -n; ulimit -t")).split() == ["123", "2"]
         cgroup = box.backend.cgroup
-        assert cgroup is not None and cgroup.procs()  # the holder and this command are in it
+        assert cgroup is not None and cgroup.procs()  # the zygote (every command) is in it
         forks = await box.execute_command(
             "i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done; wait")
         assert "can't fork" in forks.stderr or "Resource temporarily" in forks.stderr
