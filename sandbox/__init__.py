@@ -23,6 +23,7 @@ from ._errors import CopyLimitExceeded as CopyLimitExceeded
 from ._errors import EngineTimeout as EngineTimeout
 from ._errors import EngineUnavailable as EngineUnavailable
 from ._errors import FileOperationFailed as FileOperationFailed
+from ._errors import LimitNotEnforceable as LimitNotEnforceable
 from ._errors import McpServerFailed as McpServerFailed
 from ._errors import NetworkAccessDenied as NetworkAccessDenied
 from ._errors import ResourceLimitExceeded as ResourceLimitExceeded
@@ -97,6 +98,7 @@ __all__ = [
     "GcItem",
     "GcReport",
     "GitConfig",
+    "LimitNotEnforceable",
     "McpServerFailed",
     "NetworkAccessDenied",
     "NetworkConfig",

@@ -31,9 +31,13 @@ Events and their fields (every record also has ``event`` and ``sandbox_id``):
   link made there that points outside the directory; ``incomplete``: the scan ran out of
   time), ``path`` (on the host), ``detail`` (the old mode, or the link's target). Also logged
   at WARNING on ``sandbox.security`` whatever the policy says.
+* ``resources``: ``limits`` (per defaulted limit, what holds it: a cgroup, an rlimit, or
+  nothing where ``resources.allow_unbounded`` accepts that), once at create; a security
+  event. The process backend writes it (its enforcement depends on the host).
 * ``opt_in``: ``setting`` (``security.run_as_user``, ``security.run_as_group``,
-  ``security.add_capabilities``), ``granted`` (root, or the capabilities added). Also
-  logged at WARNING on ``sandbox.security`` whatever the policy says.
+  ``security.add_capabilities``, ``resources.allow_unbounded``), ``granted`` (root, the
+  capabilities added, or the limit left unenforced). Also logged at WARNING on
+  ``sandbox.security`` whatever the policy says.
 
 Environment values are never logged, only their names: they are where secrets live.
 """
@@ -144,6 +148,10 @@ class Auditor:
                              found, path, detail)
         if self.security:
             self._emit("live_mount", {"found": found, "path": path, "detail": detail})
+    def resources(self, limits: Mapping[str, str]) -> None:
+        """Record what holds each default limit of this sandbox."""
+        if self.security:
+            self._emit("resources", {"limits": dict(limits)})
 
     def egress(self, decision: str, fields: Mapping[str, Any]) -> None:
         """Record one egress proxy decision: a refusal as a security event, the rest as

@@ -17,6 +17,10 @@ DEFAULT_WORKING_DIR: Final = "/workspace"
 DEFAULT_PULL_POLICY: Final = "missing"
 DEFAULT_MAX_OUTPUT_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_PROCESS_LIMIT: Final = 1024
+#: Default open files per process (RLIMIT_NOFILE, soft = hard). Times DEFAULT_PROCESS_LIMIT it
+#: is 512 Ki file slots, about a fifth of a 2.47 M fs.file-max (Docker's own default here,
+#: 20,000, would allow 20 M: one sandbox could exhaust the host's file table).
+DEFAULT_FILE_LIMIT: Final = 512
 #: Caps on one copy out of a sandbox (copy_files' max_bytes / max_entries): file data written
 #: to the host, and files + directories + links created.
 DEFAULT_COPY_MAX_BYTES: Final = 4 << 30

@@ -54,6 +54,7 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "FileOperationFailed",
+    "LimitNotEnforceable",
     "McpServerFailed",
     "NetworkAccessDenied",
     "ResourceLimitExceeded",
@@ -148,6 +149,13 @@ class SandboxInitFailed(SandboxError):
     """Raised when creating or starting the sandbox fails."""
 
     code = "SANDBOX_INIT_FAILED"
+
+
+class LimitNotEnforceable(SandboxInitFailed):
+    """Raised when a backend cannot enforce a default resource limit where it runs (the
+    message names it) and ``ResourceLimits.allow_unbounded`` does not accept that."""
+
+    code = "LIMIT_NOT_ENFORCEABLE"
 
 
 class SandboxAlreadyExists(SandboxInitFailed):

@@ -136,6 +136,18 @@ def as_config(config: object) -> SandboxConfig:
 _named_converters = named_converters(globals(), field_aware={_to_status, _to_port_tuple})
 
 
+#: The `ResourceLimits` fields the SDK gives a default (see `_limits`).
+DEFAULTED_LIMITS = ("cpu_limit", "memory_limit", "process_limit", "file_limit")
+
+
+def _defaulted_limits(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]
+                      ) -> None:
+    unknown = [name for name in value if name not in DEFAULTED_LIMITS]
+    if unknown:
+        raise ConfigError(f"{attribute.name}: {', '.join(map(repr, unknown))} is not a limit "
+                          f"with a default; use some of {', '.join(DEFAULTED_LIMITS)}")
+
+
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class ResourceLimits:
     """Resource limits and requests for a sandbox; 0 means none / engine default, except
@@ -153,9 +165,14 @@ class ResourceLimits:
         network_in_limit: Inbound bandwidth limit in bytes per second.
         network_out_limit: Outbound bandwidth limit in bytes per second.
         process_limit: Maximum number of processes; 0 uses the SDK default.
-        file_limit: Maximum number of open files.
+        file_limit: Maximum number of open files per process (RLIMIT_NOFILE); 0 uses the SDK
+            default, 512 (see `sandbox._limits`).
         wall_time_limit: Maximum lifetime of the sandbox.
         cpu_time_limit: Maximum CPU time per process.
+        allow_unbounded: Names of defaulted limits (``cpu_limit``, ``memory_limit``,
+            ``process_limit``, ``file_limit``) a backend may leave unenforced where it cannot
+            enforce them (the process backend without cgroups), instead of refusing to
+            create the sandbox; an explicit, audited opt-out. Docker enforces them anyway.
     """
 
     cpu_limit: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
@@ -173,6 +190,9 @@ class ResourceLimits:
     )
     cpu_time_limit: timedelta = attrs.field(
         default=_ZERO, converter=_to_timedelta, validator=_non_negative
+    )
+    allow_unbounded: tuple[str, ...] = attrs.field(
+        factory=tuple, converter=_to_str_tuple, validator=_defaulted_limits
     )
 
 

@@ -31,7 +31,8 @@ resources.memory_limit                  HC ``Memory`` and ``MemorySwap`` equal (
                                         out only under ``--ignore-cgroups``
 resources.memory_request                HC ``MemoryReservation`` (<= memory_limit)
 resources.process_limit (0 = default)   runc: HC ``PidsLimit``; runsc: ulimit ``nproc``
-resources.file_limit                    ulimit ``nofile`` soft = hard
+resources.file_limit (0 = default)      ulimit ``nofile`` soft = hard (`_limits`: 512)
+resources.allow_unbounded               no effect: every default is enforced here
 resources.cpu_time_limit                ulimit ``cpu`` in whole seconds, rounded up; hard =
                                         soft + 1 s, so SIGXCPU comes first (SIGKILL later)
 resources.disk_limit                    HC ``StorageOpt.size``; only btrfs, zfs,

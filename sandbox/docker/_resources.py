@@ -21,12 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from .._constants import (
-    DEFAULT_CPU_LIMIT,
-    DEFAULT_MEMORY_HOST_FRACTION,
-    DEFAULT_MEMORY_LIMIT,
-    DEFAULT_PROCESS_LIMIT,
-)
+from .. import _limits
+from .._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
 from .._errors import ConfigError, SandboxInitFailed
 from .._models import ResourceLimits
 from ._facts import EngineFacts
@@ -34,7 +30,7 @@ from ._facts import EngineFacts
 __all__ = ["default_cpu_limit", "default_memory_limit", "resource_options"]
 
 #: The engine refuses smaller memory limits and reservations.
-MIN_MEMORY: Final = 6 * 2**20
+MIN_MEMORY: Final = _limits.MIN_MEMORY
 #: The smallest CPU quota the kernel takes is 1 ms per 100 ms period.
 MIN_CPU_LIMIT: Final = 0.01
 #: Fewer leaves no room for docker-init, the keep-alive and the SDK's own helper execs.
@@ -116,8 +112,9 @@ def resource_options(
         ulimits.append(_ulimit("nproc", processes))
     else:
         host["PidsLimit"] = processes
-    if res.file_limit:
-        ulimits.append(_ulimit("nofile", res.file_limit))
+    # Always: the engine's own default (20,000 here) times the process limit is 8 times the
+    # host's fs.file-max (`_constants.DEFAULT_FILE_LIMIT`).
+    ulimits.append(_ulimit("nofile", res.file_limit or DEFAULT_FILE_LIMIT))
     if res.cpu_time_limit:
         if gvisor:
             raise SandboxInitFailed(
@@ -134,20 +131,14 @@ def resource_options(
 
 
 def default_cpu_limit(engine: EngineFacts) -> float:
-    """The CPU limit a sandbox gets when ``resources.cpu_limit`` is 0: min(2, host CPUs)."""
-    return min(DEFAULT_CPU_LIMIT, float(engine.ncpu)) if engine.ncpu else 1.0
+    """The CPU limit a sandbox gets when ``resources.cpu_limit`` is 0 (`_limits`)."""
+    return _limits.default_cpu_limit(engine.ncpu)
 
 
 def default_memory_limit(engine: EngineFacts) -> int:
-    """The memory limit a sandbox gets when ``resources.memory_limit`` is 0.
-
-    min(2 GiB, a quarter of the host's memory), but at least the engine's 6 MiB minimum;
-    2 GiB when the engine does not report its memory.
-    """
-    if not engine.mem_total:
-        return DEFAULT_MEMORY_LIMIT
-    share = engine.mem_total // DEFAULT_MEMORY_HOST_FRACTION
-    return max(MIN_MEMORY, min(DEFAULT_MEMORY_LIMIT, share))
+    """The memory limit a sandbox gets when ``resources.memory_limit`` is 0 (`_limits`),
+    sized from the engine's host."""
+    return _limits.default_memory_limit(engine.mem_total)
 
 
 def _ulimit(name: str, value: int, *, hard: int | None = None) -> dict[str, Any]:

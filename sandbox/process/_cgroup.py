@@ -3,8 +3,10 @@
 On cgroup v1 (this host) one directory per controller, ``<controller>/sandbox-sdk/<id>``; on
 a v2-only host one directory, ``sandbox-sdk/<id>`` below the unified root. Creating them needs
 write access there (root, or a delegated tree): `available` says whether this process has it,
-and the plan refuses the limits without it, naming why. Every process of the sandbox is
-placed in it before it runs (see `_forkserver`), so `procs` is also the list cleanup kills.
+and the plan falls back to rlimits without it (`_plan`). Every command of the sandbox, and so
+everything sandbox code starts, is placed in it before it runs (the zygote joins it, see
+`_forkserver`), so `procs` is also the list cleanup kills; the holder (bwrap's pid 1 and the
+keep-alive, run by the SDK as another host id) is not, and is stopped on its own.
 """
 
 from __future__ import annotations

@@ -98,12 +98,15 @@ class Zygote:
         _open.add(self)
 
     def join(self, namespaces: Sequence[tuple[str, int]], *, cgroup_procs: Sequence[str],
-             ids: tuple[int, int] | None) -> None:
+             ids: tuple[int, int] | None, rlimits: Sequence[tuple[int, int, int]] = ()
+             ) -> None:
         """Send the zygote into the sandbox: its cgroup and namespaces (user namespace fds
-        included), then ``ids`` (None: keep ours, which the user namespace maps). A failure
-        comes back as the failure of the first command."""
+        included), then ``ids`` (None: keep ours, which the user namespace maps), then
+        ``rlimits`` (every command inherits them). A failure comes back as the failure of
+        the first command."""
         message = {"ns": [name for name, _ in namespaces], "cgroup_procs": list(cgroup_procs),
-                   "uid": ids[0] if ids else None, "gid": ids[1] if ids else None}
+                   "uid": ids[0] if ids else None, "gid": ids[1] if ids else None,
+                   "rlimits": [list(r) for r in rlimits]}
         try:
             send_message(self._sock, message, [fd for _, fd in namespaces])
         except OSError as exc:

@@ -305,6 +305,9 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
                     signal.SIGCHLD):  # what every command starts with
             signal.signal(sig, signal.SIG_DFL)
+        for path in req.get("cgroup_procs") or ():  # now, while bwrap starts
+            with open(path, "w") as f:
+                f.write("0")
         install_filter(bytes.fromhex(req.get("filter") or ""))
         data, passed = receive_message(sock)
         if not data:
@@ -317,6 +320,9 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
                 f.write("0")
         _join(list(zip(join["ns"], passed, strict=True)))
         _become(join)
+        # Last: in the sandbox's user namespace, RLIMIT_NPROC counts that sandbox's processes.
+        for which, soft, hard in join.get("rlimits") or ():
+            resource.setrlimit(which, (soft, hard))
     except Exception as exc:
         send_message(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
         os._exit(1)

@@ -44,8 +44,16 @@ network.isolated / allow_networking    networked only with ``network.bridge="hos
 resources.cpu_limit / cpu_request      cgroup cpu quota (100 ms period) / cpu shares
 resources.memory_limit / _request      cgroup memory limit (and memsw) / soft limit
 resources.process_limit                cgroup pids.max
-  (the five above: refused when this process cannot make a cgroup, with the reason)
-resources.file_limit                   rlimit NOFILE, soft = hard
+  (cpu_limit, memory_limit, process_limit 0: the defaults of `_limits`, as on Docker)
+(no cgroup: unprivileged on v1)        memory_limit: rlimit AS per command; process_limit:
+                                       rlimit NPROC in the zygote (per uid in the sandbox's
+                                       user namespace); cpu_limit: refused
+                                       (`LimitNotEnforceable`) unless the default is every
+                                       host CPU or allow_unbounded names it; cpu_request,
+                                       memory_request: refused
+resources.file_limit                   rlimit NOFILE, soft = hard: per command when set,
+                                       else the default (512) in the zygote
+resources.allow_unbounded              see cpu_limit above; an audited opt-out
 resources.cpu_time_limit               rlimit CPU, whole seconds rounded up, hard +1 s
 resources.wall_time_limit              the backend's clock (as on Docker)
 security.read_only_paths               ``--remount-ro`` each (missing ones skipped)
@@ -79,8 +87,9 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from .._constants import DEFAULT_RUNTIME, DEFAULT_USER, LABEL_PREFIX
-from .._errors import ConfigError, SandboxInitFailed
+from .._errors import ConfigError, LimitNotEnforceable, SandboxInitFailed
 from .._ids import names_root
+from .._limits import host_size, with_defaults
 from .._models import ResourceLimits, SandboxConfig
 from .._policy import is_networked
 from ..docker._security import seccomp_options
@@ -88,8 +97,6 @@ from ..docker._security import seccomp_options
 __all__ = ["ProcessPlan", "plan_sandbox"]
 
 HOSTNAME_MAX = 63
-#: The limits only a cgroup can enforce.
-CGROUP_FIELDS = ("cpu_limit", "cpu_request", "memory_limit", "memory_request", "process_limit")
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 #: Looks a user or group name up in the root filesystem: ("passwd"|"group", name) -> id.
@@ -108,13 +115,19 @@ class ProcessPlan:
     tmpfs: tuple[tuple[str, tuple[str, ...]], ...]  # (path, extra bwrap args before --tmpfs)
     read_only_paths: tuple[str, ...]
     masked_paths: tuple[str, ...]
-    cgroup: ResourceLimits | None  # None: no cgroup needed
-    rlimits: tuple[tuple[int, int, int], ...]
+    cgroup: ResourceLimits | None  # None: no cgroup can be made (rlimits hold instead)
+    rlimits: tuple[tuple[int, int, int], ...]  # per command (a fork sets them)
     env: dict[str, str]
     writable_root: bool = False  # an overlay root (`_overlay`), not a read-only bind
     #: "" (no filter), "default" (`_seccomp.DEFAULT_PROFILE`) or a profile's JSON.
     seccomp: str = ""
     repository_mount: str = ""  # where `_repository` puts the repository ("" for none)
+    #: Set in the zygote, so every command inherits them without a fork of its own.
+    sandbox_rlimits: tuple[tuple[int, int, int], ...] = ()
+    #: Per defaulted limit, what holds it here (`Limits.held`).
+    limits: tuple[tuple[str, str], ...] = ()
+    #: The defaulted limits ``resources.allow_unbounded`` let go unenforced.
+    unbounded: tuple[str, ...] = ()
 
 
 def _refuse(field: str, why: str, what: str = "") -> SandboxInitFailed:
@@ -179,26 +192,78 @@ def _tmpfs(entries: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(out.items())
 
 
-def _limits(cfg: SandboxConfig, cgroup_problem: str) -> tuple[ResourceLimits | None,
-                                                              tuple[tuple[int, int, int], ...]]:
+@attrs.frozen(kw_only=True)
+class Limits:
+    """How one sandbox's limits are held: a cgroup, per-command rlimits (a fork sets them),
+    sandbox rlimits (the zygote takes them, every command inherits them) and, per defaulted
+    limit, what holds it (`ProcessSandbox.limits`)."""
+
+    cgroup: ResourceLimits | None
+    rlimits: tuple[tuple[int, int, int], ...]
+    sandbox_rlimits: tuple[tuple[int, int, int], ...]
+    held: tuple[tuple[str, str], ...]
+    unbounded: tuple[str, ...]  # what allow_unbounded let go unenforced
+
+
+def _limits(cfg: SandboxConfig, cgroup_problem: str, host: tuple[int, int],
+            uid: int) -> Limits:
+    """The defaults of `_limits` (the same as Docker's), in a cgroup when this process can
+    make one, else as rlimits: RLIMIT_AS per command for memory, RLIMIT_NPROC (counted per
+    uid in the sandbox's own user namespace: that sandbox only) and RLIMIT_NOFILE; a CPU
+    limit nothing can hold is refused unless ``resources.allow_unbounded`` names it."""
     res = cfg.resources
     for field in ("disk_limit", "disk_request", "network_in_limit", "network_out_limit"):
         if getattr(res, field):
             raise _refuse(f"resources.{field}", "nothing in the process backend enforces it")
-    wanted = [f for f in CGROUP_FIELDS if getattr(res, f)]
-    if wanted and cgroup_problem:
-        raise _refuse(f"resources.{wanted[0]}", f"needs a cgroup of the sandbox's own, and "
-                      f"{cgroup_problem}", "leave it 0 here, run as root, or use type='docker'")
     if res.memory_request and res.memory_limit and res.memory_request > res.memory_limit:
         raise ConfigError("resources.memory_request is above resources.memory_limit")
+    ncpu, _ = host
+    eff = with_defaults(res, *host)
     rlimits: list[tuple[int, int, int]] = []
-    if res.file_limit:
+    sandbox: list[tuple[int, int, int]] = []
+    held: dict[str, str] = {}
+    unbounded: list[str] = []
+    if res.file_limit:  # per command: a small one would starve the zygote of descriptors
         rlimits.append((resource.RLIMIT_NOFILE, res.file_limit, res.file_limit))
+    else:
+        sandbox.append((resource.RLIMIT_NOFILE, eff.file_limit, eff.file_limit))
+    held["file_limit"] = f"{eff.file_limit} open files per process (RLIMIT_NOFILE)"
     cpu = res.cpu_time_limit.total_seconds()
     if cpu > 0:
         soft = math.ceil(cpu)
         rlimits.append((resource.RLIMIT_CPU, soft, soft + 1))
-    return (res if wanted else None), tuple(rlimits)
+    cgroup: ResourceLimits | None = None
+    if not cgroup_problem:
+        cgroup = eff
+        held["memory_limit"] = f"{eff.memory_limit} bytes for the sandbox (cgroup)"
+        held["process_limit"] = f"{eff.process_limit} processes (pids cgroup)"
+        held["cpu_limit"] = f"{eff.cpu_limit:g} cores (cgroup CFS quota)"
+    else:
+        for field in ("cpu_limit", "cpu_request", "memory_request"):
+            if getattr(res, field):
+                raise _refuse(f"resources.{field}", f"needs a cgroup of the sandbox's own, and "
+                              f"{cgroup_problem}", "leave it 0 here, run as root, or use "
+                              "type='docker'")
+        rlimits.append((resource.RLIMIT_AS, eff.memory_limit, eff.memory_limit))
+        held["memory_limit"] = (f"{eff.memory_limit} bytes of address space per process "
+                                "(RLIMIT_AS), not a total: no cgroup")
+        sandbox.append((resource.RLIMIT_NPROC, eff.process_limit, eff.process_limit))
+        held["process_limit"] = (f"{eff.process_limit} processes (RLIMIT_NPROC of uid {uid} "
+                                 "in the sandbox's own user namespace)")
+        if ncpu and eff.cpu_limit >= ncpu:
+            held["cpu_limit"] = f"{eff.cpu_limit:g} cores: all of this host's, nothing to hold"
+        elif "cpu_limit" in res.allow_unbounded:
+            held["cpu_limit"] = "unbounded, as resources.allow_unbounded accepts: no cgroup"
+            unbounded.append("cpu_limit")
+        else:
+            raise LimitNotEnforceable(
+                f"resources.cpu_limit: the default of {eff.cpu_limit:g} cores (of this host's "
+                f"{ncpu or 'unknown number of'} CPUs) needs a cgroup of the sandbox's own, and "
+                f"{cgroup_problem}; no rlimit bounds a CPU rate",
+                details="run the SDK as root, use type='docker', or accept it unbounded with "
+                        "ResourceLimits(allow_unbounded=('cpu_limit',))")
+    return Limits(cgroup=cgroup, rlimits=tuple(rlimits), sandbox_rlimits=tuple(sandbox),
+                  held=tuple(held.items()), unbounded=tuple(unbounded))
 
 
 def _seccomp(cfg: SandboxConfig, problem: str) -> str:
@@ -239,11 +304,13 @@ def _security(cfg: SandboxConfig) -> None:
 
 def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
                  cgroup_problem: str, architecture: str | None = None,
-                 overlay_problem: str = "", seccomp_problem: str = "") -> ProcessPlan:
+                 overlay_problem: str = "", seccomp_problem: str = "",
+                 host: tuple[int, int] | None = None) -> ProcessPlan:
     """Decide the process sandbox for ``cfg``, or refuse what it cannot enforce.
 
     ``cgroup_problem`` says why no cgroup can be made ("" when one can); ``overlay_problem``
-    why no writable (overlay) root can.
+    why no writable (overlay) root can; ``host`` is (CPUs, bytes of memory) the defaults are
+    sized from (this host's when None).
     """
     if cfg.runtime not in ("", DEFAULT_RUNTIME):  # the default means "no preference" here
         raise _refuse("runtime", f"{cfg.runtime!r} names a Docker OCI runtime; the process "
@@ -284,7 +351,7 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
                           "isolation), or use type='docker'")
         host_network = True
     uid, gid = _ids(cfg, image_user, lookup)
-    cgroup, rlimits = _limits(cfg, cgroup_problem)
+    limits = _limits(cfg, cgroup_problem, host or host_size(), uid)
     workdir = posixpath.normpath(cfg.working_dir or "/")
     if not workdir.startswith("/"):
         raise ConfigError(f"working_dir: {cfg.working_dir!r} must be an absolute path")
@@ -298,7 +365,8 @@ def plan_sandbox(cfg: SandboxConfig, *, image_user: str = "", lookup: Lookup,
         tmpfs=_tmpfs(cfg.security.tmpfs_paths),
         read_only_paths=tuple(posixpath.normpath(p) for p in cfg.security.read_only_paths),
         masked_paths=tuple(posixpath.normpath(p) for p in cfg.security.masked_paths),
-        cgroup=cgroup, rlimits=rlimits, env=env,
+        cgroup=limits.cgroup, rlimits=limits.rlimits, env=env,
+        sandbox_rlimits=limits.sandbox_rlimits, limits=limits.held, unbounded=limits.unbounded,
         writable_root=not cfg.security.read_only_root,
         seccomp=_seccomp(cfg, seccomp_problem),
         repository_mount=posixpath.normpath(repo.mount_point) if repo is not None else "",

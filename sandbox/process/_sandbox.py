@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
-import attrs
 
 from .._audit import Auditor
 from .._backend import ProcessSpec
@@ -40,7 +39,6 @@ from .._models import (
 from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
-from ..docker._cgroup import command_usage
 from ..docker._files import HelperFiles
 from ..docker._workspace import Workspace
 from . import _seccomp, _usage
@@ -50,7 +48,7 @@ from ._exec import Entry, SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
 from ._inroot import missing, open_in_root
 from ._overlay import overlay_options, overlay_problem, prepare_overlay
-from ._plan import CGROUP_FIELDS, ProcessPlan, plan_sandbox
+from ._plan import ProcessPlan, plan_sandbox
 from ._repository import prepare_repository
 from ._rootfs import resolve_rootfs
 from ._spawner import RemoteProcess, SandboxSpawner, readable
@@ -80,6 +78,7 @@ class ProcessSandbox(HelperFiles):
         self._plan: ProcessPlan | None = None
         self._state: Path | None = None
         self._cgroup: SandboxCgroup | None = None
+        self._accounting = _usage.CommandAccounting(None, per_command=False)
         self._holder: RemoteProcess | None = None
         self._root_fd = -1
         self._init_pid = 0
@@ -129,6 +128,13 @@ class ProcessSandbox(HelperFiles):
         return self._cgroup
 
     @property
+    def limits(self) -> dict[str, str]:
+        """Per defaulted limit (``memory_limit``, ``process_limit``, ``cpu_limit``,
+        ``file_limit``), what holds it in this sandbox: its cgroup, an rlimit, or nothing
+        (only when ``resources.allow_unbounded`` accepts that); {} before create."""
+        return dict(self._plan.limits) if self._plan is not None else {}
+
+    @property
     def init_pid(self) -> int:
         """Host pid of the sandbox's pid 1 (bwrap), once created."""
         return self._init_pid
@@ -153,28 +159,33 @@ class ProcessSandbox(HelperFiles):
         bwrap = find_bwrap()
         rootfs = await resolve_rootfs(cfg.image)
         root_user = os.getuid() == 0
-        limited = any(getattr(cfg.resources, field) for field in CGROUP_FIELDS)
-        cgroup_problem = available() if limited else ""  # asked only when it matters
         try:
             plan = self._plan = plan_sandbox(cfg, image_user=rootfs.user,
                                              lookup=lookup_in(rootfs.path),
-                                             cgroup_problem=cgroup_problem,
+                                             cgroup_problem=available(),
                                              overlay_problem="" if cfg.security.read_only_root
                                              else overlay_problem(),
                                              seccomp_problem=_seccomp.problem())
         except SandboxInitFailed as exc:
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
+        for field in plan.unbounded:
+            self._audit.opt_in("resources.allow_unbounded", f"no {field} (nothing here can "
+                               "enforce it)")
+        self._audit.resources(dict(plan.limits))
         self._user = f"{plan.uid}:{plan.gid}"
         self._cwd = plan.working_dir
         self._state = state = new_state(self.id, {**owner_labels(), LABEL_SANDBOX_ID: self.id})
         prepare_state(state, HOST_NOBODY if root_user else None)
         cgroup_procs: list[str] = []
-        if plan.cgroup is not None:  # only when asked: joining one costs every command
+        if plan.cgroup is not None:  # the default limits, or the config's
             self._cgroup = SandboxCgroup(self.id)
             self._cgroup.create()
             self._cgroup.apply(plan.cgroup)
             cgroup_procs = self._cgroup.procs_files
+        self._accounting = _usage.CommandAccounting(self._cgroup, per_command=any(
+            getattr(cfg.resources, f) for f in ("cpu_limit", "cpu_request", "memory_limit",
+                                                "memory_request", "process_limit")))
         home = home_of(rootfs.path, plan.uid)
         self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         program = await _seccomp.compiled(plan.seccomp)
@@ -201,13 +212,15 @@ class ProcessSandbox(HelperFiles):
                                        userns_fds=(3, 4), overlay=merged, repo=repo,
                                        holder=holder,
                                        seccomp_fd=5 if len(child_fds) > 5 else -1),
-                    "env": [f"PATH={rootfs.env['PATH']}"], "cgroup_procs": cgroup_procs,
+                    # The holder (bwrap's pid 1, the keep-alive: the SDK's) stays out of the
+                    # cgroup: its v1 moves, contending with the zygote's, cost ~18 ms here.
+                    "env": [f"PATH={rootfs.env['PATH']}"], "cgroup_procs": [],
                     "rlimits": plan.rlimits, "ids": [HOST_HOLDER] * 2 if root_user else None,
                     "overlay": {"merged": str(merged), "options": overlay_options(
                         state, rootfs.path)} if merged is not None else None}
             self._life.advance(SandboxStatus.STARTING)
             # The fork server starts the holder; the zygote loads the filter while bwrap starts.
-            self._zygote = SandboxSpawner(program, spec, child_fds)
+            self._zygote = SandboxSpawner(program, spec, child_fds, cgroup_procs)
             for fd in child_fds:  # the server has its copies
                 os.close(fd)
                 owned.remove(fd)
@@ -236,8 +249,8 @@ class ProcessSandbox(HelperFiles):
         # Unprivileged, the zygote keeps its own uid, which the map makes the sandbox user.
         self._zygote.join(self._init_pid, self._pid_ns, [
             "user", "mnt", "pid", "ipc", "uts", "cgroup",
-            *([] if plan.host_network else ["net"])], cgroup_procs,
-            (plan.uid, plan.gid) if root_user else None)
+            *([] if plan.host_network else ["net"])], (),  # in its cgroup already
+            (plan.uid, plan.gid) if root_user else None, plan.sandbox_rlimits)
         self._entry = Entry(spawner=self._zygote, rlimits=plan.rlimits)
         self._created_at = datetime.now(UTC)
         self._life.advance(SandboxStatus.RUNNING)
@@ -349,21 +362,13 @@ class ProcessSandbox(HelperFiles):
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
                           on_stderr: OutputCallback | None = None) -> CommandResult:
-        """Run ``spec`` to its end; exit codes, signals and timeouts are results.
-
-        With a cgroup, the result's ``resource_usage`` is the cgroup's counters across the
-        command (the whole sandbox's, as on Docker: other commands running meanwhile count).
-        """
-        reader = self._cgroup.reader() if self._cgroup is not None else None
-        before = reader.read() if reader is not None else None
+        """Run ``spec`` to its end; exit codes, signals and timeouts are results, with what
+        the sandbox's cgroup says about it (`_usage.CommandAccounting`)."""
+        before = self._accounting.before()
         async with self._open(spec, iterate=False, on_stdout=on_stdout,
                               on_stderr=on_stderr) as proc:
             result = await proc.wait()
-        after = reader.read() if reader is not None else None
-        if before is not None and after is not None:
-            result = attrs.evolve(result, resource_usage=command_usage(
-                None, before, after, result.duration.total_seconds()))
-        return result
+        return self._accounting.after(result, before)
 
     @contextlib.asynccontextmanager
     async def open_process(self, spec: ProcessSpec) -> AsyncIterator[SandboxProcess]:

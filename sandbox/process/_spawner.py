@@ -26,28 +26,32 @@ class SandboxSpawner:
     """One sandbox's zygote, replaced when it is found gone (its fork server was killed, say)."""
 
     def __init__(self, seccomp: bytes, holder: Mapping[str, Any] | None = None,
-                 holder_fds: Sequence[int] = ()) -> None:
+                 holder_fds: Sequence[int] = (), cgroup_procs: Sequence[str] = ()) -> None:
         self._seccomp = seccomp
+        self._cgroup_procs = tuple(cgroup_procs)  # the zygote joins it before its sandbox
         self._channel = start_holder(holder, holder_fds) if holder is not None else None
         self._holder = self._channel.expect(0) if self._channel is not None else None
         try:
-            self._zygote = prepare(seccomp)
+            self._zygote = prepare(seccomp, self._cgroup_procs)
         except BaseException:
             self._let_go()
             raise
         self._stderr: asyncio.BaseTransport | None = None
         self._target: tuple[int, str, tuple[str, ...], tuple[str, ...],
-                            tuple[int, int] | None] | None = None
+                            tuple[int, int] | None, tuple[tuple[int, int, int], ...]] | None = None
 
     def join(self, init_pid: int, pid_ns: str, names: Sequence[str],
-             cgroup_procs: Sequence[str], ids: tuple[int, int] | None) -> None:
-        """Send the zygote into the sandbox whose first process is ``init_pid``."""
-        self._target = (init_pid, pid_ns, tuple(names), tuple(cgroup_procs), ids)
+             cgroup_procs: Sequence[str], ids: tuple[int, int] | None,
+             rlimits: Sequence[tuple[int, int, int]] = ()) -> None:
+        """Send the zygote into the sandbox whose first process is ``init_pid``; it takes
+        ``rlimits`` last, for every command it starts."""
+        self._target = (init_pid, pid_ns, tuple(names), tuple(cgroup_procs), ids,
+                        tuple(rlimits))
         self._send_join(self._zygote)
 
     def _send_join(self, zygote: Zygote) -> None:
         assert self._target is not None
-        init_pid, pid_ns, names, cgroup_procs, ids = self._target
+        init_pid, pid_ns, names, cgroup_procs, ids, rlimits = self._target
         fds: list[int] = []
         try:
             for name in names:
@@ -59,7 +63,8 @@ class SandboxSpawner:
             raise CommandStartFailed("the sandbox's first process is gone",
                                      details=str(exc)) from exc
         try:
-            zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs, ids=ids)
+            zygote.join(list(zip(names, fds, strict=True)), cgroup_procs=cgroup_procs, ids=ids,
+                        rlimits=rlimits)
         finally:
             close_fds(fds)
 
@@ -95,7 +100,7 @@ class SandboxSpawner:
         """The live zygote: a new one, sent in, when the current one is known to be gone."""
         if self._zygote.failed and self._target is not None:
             self._zygote.close()
-            self._zygote = prepare(self._seccomp)
+            self._zygote = prepare(self._seccomp, self._cgroup_procs)
             self._send_join(self._zygote)
         return self._zygote
 

@@ -18,13 +18,45 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import anyio
+import attrs
 
-from .._models import ResourceUsage
+from .._models import CommandResult, ResourceUsage
+from ..docker._cgroup import Counters, command_usage
+from ._cgroup import SandboxCgroup
 
 log = logging.getLogger("sandbox.process")
 HISTORY = 600
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class CommandAccounting:
+    """What the sandbox's cgroup says about one command: its usage across it when the config
+    set a cgroup limit (the whole sandbox's, as on Docker; the defaults alone add no reads,
+    ~1 ms of a ~5 ms round trip here), and whether the OOM killer ended it."""
+
+    def __init__(self, cgroup: SandboxCgroup | None, *, per_command: bool) -> None:
+        self._cgroup = cgroup
+        self._reader = cgroup.reader() if cgroup is not None and per_command else None
+        self._ooms = 0  # the cgroup's OOM kills when the last SIGKILLed command ended
+
+    def before(self) -> Counters | None:
+        return self._reader.read() if self._reader is not None else None
+
+    def after(self, result: CommandResult, before: Counters | None) -> CommandResult:
+        after = self._reader.read() if self._reader is not None else None
+        if before is not None and after is not None:
+            result = attrs.evolve(result, resource_usage=command_usage(
+                None, before, after, result.duration.total_seconds()))
+        if self._cgroup is not None and result.signal == "SIGKILL" and not result.timed_out:
+            # The kernel counts an OOM kill before the victim dies: one counted since the
+            # last SIGKILL looked at is this one's (as on Docker, the sandbox's events).
+            ooms, self._ooms = self._ooms, self._cgroup.oom_kills()
+            if self._ooms > ooms:
+                result = attrs.evolve(result, oom_killed=True, error=" ".join(filter(None, (
+                    "killed by the out-of-memory killer (memory limit reached)",
+                    result.error))))
+        return result
 
 
 class _Source(Protocol):

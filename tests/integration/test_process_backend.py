@@ -24,6 +24,7 @@ import pytest_asyncio
 
 from sandbox import (
     IMAGE_BUSYBOX,
+    IMAGE_PYTHON,
     Command,
     CommandStartFailed,
     NetworkConfig,
@@ -35,8 +36,10 @@ from sandbox import (
     SandboxInitFailed,
     SecurityPolicy,
 )
+from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
 from sandbox.process._rootfs import resolve_rootfs
 from sandbox.process._state import base_dir
+from tests.integration._limit_attacks import EAGAIN, EMFILE
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 REPO = str(Path(__file__).resolve().parents[2])
@@ -201,7 +204,7 @@ async def test_limits_are_enforced_through_cgroup_and_rlimits() -> None:
     async with Sandbox(cfg) as box:
         assert (await sh(box, "ulimit -n; ulimit -t")).split() == ["123", "2"]
         cgroup = box.backend.cgroup
-        assert cgroup is not None and cgroup.procs()  # the holder and this command are in it
+        assert cgroup is not None and cgroup.procs()  # the zygote (every command) is in it
         forks = await box.execute_command(
             "i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done; wait")
         assert "can't fork" in forks.stderr or "Resource temporarily" in forks.stderr
@@ -340,10 +343,12 @@ async def test_refusals_name_the_field() -> None:
 
 _AS_NOBODY = textwrap.dedent("""
     import asyncio, json, sys
-    from sandbox import ResourceLimits, Sandbox, SandboxConfig, SandboxInitFailed
+    from sandbox import Command, ResourceLimits, Sandbox, SandboxConfig, SandboxInitFailed
     from sandbox import SecurityPolicy
 
     RO = SecurityPolicy(read_only_root=True)
+    # Unprivileged, no cgroup: a default CPU limit below this host's CPUs cannot be held.
+    CPU = ResourceLimits(allow_unbounded=("cpu_limit",))
 
     async def main():
         out = {}
@@ -352,7 +357,7 @@ _AS_NOBODY = textwrap.dedent("""
                 out["writable"] = "accepted"
         except SandboxInitFailed as exc:
             out["writable"] = str(exc)
-        cfg = SandboxConfig(type="process", image=sys.argv[1], security=RO)
+        cfg = SandboxConfig(type="process", image=sys.argv[1], security=RO, resources=CPU)
         async with Sandbox(cfg) as sb:
             r = await sb.execute_command("id -u; grep CapEff /proc/self/status; ls /proc")
             out["run"] = r.stdout
@@ -360,15 +365,27 @@ _AS_NOBODY = textwrap.dedent("""
             out["read"] = (await sb.read_file("f.txt")).decode()
         try:
             async with Sandbox(SandboxConfig(type="process", image=sys.argv[1], security=RO,
-                               resources=ResourceLimits(memory_limit=64 << 20))):
+                               resources=ResourceLimits(cpu_limit=1))):
                 out["limit"] = "accepted"
         except SandboxInitFailed as exc:
             out["limit"] = str(exc)
+        # Issue 25: the default limits hold as rlimits, and the sandbox says so; the attacks
+        # are bounded (_limit_attacks), so without limits they fail the test, not the host.
+        from tests.integration import _limit_attacks as attack
+        cfg = SandboxConfig(type="process", image=sys.argv[2], security=RO, resources=CPU)
+        async with Sandbox(cfg) as sb:
+            out["limits"] = sb.backend.limits
+            for name, script in (("bomb", attack.FORK_BOMB), ("files", attack.OPEN_FILES),
+                                 ("hog", attack.memory_hog())):
+                r = await sb.execute_command(Command(executable="python3",
+                                                     args=("-c", script), timeout=300))
+                out[name] = [r.exit_code, r.stdout, r.stderr[-300:]]
         # The contract suite's tests, on a sandbox this unprivileged user made.
         import inspect
         from tests.integration import test_contract as contract
         contract.make = lambda kind, kube=None: Sandbox(SandboxConfig(
-            type="process", image=sys.argv[1], environment={"BASE": "1"}, security=RO))
+            type="process", image=sys.argv[1], environment={"BASE": "1"}, security=RO,
+            resources=CPU))
         out["contract"] = []
         for name, test in vars(contract).items():
             params = list(inspect.signature(test).parameters) if name.startswith("test_") \
@@ -392,6 +409,7 @@ async def test_an_unprivileged_user_gets_a_sandbox_and_refusals() -> None:
     if os.getuid() != 0:
         pytest.fail("this test switches to nobody, so it must run as root", pytrace=False)
     root = (await resolve_rootfs(IMAGE_BUSYBOX)).path  # exported by root, readable by all
+    python_root = (await resolve_rootfs(IMAGE_PYTHON)).path
     tmp_path = Path(tempfile.mkdtemp())
     os.chmod(tmp_path, 0o755)
     script = tmp_path / "as_nobody.py"
@@ -400,7 +418,7 @@ async def test_an_unprivileged_user_gets_a_sandbox_and_refusals() -> None:
            "PYTHONPATH": REPO}
     proc = await anyio.run_process(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-         str(script), str(root)], env=env, check=False)
+         str(script), str(root), str(python_root)], env=env, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     out = json.loads(proc.stdout)
     assert out["run"].split()[:3] == ["1000", "CapEff:", "0000000000000000"]
@@ -408,8 +426,27 @@ async def test_an_unprivileged_user_gets_a_sandbox_and_refusals() -> None:
     # No overlay root unprivileged: refused by name, never silently read-only.
     assert out["writable"].startswith("security.read_only_root: False needs a writable root")
     assert "runs as uid 65534" in out["writable"]
-    assert out["limit"].startswith("resources.memory_limit: needs a cgroup")
+    # What no rlimit can hold is refused by name (a default CPU limit below this host's
+    # CPUs is too, as LimitNotEnforceable: test_process_plan).
+    assert out["limit"].startswith("resources.cpu_limit: needs a cgroup")
     assert "not writable by uid 65534" in out["limit"]
+    held = out["limits"]
+    assert held["process_limit"] == (f"{DEFAULT_PROCESS_LIMIT} processes (RLIMIT_NPROC of "
+                                     "uid 1000 in the sandbox's own user namespace)")
+    assert "per process (RLIMIT_AS), not a total" in held["memory_limit"]
+    assert held["file_limit"].startswith(f"{DEFAULT_FILE_LIMIT} open files per process")
+    cpu = "all of this host's, nothing to hold" if (os.cpu_count() or 0) <= 2 else \
+        "as resources.allow_unbounded accepts: no cgroup"
+    assert held["cpu_limit"].endswith(cpu), held
+    code, stdout, stderr = out["bomb"]
+    count, err = map(int, stdout.split())  # before: 2,000 of 2,000
+    assert err == EAGAIN and DEFAULT_PROCESS_LIMIT - 16 < count < DEFAULT_PROCESS_LIMIT
+    code, stdout, stderr = out["files"]
+    raised, soft, hard, count, err = map(int, stdout.split())  # before: 2,000 of 2,000
+    assert (raised, soft, hard) == (0, DEFAULT_FILE_LIMIT, DEFAULT_FILE_LIMIT)
+    assert err == EMFILE and count < DEFAULT_FILE_LIMIT
+    code, stdout, stderr = out["hog"]  # before: "survived", 2.5 GiB of the host's memory
+    assert code == 1 and "MemoryError" in stderr and "survived" not in stdout
     assert len(out["contract"]) >= 8, out["contract"]
     left = Path(tempfile.gettempdir()) / "sandbox-sdk-process-65534"
     assert not left.exists() or not list(left.iterdir())  # its cleanup removed its state

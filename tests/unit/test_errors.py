@@ -18,6 +18,7 @@ from sandbox._errors import (
     EngineTimeout,
     EngineUnavailable,
     FileOperationFailed,
+    LimitNotEnforceable,
     McpServerFailed,
     NetworkAccessDenied,
     ResourceLimitExceeded,
@@ -41,6 +42,7 @@ CODES: list[tuple[type[SandboxError], str]] = [
     (SandboxError, "SANDBOX_ERROR"),
     (SandboxNotFound, "SANDBOX_NOT_FOUND"),
     (SandboxAlreadyExists, "SANDBOX_ALREADY_EXISTS"),
+    (LimitNotEnforceable, "LIMIT_NOT_ENFORCEABLE"),
     (SandboxAlreadyInitialized, "SANDBOX_ALREADY_INITIALIZED"),
     (SandboxNotRunning, "SANDBOX_NOT_RUNNING"),
     (SandboxInitFailed, "SANDBOX_INIT_FAILED"),
@@ -73,6 +75,7 @@ BUILTIN_BASES: list[tuple[type[SandboxError], type[BaseException]]] = [
     # A container that is gone is one that is not running; a taken name fails the create.
     (SandboxNotFound, SandboxNotRunning),
     (SandboxAlreadyExists, SandboxInitFailed),
+    (LimitNotEnforceable, SandboxInitFailed),
     (SandboxAlreadyInitialized, RuntimeError),
     # An engine that misses a deadline is both a timeout and an engine not responding.
     (EngineTimeout, TimeoutExceeded),

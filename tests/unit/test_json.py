@@ -46,6 +46,7 @@ def full_limits() -> ResourceLimits:
         file_limit=1024,
         wall_time_limit=timedelta(minutes=10),
         cpu_time_limit=timedelta(seconds=90, microseconds=5),
+        allow_unbounded=("cpu_limit",),
     )
 
 
@@ -323,6 +324,7 @@ GOLDEN_CONFIG = {
         "file_limit": 0,
         "wall_time_limit": 90_000_000_000,
         "cpu_time_limit": 1_500_000,
+        "allow_unbounded": [],
     },
     "security": {
         "run_as_user": "nobody",

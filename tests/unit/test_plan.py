@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from sandbox._constants import DEFAULT_PROCESS_LIMIT
+from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
 from sandbox._errors import ConfigError, SandboxInitFailed
 from sandbox._models import (
     NetworkConfig,
@@ -22,6 +22,9 @@ from sandbox.docker._facts import EngineFacts
 from sandbox.docker._plan import plan_container
 from sandbox.docker._rootfs import DOCKER_MASKED_PATHS, DOCKER_READONLY_PATHS
 from tests.unit._plan import CMD, ENGINE, LABELS, NETWORKED, OPEN, MiB, host, plan, res, sec
+
+#: Every container gets the default open-file limit (issue 25: the engine's own is 20,000).
+NOFILE = {"Name": "nofile", "Soft": DEFAULT_FILE_LIMIT, "Hard": DEFAULT_FILE_LIMIT}
 
 DATA = Path(__file__).parent / "data"
 
@@ -97,7 +100,8 @@ def test_ignore_cgroups_names_every_field_and_keeps_nproc() -> None:
         plan(facts, runtime="runsc", resources=limits)
     # process_limit is RLIMIT_NPROC inside gVisor, not a cgroup: still enforced.
     h = host(facts, runtime="runsc", resources=ResourceLimits(process_limit=64))
-    assert h["Ulimits"] == [{"Name": "nproc", "Soft": 64, "Hard": 64}]
+    assert h["Ulimits"] == [{"Name": "nproc", "Soft": 64, "Hard": 64},
+                            {"Name": "nofile", "Soft": 512, "Hard": 512}]
 
 
 def test_default_limits_left_out_under_ignore_cgroups() -> None:
@@ -105,7 +109,7 @@ def test_default_limits_left_out_under_ignore_cgroups() -> None:
     h = host(EngineFacts.from_info(IGNORE_CGROUPS_INFO), runtime="runsc")
     assert "Memory" not in h and "NanoCpus" not in h
     assert h["Ulimits"] == [{"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT,
-                             "Hard": DEFAULT_PROCESS_LIMIT}]
+                             "Hard": DEFAULT_PROCESS_LIMIT}, NOFILE]
 
 
 def test_engine_default_runtime_rules_apply() -> None:
@@ -117,7 +121,7 @@ def test_engine_default_runtime_rules_apply() -> None:
     h = host(facts, runtime="")
     assert "Runtime" not in h and "PidsLimit" not in h
     assert h["Ulimits"] == [{"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT,
-                             "Hard": DEFAULT_PROCESS_LIMIT}]
+                             "Hard": DEFAULT_PROCESS_LIMIT}, NOFILE]
 
 
 def test_engine_facts_prefer_version() -> None:
@@ -159,6 +163,7 @@ def test_default_config_is_isolated_and_unprivileged() -> None:
             "Memory": 2 * 2**30,
             "MemorySwap": 2 * 2**30,
             "PidsLimit": DEFAULT_PROCESS_LIMIT,
+            "Ulimits": [NOFILE],
             "NetworkMode": "none",
             "CapDrop": ["ALL"],
             "SecurityOpt": ["no-new-privileges:true"],
@@ -324,11 +329,11 @@ def test_process_limit_runsc_uses_nproc_not_pids_cgroup() -> None:
     p = plan(runtime="runsc")
     assert "PidsLimit" not in p.body["HostConfig"]
     assert p.body["HostConfig"]["Ulimits"] == [
-        {"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT, "Hard": DEFAULT_PROCESS_LIMIT}
+        {"Name": "nproc", "Soft": DEFAULT_PROCESS_LIMIT, "Hard": DEFAULT_PROCESS_LIMIT}, NOFILE
     ]
     assert p.pids_limit == DEFAULT_PROCESS_LIMIT
     h = host(runtime="runsc", resources=ResourceLimits(process_limit=100))
-    assert h["Ulimits"] == [{"Name": "nproc", "Soft": 100, "Hard": 100}]
+    assert h["Ulimits"] == [{"Name": "nproc", "Soft": 100, "Hard": 100}, NOFILE]
 
 
 def test_process_limit_minimum() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from sandbox import (
     ConfigError,
+    LimitNotEnforceable,
     NetworkConfig,
     ResourceLimits,
     SandboxConfig,
@@ -19,8 +20,10 @@ from sandbox import (
     SecurityPolicy,
     SecurityViolation,
 )
+from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
+from sandbox._limits import default_limits
 from sandbox.process import _bwrap
-from sandbox.process._plan import plan_sandbox
+from sandbox.process._plan import ProcessPlan, plan_sandbox
 
 
 def lookup(kind: str, name: str) -> int | None:
@@ -39,7 +42,8 @@ def cfg(**kw: object) -> SandboxConfig:
 
 def test_defaults_and_users() -> None:
     p = plan_sandbox(cfg(), lookup=lookup, cgroup_problem="", architecture="amd64")
-    assert (p.uid, p.gid, p.host_network, p.cgroup, p.rlimits) == (1000, 1000, False, None, ())
+    assert (p.uid, p.gid, p.host_network, p.rlimits) == (1000, 1000, False, ())
+    assert p.cgroup is not None and p.cgroup.process_limit == DEFAULT_PROCESS_LIMIT
     p = plan_sandbox(cfg(security=SecurityPolicy(run_as_user="app", run_as_group="staff")),
                      lookup=lookup, cgroup_problem="")
     assert (p.uid, p.gid) == (1234, 50)
@@ -76,17 +80,69 @@ def test_what_cannot_be_enforced_is_refused_by_name(config: SandboxConfig, field
         plan(config)
 
 
-def test_limits_need_a_cgroup_and_say_why_not() -> None:
-    limited = cfg(resources=ResourceLimits(memory_limit=1 << 26, process_limit=9))
-    with pytest.raises(SandboxInitFailed, match=r"^resources.memory_limit: needs a cgroup.*"
-                                                r"not writable"):
-        plan(limited, problem="/sys/fs/cgroup is not writable by uid 65534")
-    p = plan_sandbox(limited, lookup=lookup, cgroup_problem="")
-    assert p.cgroup is not None and p.cgroup.memory_limit == 1 << 26
-    p = plan_sandbox(cfg(resources=ResourceLimits(
-        file_limit=64, cpu_time_limit=timedelta(seconds=1.5))), lookup=lookup,
-        cgroup_problem="no cgroups here")  # rlimits need no cgroup
-    assert p.rlimits == ((resource.RLIMIT_NOFILE, 64, 64), (resource.RLIMIT_CPU, 2, 3))
+NO_CGROUP = "the cgroup v1 hierarchies under /sys/fs/cgroup are not writable by uid 65534"
+GiB = 1 << 30
+
+
+def limits(config: SandboxConfig, problem: str, host: tuple[int, int]) -> ProcessPlan:
+    return plan_sandbox(config, lookup=lookup, cgroup_problem=problem, host=host)
+
+
+def test_defaults_are_dockers_in_a_cgroup() -> None:
+    """Issue 25: a default process sandbox had no memory, CPU, process or file limit."""
+    p = limits(cfg(), "", (8, 64 * GiB))
+    assert p.cgroup == default_limits(8, 64 * GiB)
+    assert (p.cgroup.cpu_limit, p.cgroup.memory_limit) == (2.0, 2 * GiB)
+    assert p.sandbox_rlimits == ((resource.RLIMIT_NOFILE, DEFAULT_FILE_LIMIT,
+                                  DEFAULT_FILE_LIMIT),)
+    assert p.rlimits == () and p.unbounded == ()  # no fork per command for the defaults
+    assert dict(p.limits)["process_limit"] == "1024 processes (pids cgroup)"
+    small = limits(cfg(), "", (1, 2 * GiB))  # sized from the host, as on Docker
+    assert small.cgroup is not None
+    assert (small.cgroup.cpu_limit, small.cgroup.memory_limit) == (1.0, GiB // 2)
+    asked = limits(cfg(resources=ResourceLimits(memory_limit=1 << 26, process_limit=9)), "",
+                   (2, 8 * GiB))
+    assert asked.cgroup is not None
+    assert (asked.cgroup.memory_limit, asked.cgroup.process_limit) == (1 << 26, 9)
+
+
+def test_without_a_cgroup_rlimits_hold_and_say_so() -> None:
+    p = limits(cfg(), NO_CGROUP, (2, 8 * GiB))
+    assert p.cgroup is None
+    assert p.rlimits == ((resource.RLIMIT_AS, 2 * GiB, 2 * GiB),)
+    assert p.sandbox_rlimits == ((resource.RLIMIT_NOFILE, 512, 512),
+                                 (resource.RLIMIT_NPROC, 1024, 1024))
+    held = dict(p.limits)
+    assert held["memory_limit"].endswith("per process (RLIMIT_AS), not a total: no cgroup")
+    assert "RLIMIT_NPROC of uid 1000" in held["process_limit"]
+    assert held["cpu_limit"] == "2 cores: all of this host's, nothing to hold"
+    assert held["file_limit"] == "512 open files per process (RLIMIT_NOFILE)"
+    asked = limits(cfg(resources=ResourceLimits(memory_limit=1 << 26, process_limit=9,
+                                                file_limit=64,
+                                                cpu_time_limit=timedelta(seconds=1.5))),
+                   NO_CGROUP, (2, 8 * GiB))
+    assert asked.rlimits == ((resource.RLIMIT_NOFILE, 64, 64), (resource.RLIMIT_CPU, 2, 3),
+                             (resource.RLIMIT_AS, 1 << 26, 1 << 26))
+    assert asked.sandbox_rlimits == ((resource.RLIMIT_NPROC, 9, 9),)
+
+
+def test_what_no_rlimit_holds_is_refused_unless_accepted() -> None:
+    # A CPU rate: on a host with more CPUs than the default, nothing but a cgroup bounds it.
+    with pytest.raises(LimitNotEnforceable, match=r"^resources.cpu_limit: the default of 2 "
+                       r"cores \(of this host's 8 CPUs\) needs a cgroup.*not writable") as info:
+        limits(cfg(), NO_CGROUP, (8, 8 * GiB))
+    assert "allow_unbounded=('cpu_limit',)" in info.value.details
+    accepted = cfg(resources=ResourceLimits(allow_unbounded=("cpu_limit",)))
+    p = limits(accepted, NO_CGROUP, (8, 8 * GiB))
+    assert p.unbounded == ("cpu_limit",)
+    assert dict(p.limits)["cpu_limit"].startswith("unbounded")
+    assert limits(accepted, "", (8, 8 * GiB)).unbounded == ()  # held anyway where it can be
+    for field in ("cpu_limit", "cpu_request", "memory_request"):
+        asked = cfg(resources=ResourceLimits(**{field: 1}))
+        with pytest.raises(SandboxInitFailed, match=rf"^resources.{field}: needs a cgroup"):
+            limits(asked, NO_CGROUP, (2, 8 * GiB))
+    with pytest.raises(ConfigError, match="allow_unbounded: 'disk_limit' is not a limit"):
+        ResourceLimits(allow_unbounded=("disk_limit",))
 
 
 def test_host_network_only_when_chosen() -> None:

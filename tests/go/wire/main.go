@@ -38,6 +38,7 @@ type ResourceLimits struct {
 	FileLimit       int64         `json:"file_limit"`
 	WallTimeLimit   time.Duration `json:"wall_time_limit"`
 	CPUTimeLimit    time.Duration `json:"cpu_time_limit"`
+	AllowUnbounded  []string      `json:"allow_unbounded"`
 }
 
 type SecurityPolicy struct {
@@ -252,6 +253,7 @@ func fullLimits() ResourceLimits {
 		DiskLimit: 1 << 30, DiskRequest: 1 << 29, NetworkInLimit: 1000000,
 		NetworkOutLimit: 2000000, ProcessLimit: 256, FileLimit: 1024,
 		WallTimeLimit: 10 * time.Minute, CPUTimeLimit: 90*time.Second + 5*time.Microsecond,
+		AllowUnbounded: []string{"cpu_limit"},
 	}
 }
 
