@@ -148,6 +148,7 @@ class Auditor:
                              found, path, detail)
         if self.security:
             self._emit("live_mount", {"found": found, "path": path, "detail": detail})
+
     def resources(self, limits: Mapping[str, str]) -> None:
         """Record what holds each default limit of this sandbox."""
         if self.security:

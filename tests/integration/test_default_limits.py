@@ -79,6 +79,8 @@ async def test_the_process_sandbox_says_what_holds_its_limits(
         assert held["process_limit"] == f"{DEFAULT_PROCESS_LIMIT} processes (pids cgroup)"
         assert held["file_limit"].startswith(f"{DEFAULT_FILE_LIMIT} open files per process")
         assert backend.cgroup is not None
+        # The zygote joins while bwrap starts; it has joined once a command has run.
+        assert (await sb.execute_command("true")).success
         assert backend.cgroup.procs()  # the sandbox's processes are in it
     audit = [getattr(r, "audit", {}) for r in caplog.records if r.name == "sandbox.audit"]
     events = [record for record in audit if record.get("event") == "resources"]
