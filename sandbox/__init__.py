@@ -22,6 +22,7 @@ from ._errors import CopyLimitExceeded as CopyLimitExceeded
 from ._errors import EngineTimeout as EngineTimeout
 from ._errors import EngineUnavailable as EngineUnavailable
 from ._errors import FileOperationFailed as FileOperationFailed
+from ._errors import KillFailed as KillFailed
 from ._errors import McpServerFailed as McpServerFailed
 from ._errors import NetworkAccessDenied as NetworkAccessDenied
 from ._errors import ResourceLimitExceeded as ResourceLimitExceeded
@@ -95,6 +96,7 @@ __all__ = [
     "GcItem",
     "GcReport",
     "GitConfig",
+    "KillFailed",
     "McpServerFailed",
     "NetworkAccessDenied",
     "NetworkConfig",

@@ -205,6 +205,13 @@ class CommandNotExecutable(CommandStartFailed, PermissionError):
     _os_errno = errno.EACCES
 
 
+class KillFailed(CommandExecutionFailed):
+    """Raised instead of a result when the SDK killed a command (its timeout, ``kill()``)
+    but could not confirm that its processes are gone: they may still run and act."""
+
+    code = "KILL_FAILED"
+
+
 class ResourceLimitExceeded(SandboxError):
     """Raised when a resource limit stopped the sandbox or an operation: the sandbox's main
     process was killed for running out of memory, or a copy went over its limits.

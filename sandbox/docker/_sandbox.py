@@ -38,6 +38,7 @@ from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
 from ._exec import ExecProcess, Finalizer, open_exec
+from ._exec_gate import ExecGate
 from ._facts import EngineFacts
 from ._files import HelperFiles
 from ._finish import ResultFinisher
@@ -79,6 +80,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         self._name = self._config.name or f"sandbox-{self.id}"
         self._container_id: str | None = None
         self._live: set[ExecProcess] = set()  # commands running now
+        self._gate = ExecGate()  # keeps execs out of a checkpoint's freeze
         self._gvisor = False
         self._created_resources = False
         # Replaced by the one `Sandbox` owns at create; this one serves a backend used alone.
@@ -252,7 +254,8 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         await self._network.shape(self._container_id)  # before any command runs
         self._life.advance(SandboxStatus.RUNNING)
         self._helpers = Helpers(engine, self._container_id, user=self._user,
-                                ready=self._life.require_running, tracked=self._tracked)
+                                ready=self._life.require_running, tracked=self._tracked,
+                                gate=self._gate)
         self._finisher = ResultFinisher(
             engine, self._container_id, life=self._life, resources=cfg.resources,
             gvisor=self._gvisor, sampler=lambda: self._background.sampler,
@@ -343,6 +346,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         async with open_exec(
             engine, container_id, spec, attach_stdin=spec.stdin is not None,
             on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finisher.finalizer(),
+            gate=self._gate,
         ) as proc:
             with self._tracked(proc):
                 return await proc.wait()
@@ -352,8 +356,9 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         """Start ``spec`` and yield its live handle; leaving the block kills it if it runs."""
         engine, container_id = self._running()
         assert self._finisher is not None
-        async with open_exec(engine, container_id, spec, attach_stdin=True,
-                             iterate=True, finalize=await self._finisher.finalizer()) as proc:
+        async with open_exec(engine, container_id, spec, attach_stdin=True, iterate=True,
+                             finalize=await self._finisher.finalizer(),
+                             gate=self._gate) as proc:
             with self._tracked(proc):
                 yield proc
 
