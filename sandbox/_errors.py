@@ -51,6 +51,7 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "FileOperationFailed",
+    "KillFailed",
     "McpServerFailed",
     "NetworkAccessDenied",
     "ResourceLimitExceeded",

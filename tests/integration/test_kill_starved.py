@@ -42,8 +42,10 @@ with open("/tmp/late", "w") as f:
 """
 
 
-async def test_a_timeout_at_the_process_limit_kills_everything_and_says_so() -> None:
-    cfg = SandboxConfig(image=IMAGE_PYTHON, resources=ResourceLimits(process_limit=24))
+@pytest.mark.parametrize("kind", ["docker", "process"])
+async def test_a_timeout_at_the_process_limit_kills_everything_and_says_so(kind: str) -> None:
+    cfg = SandboxConfig(type=kind, image=IMAGE_PYTHON,
+                        resources=ResourceLimits(process_limit=24))
     async with Sandbox(cfg) as sb:
         result = await sb.execute_command(Command(executable="python3", args=("-c", BOMB),
                                                           timeout=2))

@@ -17,7 +17,7 @@ PUBLIC = [
     "CommandNotFound", "CommandResult", "CommandStartFailed", "ConfigError",
     "CopyLimitExceeded", "EgressStats", "EngineTimeout", "EngineUnavailable",
     "ExecutionSandbox", "FileInfo",
-    "FileOperationFailed", "GcItem", "GcReport", "GitConfig", "McpServerFailed",
+    "FileOperationFailed", "GcItem", "GcReport", "GitConfig", "KillFailed", "McpServerFailed",
     "NetworkAccessDenied", "NetworkConfig", "OutputCallback", "OutputChunk", "PoolStats",
     "PortMapping", "Process", "RepositoryConfig",
     "ResourceLimitExceeded", "ResourceLimits", "ResourceUsage", "Sandbox",
