@@ -303,7 +303,12 @@ class PoolPrimitives:
         engine, container_id = self._running()
         if memory:
             raise memory_refused()
-        async with self._gate.closed(engine):
+        async with self._gate.closed(engine) as settled:
+            if not settled:
+                raise CheckpointFailed(
+                    "a command of the sandbox did not finish starting: checkpoint not taken",
+                    details="the freeze could have caught it half-started, which wedges the "
+                            "engine; try again", retryable=True)
             cgroup = await find_cgroup(engine, container_id)
             seen = self._background.pause_events
             self._background.checkpointing = True

@@ -127,8 +127,11 @@ async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, marke
     if cgroup is None:
         return None
     done: bool | None = False
-    with anyio.move_on_after(30):
-        async with gate.held():  # never thaw a checkpoint's freeze
+    with anyio.move_on_after(40):
+        # Closed: never thaw a checkpoint's freeze, and never freeze while an exec of the SDK
+        # is starting (runc refuses to exec into a frozen container). Not settled: kill
+        # anyway, a command past its deadline matters more.
+        async with gate.closed(engine, settle=5):
             done = await anyio.to_thread.run_sync(
                 kill_from_host, cgroup, f"{MARKER_VAR}={marker}", pid, abandon_on_cancel=True)
     return done

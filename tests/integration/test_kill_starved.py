@@ -8,6 +8,7 @@ never claim a kill that did not happen.
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from sandbox import IMAGE_PYTHON, Command, KillFailed, ResourceLimits, Sandbox, SandboxConfig
@@ -72,3 +73,27 @@ async def test_where_only_the_sweep_can_kill_a_starved_kill_is_reported_not_clai
             await sb.execute_command(Command(executable="python3", args=("-c", BOMB),
                                              timeout=2))
         assert "could not be confirmed" in caught.value.message
+
+
+async def test_a_kill_from_the_host_never_fails_a_command_starting_meanwhile() -> None:
+    # The host kill freezes the container for a moment, and runc refuses to exec into a
+    # frozen container: commands started meanwhile must wait for it, not fail.
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+        outputs: list[str] = []
+
+        async def hammer(n: int) -> None:
+            for i in range(15):
+                result = await sb.execute_command(f"echo {n}-{i}")
+                assert result.stdout == f"{n}-{i}\n", result
+                outputs.append(result.stdout)
+
+        async def timeouts() -> None:
+            for _ in range(4):
+                result = await sb.execute_command(Command.shell("sleep 60", timeout=0.5))
+                assert result.timed_out and result.signal == "SIGKILL", result
+
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(hammer, n)
+            tg.start_soon(timeouts)
+        assert len(outputs) == 45
