@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -141,12 +142,15 @@ class FreezeWatch:
                 return
 
 
-def runc_init_inside(cg: ContainerCgroup) -> bool:
-    """Whether a ``runc:`` process whose parent is outside the container is in its cgroup."""
+def runc_init_inside(cg: ContainerCgroup, proc: Path = PROC_ROOT) -> bool:
+    """Whether a ``runc:`` process whose parent is outside the container is in its cgroup.
+
+    A command can name itself so, but its parent is inside (or, for an exec's own process,
+    the shim: then this can fail its own sandbox's checkpoint, never wedge anything)."""
     pids = set(cg.pids() or ())
     for pid in pids:
         try:
-            text = (PROC_ROOT / str(pid) / "stat").read_text()
+            text = (proc / str(pid) / "stat").read_text()
         except OSError:
             continue
         comm = text[text.find("(") + 1:text.rfind(")")]

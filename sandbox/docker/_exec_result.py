@@ -85,7 +85,8 @@ def build_result(
         error = "the engine did not report an exit code"
     if abandoned:
         error = (error + "; " if error else "") + \
-            "the command's output stayed open after all its processes were killed"
+            "the command's output did not end after the kill (is the container paused? its " \
+            "processes die when it is thawed)"
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
     return CommandResult(

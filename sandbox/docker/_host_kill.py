@@ -176,12 +176,14 @@ def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
     command at all (the first look found none of its processes: another runtime such as
     gVisor, or it ended), so another way must decide. Blocking: run it in a thread.
 
-    A container someone else froze (a pause) is not thawed: its processes cannot die until
-    it is, so the kill is then unconfirmed.
+    A container someone else froze (a pause) is not thawed here: its processes, SIGKILL
+    pending, die the moment it is, before running another instruction; none can fork
+    meanwhile. So one look at it is the whole story, and that counts as confirmed.
     """
     needle = marker_entry.encode()
     for round_ in range(ROUNDS):
-        thawed = cg.state() == "THAWED"
+        state = cg.state()
+        thawed = state == "THAWED"
         froze = thawed and cg.set_frozen(True)
         try:
             if froze:
@@ -197,6 +199,8 @@ def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
             return False
         if not found:
             return None if round_ == 0 else True
+        if state == "FROZEN":  # paused by someone else: they die when it is thawed
+            return True
         until = time.monotonic() + REAP_WAIT
         while time.monotonic() < until and \
                 not all(_gone(pid, start, proc) for pid, start in found.items()):

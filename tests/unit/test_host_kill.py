@@ -9,6 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
+from sandbox.docker import _checkpoint
+from sandbox.docker._checkpoint import runc_init_inside
 from sandbox.docker._exec_gate import ExecGate
 from sandbox.docker._host_kill import ContainerCgroup, _targets, find_container_cgroup
 
@@ -104,3 +106,32 @@ async def test_a_checkpoint_waits_for_starts_and_holds_new_execs() -> None:
         assert gate.closed_now
         tg.start_soon(late_exec)
     assert order == ["frozen", "thawed", "late exec starts"]
+
+
+def test_an_exec_caught_starting_in_the_freeze_is_seen(tmp_path: Path) -> None:
+    cg = fake(tmp_path, {10: (5, "S", b""), 11: (10, "S", b"")})
+    assert not runc_init_inside(cg, tmp_path / "proc")
+    (tmp_path / "proc" / "11" / "stat").write_text(  # named so by a command: parent inside
+        "11 (runc:[2:INIT]) S 10 " + " ".join(["0"] * 20) + "\n")
+    assert not runc_init_inside(cg, tmp_path / "proc")
+    (tmp_path / "proc" / "12").mkdir()
+    (tmp_path / "proc" / "12" / "stat").write_text(  # runc's own: its parent is outside
+        "12 (runc:[2:INIT]) D 999 " + " ".join(["0"] * 20) + "\n")
+    (tmp_path / "cg" / "cgroup.procs").write_text("10\n11\n12\n")
+    assert runc_init_inside(cg, tmp_path / "proc")
+
+
+@pytest.mark.asyncio
+async def test_a_freeze_stuck_freezing_is_thawed_and_the_commit_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cg = fake(tmp_path, {10: (5, "S", b"")})
+    assert cg.freeze is not None
+    cg.freeze.write_text("FREEZING\n")
+    monkeypatch.setattr(_checkpoint, "WEDGE_FREEZING", 0.3)
+    monkeypatch.setattr(_checkpoint, "RECOVER_WAIT", 0.1)
+    watch = _checkpoint.FreezeWatch(cg)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch.run, tg.cancel_scope)
+            await anyio.sleep_forever()  # the engine's commit, never coming back
+    assert "FREEZING" in watch.wedged and cg.freeze.read_text() == "THAWED"
