@@ -105,17 +105,32 @@ async def kill_command(engine: Engine, container_id: str, exec_id: str, user: st
     done: bool | None = None
     with anyio.CancelScope(shield=True):
         if os.geteuid() == 0:
-            done = await _kill_from_host(engine, container_id, exec_id, marker, gate)
+            done = await _kill_from_host(engine, container_id, exec_id,
+                                         f"{MARKER_VAR}={marker}", gate)
         if done is None:
             done = await sweep(engine, container_id, user, marker, "KILL", gate)
     return bool(done)
 
 
-async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, marker: str,
+async def kill_marked(engine: Engine, container_id: str, entry: str,
+                      gate: ExecGate) -> bool | None:
+    """SIGKILL from the host every process whose environment holds ``entry`` ("NAME=value")
+    and their descendants (a session's command); None where the host path is not available
+    or sees none of them (then the caller sweeps)."""
+    done: bool | None = None
+    if os.geteuid() == 0:
+        with anyio.CancelScope(shield=True):
+            done = await _kill_from_host(engine, container_id, "", entry, gate)
+    return done
+
+
+async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, entry: str,
                           gate: ExecGate) -> bool | None:
-    """`kill_from_host` for the exec; None when the host cannot see it (see there)."""
+    """`kill_from_host` for the exec (or, with no ``exec_id``, for ``entry`` alone); None
+    when the host cannot see it (see there)."""
     try:
-        pid = int((await engine.inspect_exec(exec_id, deadline=10)).get("Pid") or 0)
+        pid = int((await engine.inspect_exec(exec_id, deadline=10)).get("Pid") or 0) \
+            if exec_id else 0
         cgroup = find_container_cgroup(pid, container_id)
         if cgroup is None:  # the exec's process is gone: find the cgroup through the container's
             data = await engine.query_json("inspect the sandbox",
@@ -133,7 +148,7 @@ async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, marke
         # anyway, a command past its deadline matters more.
         async with gate.closed(engine, settle=5):
             done = await anyio.to_thread.run_sync(
-                kill_from_host, cgroup, f"{MARKER_VAR}={marker}", pid, abandon_on_cancel=True)
+                kill_from_host, cgroup, entry, pid, abandon_on_cancel=True)
     return done
 
 

@@ -39,6 +39,7 @@ from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
 from ._exec import ExecProcess, Finalizer, open_exec
 from ._exec_gate import ExecGate
+from ._exec_kill import kill_marked
 from ._facts import EngineFacts
 from ._files import HelperFiles
 from ._finish import ResultFinisher
@@ -361,6 +362,13 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
                              gate=self._gate) as proc:
             with self._tracked(proc):
                 yield proc
+
+    async def kill_marked(self, entry: str) -> bool | None:
+        """SIGKILL from the host every process whose environment holds ``entry`` (a
+        session's command marker) and all below them: True when none is left, None where the
+        SDK cannot reach the container's cgroup (the session then sweeps from inside)."""
+        engine, container_id = self._running()
+        return await kill_marked(engine, container_id, entry, self._gate)
 
     async def command_finalizer(self) -> Finalizer:  # usage and OOM for a session's results
         return await cast(ResultFinisher, self._finisher).finalizer()
