@@ -97,3 +97,24 @@ async def test_a_kill_from_the_host_never_fails_a_command_starting_meanwhile() -
                 tg.start_soon(hammer, n)
             tg.start_soon(timeouts)
         assert len(outputs) == 45
+
+
+@pytest.mark.parametrize("kind", ["docker", "process"])
+async def test_a_session_timeout_at_the_process_limit_kills_the_command_not_the_shell(
+        kind: str) -> None:
+    cfg = SandboxConfig(type=kind, image=IMAGE_PYTHON,
+                        resources=ResourceLimits(process_limit=24))
+    async with Sandbox(cfg) as sb:
+        await sb.write_file("/tmp/bomb.py", BOMB)
+        async with sb.session() as sh:
+            await sh.run("cd /tmp && X=kept")
+            result = await sh.run("python3 bomb.py", timeout=2)
+            assert "full" in result.stdout, result
+            assert result.timed_out and result.signal == "SIGKILL" and result.exit_code == 137
+            # Killed from outside: the shell itself was never in the way, and lives on.
+            assert result.error == "command timed out after 2 s", result
+            assert (await sh.run('echo "$PWD $X"')).stdout == "/tmp kept\n"
+        check = await sb.execute_command(Command.shell(
+            "sleep 6; ls /tmp/late 2>&1; ps -e -o pid=,args=", timeout=30))
+        assert "No such file" in check.stdout, check
+        assert "python3" not in check.stdout, check
