@@ -324,6 +324,16 @@ class PoolPrimitives:
                 with anyio.move_on_after(SETTLE_TIMEOUT):
                     while self._background.pause_events < seen + 2:  # noqa: ASYNC110
                         await anyio.sleep(0.005)
+            except anyio.get_cancelled_exc_class():
+                # The engine goes on with its commit: keep execs out until it has thawed the
+                # container (or thaw it), else one could start into its freeze.
+                with anyio.CancelScope(shield=True):
+                    with anyio.move_on_after(RECOVER_WAIT):
+                        while self._background.pause_events < seen + 2:  # noqa: ASYNC110
+                            await anyio.sleep(0.01)
+                    if self._background.pause_events < seen + 2:
+                        await thaw(engine, container_id, cgroup)
+                raise
             finally:
                 self._background.checkpointing = False
         return image_id

@@ -111,3 +111,22 @@ async def test_a_wedged_commit_is_thawed_and_reported(
         assert late == ["late\n"]
         assert sb.status is SandboxStatus.RUNNING
         assert (await sb.execute_command("echo usable")).stdout == "usable\n"
+
+
+async def test_a_cancelled_checkpoint_leaves_no_freeze_and_no_exec_in_one(prefix: str) -> None:
+    async with Sandbox(CONFIG) as sb:
+        container_id = sb.backend.container_id or ""
+        main_pid = int(docker_cli("inspect", "-f", "{{.State.Pid}}", container_id))
+        cgroup = find_container_cgroup(main_pid, container_id)
+        assert cgroup is not None
+        await sb.execute_command("head -c 30000000 /dev/urandom > /workspace/big")
+        for n, delay in enumerate((0.01, 0.05, 0.2, 0.5)):
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as tg:
+                    # A command asked for meanwhile waits for the engine's thaw, then runs.
+                    tg.start_soon(sb.execute_command, "true")
+                    with anyio.move_on_after(delay):
+                        await sb.checkpoint(f"{prefix}-cancelled{n}")
+            assert cgroup.state() == "THAWED"
+            assert (await sb.execute_command("echo ok")).stdout == "ok\n"
+        assert sb.status is SandboxStatus.RUNNING
