@@ -23,6 +23,7 @@ from ._errors import CopyLimitExceeded as CopyLimitExceeded
 from ._errors import EngineTimeout as EngineTimeout
 from ._errors import EngineUnavailable as EngineUnavailable
 from ._errors import FileOperationFailed as FileOperationFailed
+from ._errors import KillFailed as KillFailed
 from ._errors import LimitNotEnforceable as LimitNotEnforceable
 from ._errors import McpServerFailed as McpServerFailed
 from ._errors import NetworkAccessDenied as NetworkAccessDenied
@@ -98,6 +99,7 @@ __all__ = [
     "GcItem",
     "GcReport",
     "GitConfig",
+    "KillFailed",
     "LimitNotEnforceable",
     "McpServerFailed",
     "NetworkAccessDenied",

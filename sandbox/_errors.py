@@ -54,6 +54,7 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "FileOperationFailed",
+    "KillFailed",
     "LimitNotEnforceable",
     "McpServerFailed",
     "NetworkAccessDenied",
@@ -214,6 +215,13 @@ class CommandNotExecutable(CommandStartFailed, PermissionError):
     """Raised when a command's executable may not be executed (no x bit, a directory)."""
 
     _os_errno = errno.EACCES
+
+
+class KillFailed(CommandExecutionFailed):
+    """Raised instead of a result when the SDK killed a command (its timeout, ``kill()``)
+    but could not confirm that its processes are gone: they may still run and act."""
+
+    code = "KILL_FAILED"
 
 
 class ResourceLimitExceeded(SandboxError):

@@ -30,7 +30,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ._backend import Backend, ProcessSpec
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
-from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
+from ._errors import ConfigError, KillFailed, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
 from ._output import LazyText
 from ._policy import seconds
@@ -489,12 +489,21 @@ class Session:
             await self._close_stdin(run)
             spec = self._spec
             assert spec is not None
-            sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-kill",
-                                      f"{COMMAND_VAR}={run.command_id}"),
-                                user=spec.user, workdir="/", max_output_bytes=1 << 12,
-                                time_limit=30.0)
-            with contextlib.suppress(SandboxError):
-                await self._backend.run_process(sweep)
+            # From outside the sandbox where the backend can (nothing in it can starve that:
+            # a fork bomb at the process limit leaves no pid for a sweep), else the sweep.
+            outside = getattr(self._backend, "kill_marked", None)
+            gone: bool | None = None
+            if outside is not None:
+                with contextlib.suppress(SandboxError):
+                    gone = await outside(f"{COMMAND_VAR}={run.command_id}")
+            if gone is None:
+                sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-kill",
+                                          f"{COMMAND_VAR}={run.command_id}"),
+                                    user=spec.user, workdir="/", max_output_bytes=1 << 12,
+                                    time_limit=30.0)
+                with contextlib.suppress(SandboxError):
+                    gone = (await self._backend.run_process(sweep)).exit_code == 0
+            run.kill_confirmed = bool(gone)
             with anyio.move_on_after(KILL_GRACE):
                 await run.done.wait()
             if not run.done.is_set():
@@ -523,6 +532,12 @@ class Session:
         elif not run.subshell:
             self._cwd = run.cwd
         sig = signal_name(exit_code) if exit_code > 128 else ""
+        if run.killed and not sig and not run.kill_confirmed and not run.shell_lost:
+            # Never report a kill that did not happen: it ran on, and ended by itself.
+            raise KillFailed(
+                f"{run.kill_reason or 'the command was killed'}, but the kill could not be "
+                "confirmed: its processes may still run",
+                details=f"it ended by itself with exit code {exit_code}")
         if run.killed and not sig:
             sig = "SIGKILL"
         if cap.truncated:

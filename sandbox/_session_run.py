@@ -71,6 +71,7 @@ class _Run:
         self.finalize: Callable[[CommandResult], Awaitable[CommandResult]] | None = None
         self.timed_out = False
         self.kill_started = False
+        self.kill_confirmed = False  # the kill saw none of its processes left
         self.status = -1
         self.got_end = False
         self.cwd = session.cwd

@@ -44,6 +44,9 @@ class Background:
         self.paused = False
         #: Pauses and unpauses the watcher saw (a checkpoint waits for its own two).
         self.pause_events = 0
+        #: A checkpoint's own freeze is under way: commands wait for it at the exec gate, so
+        #: the sandbox stays RUNNING.
+        self.checkpointing = False
 
     @property
     def task(self) -> object:
@@ -98,7 +101,8 @@ class Background:
     def _on_pause(self, paused: bool) -> None:
         self.paused = paused
         self.pause_events += 1
-        self._life.set_paused(paused, "the container was paused from outside")
+        if not (paused and self.checkpointing):
+            self._life.set_paused(paused, "the container was paused from outside")
 
     async def _wall_clock(self, limit: float) -> None:
         await anyio.sleep(limit)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
+import attrs
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
-from .._errors import CheckpointFailed
+from .._errors import CheckpointFailed, SandboxError, TimeoutExceeded
 from .._hostview import HostInspector
+from .._tasks import single_errors
+from ._exec_gate import ExecGate
 from ._gateway import Engine, EngineConflict, EngineNotFound
+from ._host_kill import PROC_ROOT, ContainerCgroup, find_container_cgroup
 from ._hostview import HostView
 from ._images import inspect_image
 
@@ -26,35 +33,155 @@ COMMIT_TIMEOUT = 600.0
 
 
 async def commit_checkpoint(engine: Engine, container_id: str, image: str,
-                            labels: Mapping[str, str], *, user: str) -> str:
+                            labels: Mapping[str, str], *, user: str,
+                            cgroup: ContainerCgroup | None = None) -> str:
     """Commit the container (paused for the copy) to ``image`` with ``labels``; its id.
 
     ``user`` becomes the image's user, so a sandbox started from it runs as the same user
     (the container itself runs its main process as root and commands as the user).
+    ``cgroup``: the container's cgroup where the SDK reaches it; a freeze that wedges there
+    is thawed (see `FreezeWatch`). The commit has `COMMIT_TIMEOUT` seconds, after which the
+    container is thawed too.
 
     Raises:
-        CheckpointFailed: A checkpoint of that name exists, or the engine refused the commit.
+        CheckpointFailed: A checkpoint of that name exists, the engine refused the commit,
+            did not finish it in time, or its freeze wedged; the container is thawed.
     """
     if await inspect_image(engine, image) is not None:
         raise CheckpointFailed(
             f"a checkpoint named {image.partition(':')[2]!r} already exists",
             details="choose another name, or remove it first (sandbox.remove_checkpoint)")
     repository, _, tag = image.partition(":")
+    deadline = COMMIT_TIMEOUT
+    watch = FreezeWatch(cgroup)
+    created: Any = None
+    late: TimeoutExceeded | None = None
     try:
-        # pause=1: the engine freezes the container for the copy and thaws it after, so the
-        # image is one consistent instant; the config is merged over the container's own.
-        created = await engine.query_json(
-            f"commit the sandbox to image {image}", "commit", "POST",
-            params={"container": container_id, "repo": repository, "tag": tag,
-                    "comment": "sandbox checkpoint", "pause": "1"},
-            data={"Labels": dict(labels), "User": user}, deadline=COMMIT_TIMEOUT)
-        return str(created["Id"])
+        # Our own deadline, whatever the engine's connection does (a wedged engine may hold
+        # the request open for good).
+        with anyio.move_on_after(deadline) as scope:
+            async with single_errors(), anyio.create_task_group() as tg:
+                tg.start_soon(watch.run, tg.cancel_scope)
+                # pause=1: the engine freezes the container for the copy and thaws it after,
+                # so the image is one consistent instant; the config is merged over the
+                # container's own.
+                created = await engine.query_json(
+                    f"commit the sandbox to image {image}", "commit", "POST",
+                    params={"container": container_id, "repo": repository, "tag": tag,
+                            "comment": "sandbox checkpoint", "pause": "1"},
+                    data={"Labels": dict(labels), "User": user}, deadline=deadline + 5)
+                tg.cancel_scope.cancel()
     except EngineNotFound as exc:
         raise CheckpointFailed("the sandbox's container is gone: nothing to checkpoint",
                                details=exc.details, cause=exc) from exc
     except EngineConflict as exc:
         raise CheckpointFailed("the engine refused to checkpoint the sandbox",
                                details=exc.details, cause=exc) from exc
+    except TimeoutExceeded as exc:
+        late = exc
+    if (scope.cancelled_caught or late is not None) and not watch.wedged:
+        with anyio.CancelScope(shield=True):
+            await thaw(engine, container_id, cgroup)
+        raise CheckpointFailed(
+            f"the engine did not finish the checkpoint within {deadline:g} s",
+            details="the sandbox was thawed and runs on; no checkpoint was taken",
+            cause=late)
+    if watch.wedged:
+        if created is not None:  # copied while thawed: not one instant, so not kept
+            with contextlib.suppress(SandboxError):
+                await remove_image(engine, str(created["Id"]))
+        with anyio.CancelScope(shield=True):
+            await thaw(engine, container_id, cgroup)
+        raise CheckpointFailed(f"the checkpoint's freeze wedged: {watch.wedged}",
+                               details="the sandbox was thawed and runs on; no checkpoint was "
+                                       "taken; try again", retryable=True)
+    return str(created["Id"])
+
+
+#: A v1 freezer still FREEZING after this long will not finish: a task cannot be frozen.
+WEDGE_FREEZING = 10.0
+#: An exec's ``runc init`` seen this long in the frozen container is stuck there.
+WEDGE_RUNC_INIT = 2.0
+#: After a wedged freeze is thawed, how long the engine may take to finish its commit.
+RECOVER_WAIT = 30.0
+
+
+@attrs.define
+class FreezeWatch:
+    """Watches the container's freezer during a commit; thaws a freeze that wedged.
+
+    Wedged means: still FREEZING after `WEDGE_FREEZING` s, or an exec's ``runc init`` (a
+    ``runc:`` process whose parent is outside the container) caught inside the frozen cgroup
+    for `WEDGE_RUNC_INIT` s. That init sleeps there uninterruptibly, its shim blocks and the
+    engine's unpause never returns (issue 26, item 9); writing THAWED releases all of it.
+    """
+
+    cgroup: ContainerCgroup | None
+    wedged: str = ""
+
+    async def run(self, commit: anyio.CancelScope) -> None:
+        cg = self.cgroup
+        if cg is None:
+            return
+        since: dict[str, float] = {}
+        while True:
+            await anyio.sleep(0.25)
+            state = await anyio.to_thread.run_sync(cg.state)
+            signs = {"freezing"} if state == "FREEZING" else set()
+            if state in ("FREEZING", "FROZEN") and \
+                    await anyio.to_thread.run_sync(runc_init_inside, cg):
+                signs.add("init")
+            now = anyio.current_time()
+            since = {k: since.get(k, now) for k in signs}
+            if now - since.get("freezing", now) >= WEDGE_FREEZING:
+                self.wedged = f"the freezer stayed FREEZING for {WEDGE_FREEZING:g} s"
+            elif now - since.get("init", now) >= WEDGE_RUNC_INIT:
+                self.wedged = "an exec was caught starting inside the frozen container"
+            if self.wedged:
+                await anyio.to_thread.run_sync(cg.set_frozen, False)
+                await anyio.sleep(RECOVER_WAIT)  # the engine should finish by now
+                commit.cancel()
+                return
+
+
+def runc_init_inside(cg: ContainerCgroup, proc: Path = PROC_ROOT) -> bool:
+    """Whether a ``runc:`` process whose parent is outside the container is in its cgroup.
+
+    A command can name itself so, but its parent is inside (or, for an exec's own process,
+    the shim: then this can fail its own sandbox's checkpoint, never wedge anything)."""
+    pids = set(cg.pids() or ())
+    for pid in pids:
+        try:
+            text = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            continue
+        comm = text[text.find("(") + 1:text.rfind(")")]
+        fields = text[text.rfind(")") + 2:].split()
+        if comm.startswith("runc:") and len(fields) > 1 and int(fields[1]) not in pids:
+            return True
+    return False
+
+
+async def thaw(engine: Engine, container_id: str, cgroup: ContainerCgroup | None) -> None:
+    """Thaw the container however the SDK can: its freezer, and the engine's unpause."""
+    if cgroup is not None:
+        await anyio.to_thread.run_sync(cgroup.set_frozen, False)
+    with contextlib.suppress(SandboxError):
+        _why, paused = await container_health(engine, container_id)
+        if paused:
+            await engine.request("unpause the sandbox after a failed checkpoint",
+                                 f"containers/{container_id}/unpause", "POST", deadline=10)
+
+
+async def find_cgroup(engine: Engine, container_id: str) -> ContainerCgroup | None:
+    """The container's cgroup where the SDK reaches it (root beside the engine), else None."""
+    try:
+        data = await engine.query_json("inspect the sandbox", f"containers/{container_id}/json",
+                                       deadline=10)
+    except SandboxError:
+        return None
+    pid = int(((data or {}).get("State") or {}).get("Pid") or 0)
+    return find_container_cgroup(pid, container_id)
 
 
 async def remove_image(engine: Engine, ref: str) -> None:
@@ -155,6 +282,7 @@ class PoolPrimitives:
     _user: str
     #: The container's main command (DockerSandbox's), which the host view expects to find.
     keepalive: tuple[str, ...] = ()
+    _gate: ExecGate
 
     def _running(self) -> tuple[Engine, str]:
         raise NotImplementedError  # DockerSandbox's
@@ -189,24 +317,41 @@ class PoolPrimitives:
                          memory: bool = False) -> str:
         """Commit the filesystem to ``image`` (frozen for the copy); the image's id.
 
-        While it is taken the sandbox reads as PAUSED, so no command or helper of this SDK
-        starts an exec into the freeze (an exec starting in a container being paused hangs
-        the engine for that container: README, "Known engine hazard").
+        The container's `ExecGate` is closed first: execs already asked for are seen started,
+        and commands asked for meanwhile wait, so no exec is caught half-started in the
+        freeze (that wedged the engine: issue 26, item 9). The sandbox stays RUNNING for
+        them; a freeze that wedges anyway is thawed and raised as `CheckpointFailed`.
         """
         engine, container_id = self._running()
         if memory:
             raise memory_refused()
-        seen = self._background.pause_events
-        self._life.set_paused(True, "a checkpoint is being taken")
-        try:
-            image_id = await commit_checkpoint(engine, container_id, image, labels,
-                                               user=self._user)
-            # The engine froze and thawed the container; wait until the event watcher has
-            # seen both, or it would mark the sandbox paused after we return.
-            with anyio.move_on_after(SETTLE_TIMEOUT):
-                while self._background.pause_events < seen + 2:  # noqa: ASYNC110 (callbacks)
-                    await anyio.sleep(0.005)
-        finally:
-            if not self._background.paused:
-                self._life.set_paused(False)
+        async with self._gate.closed(engine) as settled:
+            if not settled:
+                raise CheckpointFailed(
+                    "a command of the sandbox did not finish starting: checkpoint not taken",
+                    details="the freeze could have caught it half-started, which wedges the "
+                            "engine; try again", retryable=True)
+            cgroup = await find_cgroup(engine, container_id)
+            seen = self._background.pause_events
+            self._background.checkpointing = True
+            try:
+                image_id = await commit_checkpoint(engine, container_id, image, labels,
+                                                   user=self._user, cgroup=cgroup)
+                # The engine froze and thawed the container; wait until the event watcher
+                # has seen both, or it would mark the sandbox paused after we return.
+                with anyio.move_on_after(SETTLE_TIMEOUT):
+                    while self._background.pause_events < seen + 2:  # noqa: ASYNC110
+                        await anyio.sleep(0.005)
+            except anyio.get_cancelled_exc_class():
+                # The engine goes on with its commit: keep execs out until it has thawed the
+                # container (or thaw it), else one could start into its freeze.
+                with anyio.CancelScope(shield=True):
+                    with anyio.move_on_after(RECOVER_WAIT):
+                        while self._background.pause_events < seen + 2:  # noqa: ASYNC110
+                            await anyio.sleep(0.01)
+                    if self._background.pause_events < seen + 2:
+                        await thaw(engine, container_id, cgroup)
+                raise
+            finally:
+                self._background.checkpointing = False
         return image_id

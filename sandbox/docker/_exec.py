@@ -36,7 +36,8 @@ from .._output import OutputCapture, StreamName, deliver
 from .._signals import parse_signal
 from .._tasks import first_of, single_errors
 from .._tty import check_terminal_size
-from ._exec_kill import MARKER_VAR, overdue, sweep
+from ._exec_gate import ExecGate
+from ._exec_kill import MARKER_VAR, kill_command, overdue, sweep
 from ._exec_result import build_result, read_exit_info
 from ._exec_start import check_exec_size, read_start_failure
 from ._exec_stdin import ExecStdin
@@ -64,8 +65,12 @@ class ExecProcess:
         user: str, argv: Sequence[str], max_output_bytes: int, timeout: float | None,
         idle_timeout: float | None, on_stdout: Callback | None, on_stderr: Callback | None,
         iterate: bool, finalize: Finalizer | None = None, workdir: str = "",
+        gate: ExecGate | None = None,
     ) -> None:
         self._engine = engine
+        self._gate = gate or ExecGate()
+        #: The last KILL was seen to leave none of the command's processes.
+        self._kill_confirmed = False
         self._workdir = workdir
         #: Set when the engine could not start the command; raised instead of a result.
         self._start_failed: CommandStartFailed | None = None
@@ -244,6 +249,7 @@ class ExecProcess:
                 data = bytes(msg[1])
                 if first:
                     first = False
+                    self._gate.confirmed(self.exec_id)
                     self._start_failed = await read_start_failure(
                         self._engine, self.exec_id, name, data, self.argv, self._user,
                         self._workdir)
@@ -262,6 +268,7 @@ class ExecProcess:
                         except anyio.WouldBlock:
                             await self._send.send(chunk)
         finally:
+            self._gate.confirmed(self.exec_id)
             self._eof.set()
             self._stdin.stop()
             self._send.close()
@@ -276,8 +283,16 @@ class ExecProcess:
         await self._sweep("KILL")
 
     async def _sweep(self, signal: str) -> None:
-        """Run the marker sweep in a second exec as the same user; fall back to nothing."""
-        await sweep(self._engine, self.container_id, self._user, self._marker, signal)
+        """Signal the command's processes: a KILL from the host where the SDK can (nothing
+        in the sandbox can starve it), else by the marker sweep exec; other signals by the
+        sweep. A KILL records whether none of them was seen left."""
+        if signal == "KILL":
+            self._kill_confirmed = await kill_command(
+                self._engine, self.container_id, self.exec_id, self._user, self._marker,
+                self._gate)
+        else:
+            await sweep(self._engine, self.container_id, self._user, self._marker, signal,
+                        self._gate)
         if signal == "KILL" and not self._eof.is_set():
             # Normally the output ends at once. If it does not (the sweep could not run: the
             # container is paused, the engine is gone), stop reading so nobody waits forever.
@@ -354,6 +369,7 @@ class ExecProcess:
         return build_result(
             info, self._capture, argv=self.argv, user=self._user, workdir=self._workdir,
             killed=self._killed, kill_reason=self._kill_reason, abandoned=self._abandoned,
+            kill_confirmed=self._kill_confirmed,
             start_time=self.start_time, t0=self._t0, container_id=self.container_id,
             exec_id=self.exec_id,
         )
@@ -363,9 +379,13 @@ class ExecProcess:
 async def open_exec(
     engine: Engine, container_id: str, spec: ProcessSpec, *, attach_stdin: bool,
     on_stdout: Callback | None = None, on_stderr: Callback | None = None, iterate: bool = False,
-    finalize: Finalizer | None = None,
+    finalize: Finalizer | None = None, gate: ExecGate | None = None,
 ) -> AsyncIterator[ExecProcess]:
-    """Start ``spec`` in the container; on leaving, kill it if it still runs and close up."""
+    """Start ``spec`` in the container; on leaving, kill it if it still runs and close up.
+
+    ``gate``: the container's `ExecGate` (a checkpoint holds the start); a private one else.
+    """
+    gate = gate or ExecGate()
     argv, env, workdir, user, stdin = spec.argv, spec.env, spec.workdir, spec.user, spec.stdin
     max_output_bytes, time_limit, idle_timeout = (spec.max_output_bytes, spec.time_limit,
                                                   spec.idle_timeout)
@@ -382,18 +402,24 @@ async def open_exec(
         "AttachStderr": True,
         "Tty": spec.tty,
     }
+    await gate.enter()  # held while a checkpoint freezes the container
+    started = ""
     try:
-        exec_id = await engine.create_exec("start a command", container_id, body)
-    except EngineNotFound as exc:
-        raise SandboxNotFound(
-            "the sandbox's container is gone", details=exc.details, cause=exc
-        ) from exc
-    except EngineConflict as exc:
-        raise SandboxNotRunning(
-            "the sandbox's container is not running", details=exc.details, cause=exc
-        ) from exc
-    # Closes itself if attaching fails; from here on it is closed below.
-    stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
+        try:
+            exec_id = await engine.create_exec("start a command", container_id, body)
+        except EngineNotFound as exc:
+            raise SandboxNotFound(
+                "the sandbox's container is gone", details=exc.details, cause=exc
+            ) from exc
+        except EngineConflict as exc:
+            raise SandboxNotRunning(
+                "the sandbox's container is not running", details=exc.details, cause=exc
+            ) from exc
+        # Closes itself if attaching fails; from here on it is closed below.
+        stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
+        started = exec_id
+    finally:
+        gate.started(started)
     proc: ExecProcess | None = None
     try:
         proc = ExecProcess(
@@ -401,6 +427,7 @@ async def open_exec(
             marker=marker, user=user, argv=argv, max_output_bytes=max_output_bytes,
             timeout=time_limit, idle_timeout=idle_timeout, on_stdout=on_stdout,
             on_stderr=on_stderr, iterate=iterate, finalize=finalize, workdir=workdir,
+            gate=gate,
         )
         async with single_errors(), anyio.create_task_group() as tg:
             proc.start(tg, stdin)
@@ -412,6 +439,7 @@ async def open_exec(
             finally:
                 await proc.aclose()
     finally:
+        gate.confirmed(exec_id)
         if proc is not None:
             # Also when a second asyncio cancel broke into the shielded sweep above.
             proc.release()

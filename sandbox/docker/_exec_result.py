@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 
+from .._errors import KillFailed
 from .._models import CommandResult
 from .._output import LazyText, OutputCapture
 from .._signals import signal_name
@@ -41,17 +42,20 @@ async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> di
 def build_result(
     info: Mapping[str, Any], capture: OutputCapture, *, argv: Sequence[str], user: str,
     workdir: str, killed: bool, kill_reason: str, abandoned: bool, start_time: datetime,
-    t0: float, container_id: str, exec_id: str,
+    t0: float, container_id: str, exec_id: str, kill_confirmed: bool = False,
 ) -> CommandResult:
     """The result of the exec whose inspect is `info`.
 
     `killed`: the SDK killed it (timeout, kill(), leaving the block); `kill_reason` says why
-    when a deadline did; `abandoned`: its output did not end when killed. `t0` is the
+    when a deadline did; `abandoned`: its output did not end when killed; `kill_confirmed`:
+    the kill saw none of its processes left. `t0` is the
     ``time.monotonic()`` of its start.
 
     Raises:
         CommandStartFailed: The command never started (no Pid); the output holds the engine's
             message.
+        KillFailed: It was killed, but neither its exit status nor the kill shows it ended
+            by a signal.
     """
     end = datetime.now(UTC)
     out = capture.output()
@@ -64,6 +68,16 @@ def build_result(
     timed_out = bool(kill_reason)
     exit_code = -1 if code_raw is None else int(code_raw)
     sig = signal_name(exit_code)
+    if killed and not sig and not kill_confirmed:
+        # Never report a kill that did not happen: the command may be running (or have
+        # gone on to finish its work) past its deadline.
+        what = kill_reason or "it was killed"
+        raise KillFailed(
+            f"{argv[0]!r}: {what}, but the kill could not be confirmed: its processes may "
+            "still run", details=(
+                "the command's output never ended (is the container paused?)" if abandoned
+                else f"it ended by itself with exit code {exit_code}" if code_raw is not None
+                else "the engine reported no exit code"))
     if killed and not sig:
         sig = "SIGKILL"
     error = kill_reason
@@ -71,7 +85,8 @@ def build_result(
         error = "the engine did not report an exit code"
     if abandoned:
         error = (error + "; " if error else "") + \
-            "the command did not end when killed (is the container paused?)"
+            "the command's output did not end after the kill (is the container paused? its " \
+            "processes die when it is thawed)"
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
     return CommandResult(

@@ -15,6 +15,7 @@ from .._backend import ProcessSpec
 from .._deadline import HelperDeadline
 from .._models import CommandResult
 from ._exec import ExecProcess, open_exec
+from ._exec_gate import ExecGate
 from ._gateway import Engine
 
 __all__ = ["HelperRunner", "Helpers"]
@@ -28,9 +29,11 @@ class Helpers:
 
     def __init__(self, engine: Engine, container_id: str, *, user: str,
                  ready: Callable[[], object],
-                 tracked: Callable[[ExecProcess], AbstractContextManager[ExecProcess]]) -> None:
+                 tracked: Callable[[ExecProcess], AbstractContextManager[ExecProcess]],
+                 gate: ExecGate | None = None) -> None:
         self._engine, self._container_id, self._user = engine, container_id, user
         self._ready, self._tracked = ready, tracked
+        self._gate = gate or ExecGate()
 
     async def run(
         self, argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
@@ -59,7 +62,8 @@ class Helpers:
             )
             async with open_exec(self._engine, self._container_id, spec,
                                  attach_stdin=stdin is not None,
-                                 on_stdout=deadline.counted_out(on_stdout)) as proc:
+                                 on_stdout=deadline.counted_out(on_stdout),
+                                 gate=self._gate) as proc:
                 with self._tracked(proc):
                     return await proc.wait()
         raise deadline.expired(what, argv, explain=True)

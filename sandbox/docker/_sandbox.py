@@ -39,6 +39,8 @@ from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
 from ._exec import ExecProcess, Finalizer, open_exec
+from ._exec_gate import ExecGate
+from ._exec_kill import kill_marked
 from ._facts import EngineFacts
 from ._files import HelperFiles
 from ._finish import ResultFinisher
@@ -82,6 +84,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         self._name = self._config.name or f"sandbox-{self.id}"
         self._container_id: str | None = None
         self._live: set[ExecProcess] = set()  # commands running now
+        self._gate = ExecGate()  # keeps execs out of a checkpoint's freeze
         self._gvisor = False
         self._created_resources = False
         # Replaced by the one `Sandbox` owns at create; this one serves a backend used alone.
@@ -263,7 +266,8 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         await self._network.shape(self._container_id)  # before any command runs
         self._life.advance(SandboxStatus.RUNNING)
         self._helpers = Helpers(engine, self._container_id, user=self._user,
-                                ready=self._life.require_running, tracked=self._tracked)
+                                ready=self._life.require_running, tracked=self._tracked,
+                                gate=self._gate)
         self._finisher = ResultFinisher(
             engine, self._container_id, life=self._life, resources=cfg.resources,
             gvisor=self._gvisor, sampler=lambda: self._background.sampler,
@@ -358,6 +362,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         async with open_exec(
             engine, container_id, spec, attach_stdin=spec.stdin is not None,
             on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finisher.finalizer(),
+            gate=self._gate,
         ) as proc:
             with self._tracked(proc):
                 return await proc.wait()
@@ -367,10 +372,18 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         """Start ``spec`` and yield its live handle; leaving the block kills it if it runs."""
         engine, container_id = self._running()
         assert self._finisher is not None
-        async with open_exec(engine, container_id, spec, attach_stdin=True,
-                             iterate=True, finalize=await self._finisher.finalizer()) as proc:
+        async with open_exec(engine, container_id, spec, attach_stdin=True, iterate=True,
+                             finalize=await self._finisher.finalizer(),
+                             gate=self._gate) as proc:
             with self._tracked(proc):
                 yield proc
+
+    async def kill_marked(self, entry: str) -> bool | None:
+        """SIGKILL from the host every process whose environment holds ``entry`` (a
+        session's command marker) and all below them: True when none is left, None where the
+        SDK cannot reach the container's cgroup (the session then sweeps from inside)."""
+        engine, container_id = self._running()
+        return await kill_marked(engine, container_id, entry, self._gate)
 
     async def command_finalizer(self) -> Finalizer:  # usage and OOM for a session's results
         return await cast(ResultFinisher, self._finisher).finalizer()

@@ -30,6 +30,7 @@ from .._errors import (
     CommandNotExecutable,
     CommandNotFound,
     CommandStartFailed,
+    KillFailed,
     StdinClosed,
 )
 from .._models import CommandResult, OutputChunk
@@ -83,6 +84,7 @@ class SandboxProcess:
         self._streams_ended = anyio.Event()
         self._last_output = time.monotonic()
         self._killed = False
+        self._kill_confirmed = True  # False once a KILL sweep saw survivors
         self._kill_reason = ""
         self._closed = False
         self._stdin_closed = proc.stdin is None
@@ -187,8 +189,10 @@ class SandboxProcess:
         if self._exited.is_set():
             return
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(sweep, self._proc.pid, self._marker, self._pid_ns,
-                                           sig)
+            gone = await anyio.to_thread.run_sync(sweep, self._proc.pid, self._marker,
+                                                  self._pid_ns, sig)
+            if sig == _signal.SIGKILL:
+                self._kill_confirmed = gone
             if sig == _signal.SIGKILL:
                 with anyio.move_on_after(KILL_GRACE):  # reported once the joiner reaped it
                     await self._exited.wait()
@@ -288,6 +292,12 @@ class SandboxProcess:
         if code < 0:
             exit_code = 128 - code
             sig = signal_name(exit_code)
+        elif self._killed and not self._kill_confirmed:
+            # Never report a kill that did not happen (the sweep saw survivors).
+            raise KillFailed(
+                f"{self._spec.argv[0]!r}: {self._kill_reason or 'it was killed'}, but the "
+                "kill could not be confirmed: its processes may still run",
+                details=f"it ended by itself with exit code {code}")
         elif self._killed:
             sig = "SIGKILL"
         timed_out = bool(self._kill_reason)

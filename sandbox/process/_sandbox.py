@@ -53,6 +53,7 @@ from ._repository import prepare_repository
 from ._rootfs import resolve_rootfs
 from ._spawner import RemoteProcess, SandboxSpawner, readable
 from ._state import new_state, remove_state
+from ._tree import sweep
 
 #: The host user the sandbox runs as when the SDK runs as root (never host root itself).
 HOST_NOBODY = (65534, 65534)
@@ -359,6 +360,17 @@ class ProcessSandbox(HelperFiles):
                 yield proc
             finally:
                 self._live.discard(proc)
+
+    async def kill_marked(self, entry: str) -> bool | None:
+        """SIGKILL from the host every process of the sandbox whose environment holds
+        ``entry`` (a session's command marker): True when none is left. Needs no process in
+        the sandbox, so a fork bomb at its process limit cannot starve it."""
+        self._life.require_running()
+        gone = False
+        with anyio.CancelScope(shield=True):
+            gone = await anyio.to_thread.run_sync(
+                lambda: sweep(0, "", self._pid_ns, signal.SIGKILL, entry=entry))
+        return gone
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
                           on_stderr: OutputCallback | None = None) -> CommandResult:

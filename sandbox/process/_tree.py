@@ -50,9 +50,10 @@ def _has_marker(pid: int, marker: bytes) -> bool:
         return False
 
 
-def members(roots: set[int], marker: str, sandbox_ns: str) -> set[int]:
+def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "") -> set[int]:
     """Descendants of ``roots`` in the sandbox's pid namespace ``sandbox_ns``, plus its
-    processes carrying ``marker``."""
+    processes carrying ``marker`` (or, given, the environment entry ``entry``)."""
+    roots = roots - {0}
     parents = _table()
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
@@ -67,7 +68,7 @@ def members(roots: set[int], marker: str, sandbox_ns: str) -> set[int]:
     # Only the sandbox's own processes are ever signalled: never the spawner (`root`, a host
     # process whose pid may be reused once it was reaped), nor anything outside.
     found = {pid for pid in found & parents.keys() if _pid_ns(pid) == sandbox_ns}
-    wanted = f"{MARKER_VAR}={marker}".encode()
+    wanted = (entry or f"{MARKER_VAR}={marker}").encode()
     for pid in parents:
         if pid not in found and _pid_ns(pid) == sandbox_ns and _has_marker(pid, wanted):
             found.add(pid)
@@ -80,29 +81,31 @@ def _signal_all(pids: set[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50) -> bool:
+def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50,
+          entry: str = "") -> bool:
     """Send ``sig`` to the command's processes; with SIGKILL repeat until none is left.
 
     For KILL, every member is stopped first and the tree read again until it stops growing
     (a stopped parent cannot fork, and its children stay below it), then all are killed.
     Returns True when none is left (for another signal: once sent). Blocking: run it in a
-    worker thread.
+    worker thread. ``root`` 0 and an ``entry`` ("NAME=value"): the processes carrying that
+    entry alone (a session's command).
     """
     if sig != _signal.SIGKILL:
-        _signal_all(members({root}, marker, sandbox_ns), sig)
+        _signal_all(members({root}, marker, sandbox_ns, entry=entry), sig)
         return True
     known: set[int] = set()
     for _ in range(rounds):
         for _ in range(rounds):
-            new = members(known | {root}, marker, sandbox_ns) - known
+            new = members(known | {root}, marker, sandbox_ns, entry=entry) - known
             if not new:
                 break
             _signal_all(new, _signal.SIGSTOP)
             known |= new
-        if not members(known | {root}, marker, sandbox_ns):
+        if not members(known | {root}, marker, sandbox_ns, entry=entry):
             return True
         _signal_all(known, _signal.SIGKILL)
         time.sleep(0.002)
-        if not members(known | {root}, marker, sandbox_ns):
+        if not members(known | {root}, marker, sandbox_ns, entry=entry):
             return True
     return False

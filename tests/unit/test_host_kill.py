@@ -1,0 +1,137 @@
+"""Which processes a kill from the host takes, read from a fake /proc and cgroup (pure logic),
+and the exec gate's order: a checkpoint waits for starts, and holds new ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from sandbox.docker import _checkpoint
+from sandbox.docker._checkpoint import runc_init_inside
+from sandbox.docker._exec_gate import ExecGate
+from sandbox.docker._host_kill import ContainerCgroup, _targets, find_container_cgroup
+
+MARK = b"SANDBOX_EXEC_ID=abc"
+
+
+def fake(tmp: Path, procs: dict[int, tuple[int, str, bytes]]) -> ContainerCgroup:
+    """procs: pid -> (ppid, state, environ); all in the container's cgroup."""
+    for pid, (ppid, state, env) in procs.items():
+        d = tmp / "proc" / str(pid)
+        d.mkdir(parents=True)
+        rest = " ".join(["0"] * 17)  # pgrp .. itrealvalue
+        (d / "stat").write_text(f"{pid} (some (name)) {state} {ppid} {rest} {1000 + pid} 0\n")
+        (d / "environ").write_bytes(env)
+    (tmp / "cg").mkdir()
+    (tmp / "cg" / "cgroup.procs").write_text("".join(f"{p}\n" for p in procs))
+    (tmp / "cg" / "freezer.state").write_text("THAWED\n")
+    return ContainerCgroup(procs=tmp / "cg" / "cgroup.procs",
+                           freeze=tmp / "cg" / "freezer.state", v2=False)
+
+
+def test_targets_are_the_marked_the_exec_root_and_their_descendants(tmp_path: Path) -> None:
+    cg = fake(tmp_path, {
+        10: (5, "S", b"PATH=/bin\0"),           # the container's init (parent: the shim)
+        20: (4, "S", b"HOME=/\0"),              # the exec's root, environment scrubbed
+        21: (20, "S", b"X=1\0"),                # its child, unmarked
+        30: (10, "S", MARK + b"\0"),            # double-forked, re-parented to init, marked
+        31: (30, "R", b"\0"),                   # its child
+        32: (30, "Z", MARK + b"\0"),            # a zombie: already dead
+        40: (10, "S", b"SANDBOX_EXEC_ID=abcd\0"),  # another command's marker
+    })
+    found = _targets(cg, MARK, 20, tmp_path / "proc")
+    assert found is not None and set(found) == {20, 21, 30, 31}
+    assert found[20] == 1020  # start time, to tell a reused pid apart
+    # A root pid that is not an exec's (its parent is in the container) is not a seed.
+    found = _targets(cg, MARK, 21, tmp_path / "proc")
+    assert found is not None and set(found) == {30, 31}
+
+
+def test_an_unreadable_cgroup_is_no_answer(tmp_path: Path) -> None:
+    cg = ContainerCgroup(procs=tmp_path / "missing", freeze=None, v2=False)
+    assert _targets(cg, MARK, 1, tmp_path) is None
+    assert cg.state() == "" and not cg.set_frozen(True)
+
+
+def test_a_cgroup_is_only_trusted_when_it_names_the_container(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "7").mkdir(parents=True)
+    (proc / "7" / "cgroup").write_text("9:freezer:/docker/aaaa\n1:pids:/docker/aaaa\n")
+    (tmp_path / "cg" / "freezer" / "docker" / "aaaa").mkdir(parents=True)
+    (tmp_path / "cg" / "freezer" / "docker" / "aaaa" / "freezer.state").write_text("THAWED")
+    found = find_container_cgroup(7, "aaaa", proc=proc, root=tmp_path / "cg")
+    assert found is not None and found.freeze is not None and found.state() == "THAWED"
+    assert find_container_cgroup(7, "bbbb", proc=proc, root=tmp_path / "cg") is None
+    assert find_container_cgroup(8, "aaaa", proc=proc, root=tmp_path / "cg") is None
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.pid = 0
+
+    async def inspect_exec(self, exec_id: str, *, deadline: float | None = None) -> Any:
+        return {"Pid": self.pid, "ExitCode": None}
+
+
+@pytest.mark.asyncio
+async def test_a_checkpoint_waits_for_starts_and_holds_new_execs() -> None:
+    gate, engine, order = ExecGate(), FakeEngine(), []
+    await gate.enter()  # an exec is being started
+
+    async def checkpoint() -> None:
+        async with gate.closed(engine):  # type: ignore[arg-type]
+            order.append("frozen")
+            await anyio.sleep(0.05)
+        order.append("thawed")
+
+    async def late_exec() -> None:
+        await gate.enter()
+        order.append("late exec starts")
+        gate.started(None)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(checkpoint)
+        await anyio.sleep(0.02)
+        assert order == []  # the start is still in flight
+        gate.started("e1")  # the engine answered; not yet seen running
+        await anyio.sleep(0.02)
+        assert order == []
+        engine.pid = 42  # now the engine reports its process
+        with anyio.fail_after(10):
+            while not order:  # noqa: ASYNC110 (the checkpoint reports through a list)
+                await anyio.sleep(0.005)
+        assert gate.closed_now
+        tg.start_soon(late_exec)
+    assert order == ["frozen", "thawed", "late exec starts"]
+
+
+def test_an_exec_caught_starting_in_the_freeze_is_seen(tmp_path: Path) -> None:
+    cg = fake(tmp_path, {10: (5, "S", b""), 11: (10, "S", b"")})
+    assert not runc_init_inside(cg, tmp_path / "proc")
+    (tmp_path / "proc" / "11" / "stat").write_text(  # named so by a command: parent inside
+        "11 (runc:[2:INIT]) S 10 " + " ".join(["0"] * 20) + "\n")
+    assert not runc_init_inside(cg, tmp_path / "proc")
+    (tmp_path / "proc" / "12").mkdir()
+    (tmp_path / "proc" / "12" / "stat").write_text(  # runc's own: its parent is outside
+        "12 (runc:[2:INIT]) D 999 " + " ".join(["0"] * 20) + "\n")
+    (tmp_path / "cg" / "cgroup.procs").write_text("10\n11\n12\n")
+    assert runc_init_inside(cg, tmp_path / "proc")
+
+
+@pytest.mark.asyncio
+async def test_a_freeze_stuck_freezing_is_thawed_and_the_commit_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cg = fake(tmp_path, {10: (5, "S", b"")})
+    assert cg.freeze is not None
+    cg.freeze.write_text("FREEZING\n")
+    monkeypatch.setattr(_checkpoint, "WEDGE_FREEZING", 0.3)
+    monkeypatch.setattr(_checkpoint, "RECOVER_WAIT", 0.1)
+    watch = _checkpoint.FreezeWatch(cg)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch.run, tg.cancel_scope)
+            await anyio.sleep_forever()  # the engine's commit, never coming back
+    assert "FREEZING" in watch.wedged and cg.freeze.read_text() == "THAWED"
