@@ -12,6 +12,7 @@ in docs/engine-notes.md, section "Killing a command's process tree".
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -144,11 +145,13 @@ async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, entry
     done: bool | None = False
     with anyio.move_on_after(40):
         # Closed: never thaw a checkpoint's freeze, and never freeze while an exec of the SDK
-        # is starting (runc refuses to exec into a frozen container). Not settled: kill
-        # anyway, a command past its deadline matters more.
-        async with gate.closed(engine, settle=5):
+        # is starting (runc refuses to exec into a frozen container, and a `runc init` caught
+        # joining it can wedge the engine). Not settled within 5 s (a loaded engine): kill
+        # without freezing, and say so if that could not be confirmed.
+        async with gate.closed(engine, settle=5) as settled:
             done = await anyio.to_thread.run_sync(
-                kill_from_host, cgroup, entry, pid, abandon_on_cancel=True)
+                functools.partial(kill_from_host, cgroup, entry, pid, freeze=settled),
+                abandon_on_cancel=True)
     return done
 
 

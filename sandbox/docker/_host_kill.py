@@ -170,7 +170,7 @@ def _wait_frozen(cg: ContainerCgroup) -> None:
 
 
 def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
-                   proc: Path = PROC_ROOT) -> bool | None:
+                   freeze: bool = True, proc: Path = PROC_ROOT) -> bool | None:
     """SIGKILL the command's processes (see the module doc); True once a frozen look finds
     none left, False if they could not be confirmed gone; None when the host does not see the
     command at all (the first look found none of its processes: another runtime such as
@@ -179,12 +179,16 @@ def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
     A container someone else froze (a pause) is not thawed here: its processes, SIGKILL
     pending, die the moment it is, before running another instruction; none can fork
     meanwhile. So one look at it is the whole story, and that counts as confirmed.
+
+    ``freeze=False`` (an exec of the SDK may still be starting: freezing its ``runc init``
+    can wedge the engine) looks and kills without freezing, round after round; a fork loop
+    may then outrun it, which is reported as False, never claimed.
     """
     needle = marker_entry.encode()
     for round_ in range(ROUNDS):
         state = cg.state()
         thawed = state == "THAWED"
-        froze = thawed and cg.set_frozen(True)
+        froze = freeze and thawed and cg.set_frozen(True)
         try:
             if froze:
                 _wait_frozen(cg)

@@ -135,3 +135,34 @@ async def test_a_freeze_stuck_freezing_is_thawed_and_the_commit_ended(
             tg.start_soon(watch.run, tg.cancel_scope)
             await anyio.sleep_forever()  # the engine's commit, never coming back
     assert "FREEZING" in watch.wedged and cg.freeze.read_text() == "THAWED"
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_a_kill_freezes_only_when_the_starts_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, freeze: bool,
+) -> None:
+    """An exec of the SDK still starting must not be frozen (its `runc init` can wedge the
+    engine, and runc refuses execs into a frozen container): the kill then goes unfrozen."""
+    import shutil
+
+    from sandbox.docker import _host_kill
+
+    cg = fake(tmp_path, {10: (5, "S", b"\0"), 20: (4, "S", MARK + b"\0")})
+    writes: list[str] = []
+    real_set = ContainerCgroup.set_frozen
+
+    def set_frozen(self: ContainerCgroup, frozen: bool) -> bool:
+        writes.append("FROZEN" if frozen else "THAWED")
+        return real_set(self, frozen)
+
+    def kill(pid: int, _sig: int) -> None:  # a fake /proc: never signal a real process
+        shutil.rmtree(tmp_path / "proc" / str(pid))
+        (tmp_path / "cg" / "cgroup.procs").write_text("10\n")
+
+    monkeypatch.setattr(ContainerCgroup, "set_frozen", set_frozen)
+    monkeypatch.setattr(_host_kill.os, "kill", kill)
+    monkeypatch.setattr(_host_kill, "_wait_frozen", lambda cg: None)
+    assert _host_kill.kill_from_host(cg, MARK.decode(), 20, freeze=freeze,
+                                     proc=tmp_path / "proc") is True
+    # Each round that freezes thaws again (the last round's look finds none left).
+    assert writes == (["FROZEN", "THAWED"] * 2 if freeze else [])
