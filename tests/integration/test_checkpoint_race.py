@@ -27,7 +27,7 @@ from sandbox import (
 )
 from sandbox.docker import _checkpoint
 from sandbox.docker._gateway import Engine
-from sandbox.docker._host_kill import find_container_cgroup
+from sandbox.docker._host import find_container_cgroup
 from tests.conftest import docker_cli
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]

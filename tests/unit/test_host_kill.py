@@ -12,7 +12,8 @@ import pytest
 from sandbox.docker import _checkpoint
 from sandbox.docker._checkpoint import runc_init_inside
 from sandbox.docker._exec_gate import ExecGate
-from sandbox.docker._host_kill import ContainerCgroup, _targets, find_container_cgroup
+from sandbox.docker._host import ContainerCgroup, find_container_cgroup
+from sandbox.docker._host_kill import _targets
 
 MARK = b"SANDBOX_EXEC_ID=abc"
 
