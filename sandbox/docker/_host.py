@@ -37,16 +37,20 @@ class ContainerCgroup:
         return self.procs.parent
 
     def state(self) -> str:
-        """"THAWED", "FREEZING" or "FROZEN" (v2: "THAWED" or "FROZEN", as asked of
-        ``cgroup.freeze``); "" if unreadable."""
+        """"THAWED", "FREEZING" or "FROZEN"; "" if unreadable. On v2 a freeze asked of
+        ``cgroup.freeze`` is "FREEZING" until ``cgroup.events`` says it took hold, as v1's
+        freezer.state says, so a wait for the freeze and a stuck freeze are seen alike."""
         if self.freeze is None:
             return ""
         try:
             text = self.freeze.read_text().strip()
+            if self.v2:
+                if text != "1":
+                    return "THAWED"
+                events = (self.path / "cgroup.events").read_text().splitlines()
+                return "FROZEN" if "frozen 1" in events else "FREEZING"
         except OSError:
             return ""
-        if self.v2:
-            return "FROZEN" if text == "1" else "THAWED"
         return text
 
     def frozen(self) -> bool:

@@ -163,6 +163,21 @@ def test_a_v2_freeze_counts_only_once_the_kernel_reports_it(tmp_path: Path) -> N
         assert frozen
 
 
+def test_a_v2_freeze_the_kernel_has_not_reported_reads_as_freezing(tmp_path: Path) -> None:
+    """The kill's wait and FreezeWatch read state(): on v2 an asked-for freeze is not yet a
+    freeze (as v1's FREEZING), so a stuck one is seen there too."""
+    base = tmp_path / "cg"
+    base.mkdir()
+    (base / "cgroup.freeze").write_text("1\n")
+    (base / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    cg = ContainerCgroup(procs=base / "cgroup.procs", freeze=base / "cgroup.freeze", v2=True)
+    assert cg.state() == "FREEZING"
+    (base / "cgroup.events").write_text("populated 1\nfrozen 1\n")
+    assert cg.state() == "FROZEN"
+    (base / "cgroup.freeze").write_text("0\n")
+    assert cg.state() == "THAWED"
+
+
 def test_a_host_process_is_read_with_its_ids_and_command_line(tmp_path: Path) -> None:
     fake(tmp_path, {10: (5, "S", b"")})
     proc = tmp_path / "proc"
