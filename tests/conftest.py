@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import pytest_asyncio
 
+from sandbox import checkpoints
 from sandbox._constants import IMAGE_BUSYBOX, IMAGE_PYTHON, LABEL_MANAGED_BY, LABEL_OWNER_PID
 
 LABEL = f"{LABEL_MANAGED_BY}=sandbox-sdk"
@@ -79,6 +82,17 @@ def container_exists(name_or_id: str) -> bool:
 def sandbox_containers(sandbox_id: str) -> list[str]:
     """Containers carrying one sandbox's id label, whatever state they are in."""
     return docker_cli("ps", "-aq", "--filter", f"label=io.sandbox.id={sandbox_id}").split()
+
+
+@pytest_asyncio.fixture
+async def prefix() -> AsyncIterator[str]:
+    """A unique checkpoint name prefix; every checkpoint named with it, or taken of a
+    sandbox whose id starts with it, is removed afterwards."""
+    tag = f"t{uuid.uuid4().hex[:8]}"
+    yield tag
+    for point in await checkpoints():
+        if point.name.startswith(tag) or point.source_id.startswith(tag):
+            docker_cli("rmi", "-f", point.image_id, check=False)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

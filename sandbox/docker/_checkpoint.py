@@ -18,7 +18,7 @@ from .._hostview import HostInspector
 from .._tasks import single_errors
 from ._exec_gate import ExecGate
 from ._gateway import Engine, EngineConflict, EngineNotFound
-from ._host_kill import PROC_ROOT, ContainerCgroup, find_container_cgroup
+from ._host import PROC_ROOT, ContainerCgroup, find_container_cgroup, read_stat
 from ._hostview import HostView
 from ._images import inspect_image
 
@@ -152,12 +152,10 @@ def runc_init_inside(cg: ContainerCgroup, proc: Path = PROC_ROOT) -> bool:
     pids = set(cg.pids() or ())
     for pid in pids:
         try:
-            text = (proc / str(pid) / "stat").read_text()
-        except OSError:
+            st = read_stat(pid, proc)
+        except (OSError, ValueError):
             continue
-        comm = text[text.find("(") + 1:text.rfind(")")]
-        fields = text[text.rfind(")") + 2:].split()
-        if comm.startswith("runc:") and len(fields) > 1 and int(fields[1]) not in pids:
+        if st is not None and st.comm.startswith("runc:") and st.ppid not in pids:
             return True
     return False
 

@@ -23,7 +23,8 @@ import anyio
 from .._errors import SandboxError
 from ._exec_gate import ExecGate
 from ._gateway import Engine
-from ._host_kill import find_container_cgroup, kill_from_host
+from ._host import find_container_cgroup
+from ._host_kill import kill_from_host
 
 MARKER_VAR = "SANDBOX_EXEC_ID"
 

@@ -4,7 +4,7 @@ processes, thaw, and look again until none is left.
 The marker sweep is an exec, and an exec needs a free pid in the container: a fork bomb at the
 process limit starves it, and the command lives on. This path needs nothing inside the
 container. It works where the SDK runs as root in the engine's pid namespace (the usual local
-engine); elsewhere `find_container_cgroup` gives None and the sweep is all there is.
+engine); elsewhere `_host.find_container_cgroup` gives None and the sweep is all there is.
 
 What it kills: every process of the container whose environment holds the command's marker
 (as the sweep does), the exec's own process (the one whose parent is outside the container,
@@ -21,10 +21,8 @@ import signal
 import time
 from pathlib import Path
 
-import attrs
+from ._host import PROC_ROOT, ContainerCgroup, ProcStat, read_stat
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_ROOT = Path("/proc")
 #: How long a freeze may take to settle before the kill goes on regardless (a task stuck in
 #: uninterruptible sleep keeps a v1 freezer at FREEZING).
 FREEZE_SETTLE = 1.0
@@ -34,93 +32,11 @@ REAP_WAIT = 3.0
 ROUNDS = 5
 
 
-@attrs.frozen
-class ContainerCgroup:
-    """Where a container's processes are listed and frozen on this host."""
-
-    procs: Path  # cgroup.procs listing every process of the container
-    freeze: Path | None  # v1 freezer.state, v2 cgroup.freeze; None: no freezer reachable
-    v2: bool
-
-    def state(self) -> str:
-        """"THAWED", "FREEZING" or "FROZEN" (v2: "THAWED" or "FROZEN"); "" if unreadable."""
-        if self.freeze is None:
-            return ""
-        try:
-            text = self.freeze.read_text().strip()
-        except OSError:
-            return ""
-        if self.v2:
-            return "FROZEN" if text == "1" else "THAWED"
-        return text
-
-    def set_frozen(self, frozen: bool) -> bool:
-        """Write the freezer; False when it cannot be written."""
-        if self.freeze is None:
-            return False
-        value = ("1" if frozen else "0") if self.v2 else ("FROZEN" if frozen else "THAWED")
-        try:
-            self.freeze.write_text(value)
-        except OSError:
-            return False
-        return True
-
-    def pids(self) -> list[int] | None:
-        """The container's processes (their pids in the SDK's namespace); None if unreadable."""
-        try:
-            text = self.procs.read_text()
-        except OSError:
-            return None
-        return [int(p) for p in text.split() if p.isdigit() and int(p) > 0]
-
-
-def find_container_cgroup(pid: int, container_id: str, *, proc: Path = PROC_ROOT,
-                          root: Path = CGROUP_ROOT) -> ContainerCgroup | None:
-    """The cgroup of ``container_id`` through one of its processes ``pid``, else None.
-
-    Trusted only when the path names the container (so another pid namespace or a reused pid
-    gives None) and the SDK may write its freezer (root on the engine's host).
-    """
-    if pid <= 0 or not container_id or os.geteuid() != 0:
-        return None
+def _stat(pid: int, proc: Path) -> ProcStat | None:
+    """Its stat, or None when it cannot be read at all (gone, or not ours to see)."""
     try:
-        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if container_id not in path:
-            continue
-        rel = path.lstrip("/")
-        if "freezer" in controllers.split(","):
-            base = root / controllers / rel
-            if (base / "freezer.state").exists():
-                return ContainerCgroup(procs=base / "cgroup.procs",
-                                       freeze=base / "freezer.state", v2=False)
-        if controllers == "" and (root / "cgroup.controllers").exists():
-            base = root / rel
-            if (base / "cgroup.freeze").exists():
-                return ContainerCgroup(procs=base / "cgroup.procs",
-                                       freeze=base / "cgroup.freeze", v2=True)
-    return None
-
-
-@attrs.frozen
-class _Proc:
-    ppid: int
-    start: int  # start time in clock ticks since boot: tells a reused pid apart
-    zombie: bool
-
-
-def _stat(pid: int, proc: Path) -> _Proc | None:
-    try:
-        text = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    try:
-        return _Proc(ppid=int(fields[1]), start=int(fields[19]), zombie=fields[0] in "ZX")
-    except (IndexError, ValueError):
+        return read_stat(pid, proc)
+    except (OSError, ValueError):
         return None
 
 

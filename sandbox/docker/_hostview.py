@@ -7,6 +7,7 @@ host, the host's pid namespace and the right to freeze the container's cgroup an
 any uid (root here); `HostView.find` returns None otherwise, and the pool then does not reuse
 the sandbox. Only a runc container qualifies: its init must be docker-init with exactly the
 SDK's keepalive shell as child (a gVisor or VM sandbox's processes are not host processes).
+The cgroup and ``/proc`` access itself is `_host`'s (shared with the kill from the host).
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ import os
 import signal
 import stat
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import attrs
 
-from .._hostview import Identity, Meta, identity_of_status
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_ROOT = Path("/proc")
+from .._hostview import Identity, Meta
+from ._host import (
+    CGROUP_ROOT,
+    PROC_ROOT,
+    ContainerCgroup,
+    HostProcess,
+    find_container_cgroup,
+    read_process,
+)
 
 #: How long a freeze may take to settle before the reset gives up (and thaws).
 FREEZE_PATIENCE = 2.0
@@ -33,87 +39,6 @@ EXIT_PATIENCE = 5.0
 
 #: Extended attributes the kernel or overlayfs keeps for itself (never visible to a sandbox).
 _PRIVATE_XATTRS = ("trusted.overlay.",)
-
-
-@attrs.frozen
-class _Proc:
-    pid: int
-    ppid: int
-    start: str  # field 22 of /proc/<pid>/stat: tells a reused pid apart
-    identity: Identity
-    cmdline: bytes
-
-
-def _read_proc(pid: int, proc: Path = PROC_ROOT) -> _Proc | None:
-    """A host process's parent, start time, ids and command line; None once it is gone."""
-    try:
-        stat_line = (proc / str(pid) / "stat").read_text()
-        status = (proc / str(pid) / "status").read_text()
-        cmdline = (proc / str(pid) / "cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ")".
-    fields = stat_line.rpartition(")")[2].split()
-    return _Proc(pid=pid, ppid=int(fields[1]), start=fields[19],
-                 identity=identity_of_status(status), cmdline=cmdline)
-
-
-@attrs.define
-class _Cgroup:
-    """Where the container's processes are listed and frozen: a v1 freezer or a v2 group."""
-
-    path: Path
-    v2: bool
-
-    def pids(self) -> set[int]:
-        """Every process of the cgroup and of any cgroup below it."""
-        found: set[int] = set()
-        for top, _dirs, _files in os.walk(self.path):
-            with contextlib.suppress(FileNotFoundError):
-                found.update(int(line) for line in
-                             Path(top, "cgroup.procs").read_text().split())
-        return found
-
-    def set_frozen(self, frozen: bool) -> None:
-        if self.v2:
-            (self.path / "cgroup.freeze").write_text("1" if frozen else "0")
-        else:
-            (self.path / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
-
-    def frozen(self) -> bool:
-        if self.v2:
-            return "frozen 1" in (self.path / "cgroup.events").read_text().splitlines()
-        return (self.path / "freezer.state").read_text().strip() == "FROZEN"
-
-    @contextlib.contextmanager
-    def freeze(self) -> Iterator[bool]:
-        """Freeze the cgroup for the block (no process can fork, exit or run); yield
-        whether it froze in time. Always thawed after, even on error."""
-        try:
-            self.set_frozen(True)
-            deadline = time.monotonic() + FREEZE_PATIENCE
-            while not self.frozen() and time.monotonic() < deadline:
-                time.sleep(0.005)
-            yield self.frozen()
-        finally:
-            self.set_frozen(False)
-
-
-def _cgroup_of(pid: int, container_id: str, proc: Path, root: Path) -> _Cgroup | None:
-    """The container's freezer (v1) or unified (v2) cgroup, found through its init."""
-    try:
-        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, rel = line.split(":", 2)
-        if container_id not in rel:
-            continue
-        if "freezer" in controllers.split(","):
-            return _Cgroup(root / controllers / rel.lstrip("/"), v2=False)
-        if controllers == "" and (root / "cgroup.controllers").exists():
-            return _Cgroup(root / rel.lstrip("/"), v2=True)
-    return None
 
 
 def _components(path: str) -> list[str]:
@@ -141,11 +66,11 @@ class HostView:
 
     container_id: str
     init_pid: int
-    init_start: str
+    init_start: int
     keepalive_pid: int
-    keepalive_start: str
+    keepalive_start: int
     keepalive: bytes  # its command line, NUL-separated
-    cgroup: _Cgroup
+    cgroup: ContainerCgroup
     proc: Path = PROC_ROOT
 
     @classmethod
@@ -158,12 +83,12 @@ class HostView:
         if os.geteuid() != 0:
             return "the SDK is not root on the engine's host (it cannot freeze the " \
                    "container or signal its processes)"
-        cgroup = _cgroup_of(init_pid, container_id, proc, root)
+        cgroup = find_container_cgroup(init_pid, container_id, proc=proc, root=root)
         if cgroup is None:
             return "the container's cgroup is not visible from here (a remote engine, or " \
                    "another pid namespace)"
-        init = _read_proc(init_pid, proc)
-        procs = [p for p in (_read_proc(pid, proc) for pid in cgroup.pids())
+        init = read_process(init_pid, proc)
+        procs = [p for p in (read_process(pid, proc) for pid in cgroup.tree_pids())
                  if p is not None]
         wanted = b"\0".join(a.encode() for a in keepalive) + b"\0"
         children = [p for p in procs if p.ppid == init_pid]
@@ -174,8 +99,7 @@ class HostView:
         view = cls(container_id=container_id, init_pid=init_pid, init_start=init.start,
                    keepalive_pid=children[0].pid, keepalive_start=children[0].start,
                    keepalive=wanted, cgroup=cgroup, proc=proc)
-        if not os.access(cgroup.path / ("cgroup.freeze" if cgroup.v2 else "freezer.state"),
-                         os.W_OK):
+        if cgroup.freeze is None or not os.access(cgroup.freeze, os.W_OK):
             return "the container's cgroup cannot be frozen from here"
         return view
 
@@ -185,20 +109,20 @@ class HostView:
         """"" while the container's init and keepalive are the ones recorded, else why not."""
         for pid, start in ((self.init_pid, self.init_start),
                            (self.keepalive_pid, self.keepalive_start)):
-            got = _read_proc(pid, self.proc)
+            got = read_process(pid, self.proc)
             if got is None or got.start != start:
                 return "the container's init is not the one recorded (it restarted or ended)"
         return ""
 
-    def _ours(self, p: _Proc) -> bool:
+    def _ours(self, p: HostProcess) -> bool:
         """The container's init, its keepalive shell, and that shell's ``sleep``."""
         if p.pid in (self.init_pid, self.keepalive_pid):
             return True
         return p.ppid == self.keepalive_pid and p.identity.is_root and \
             p.cmdline == b"sleep\x003600\x00"
 
-    def _others(self) -> list[_Proc]:
-        procs = (_read_proc(pid, self.proc) for pid in self.cgroup.pids())
+    def _others(self) -> list[HostProcess]:
+        procs = (read_process(pid, self.proc) for pid in self.cgroup.tree_pids())
         return [p for p in procs if p is not None and not self._ours(p)]
 
     def kill_all(self, identity: Identity) -> str:
@@ -208,7 +132,7 @@ class HostView:
         why = self._alive()
         if why:
             return why
-        with self.cgroup.freeze() as frozen:
+        with self.cgroup.hold_frozen(FREEZE_PATIENCE) as frozen:
             if not frozen:
                 return "the container's cgroup did not freeze"
             others = self._others()  # frozen: none can fork or exit meanwhile

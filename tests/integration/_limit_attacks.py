@@ -5,30 +5,14 @@ open files, and one allocation of the default memory limit plus 512 MiB."""
 from __future__ import annotations
 
 from sandbox._limits import default_memory_limit, host_size
+from tests.integration._scripts import fork_until_refused
 
 EAGAIN, EMFILE = 11, 24
 ATTEMPTS = 2000
 
 #: Forks children that wait, until a fork fails or 2,000 succeeded; kills and reaps them all,
 #: then prints "<children> <errno of the failed fork, or 0>".
-FORK_BOMB = f"""
-import os, signal
-kids, err = [], 0
-try:
-    while len(kids) < {ATTEMPTS}:
-        pid = os.fork()
-        if pid == 0:
-            signal.pause()
-            os._exit(0)
-        kids.append(pid)
-except OSError as exc:
-    err = exc.errno
-for pid in kids:
-    os.kill(pid, signal.SIGKILL)
-for pid in kids:
-    os.waitpid(pid, 0)
-print(len(kids), err)
-"""
+FORK_BOMB = fork_until_refused(ATTEMPTS)
 
 #: Tries to raise its open-file limit, then opens files until refused or 2,000 are open;
 #: prints "<raised: 1/0> <soft> <hard> <files opened> <errno or 0>".

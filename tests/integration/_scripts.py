@@ -4,14 +4,15 @@ from __future__ import annotations
 
 EAGAIN = 11
 
-#: Forks children that wait until the fork fails, then kills them all and reports how many it
-#: got and why the next fork failed; the output is "<count> <errno>".
-FORK_UNTIL_REFUSED = """
+
+def fork_until_refused(cap: int) -> str:
+    """A script that forks children that wait, until a fork fails or ``cap`` succeeded; kills
+    and reaps them all, then prints "<children> <errno of the failed fork, or 0>"."""
+    return f"""
 import os, signal
-kids = []
-err = 0
+kids, err = [], 0
 try:
-    while len(kids) < 5000:
+    while len(kids) < {cap}:
         pid = os.fork()
         if pid == 0:
             signal.pause()
@@ -26,3 +27,6 @@ for pid in kids:
 print(len(kids), err)
 """
 
+
+#: Forks until the fork is refused (at most 5,000 children): "<count> <errno>".
+FORK_UNTIL_REFUSED = fork_until_refused(5000)

@@ -6,14 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
 import pytest
-import pytest_asyncio
 
 from sandbox import (
     IMAGE_BUSYBOX,
@@ -39,16 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = SandboxConfig(image=IMAGE_BUSYBOX, stats_interval=0,
                        resources=ResourceLimits(memory_limit=256 << 20, process_limit=200),
                        environment={"MODE": "test"})
-
-
-@pytest_asyncio.fixture
-async def prefix() -> AsyncIterator[str]:
-    """A unique name prefix; every checkpoint named with it is removed afterwards."""
-    tag = f"t{uuid.uuid4().hex[:8]}"
-    yield tag
-    for point in await checkpoints():
-        if point.name.startswith(tag) or point.source_id.startswith(tag):
-            docker_cli("rmi", "-f", point.image_id, check=False)
 
 
 def image_labels(image: str) -> dict[str, str]:

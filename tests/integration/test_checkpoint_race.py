@@ -8,13 +8,10 @@ container thawed, and the checkpoint reported failed.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
-import pytest_asyncio
 
 from sandbox import (
     IMAGE_BUSYBOX,
@@ -23,26 +20,15 @@ from sandbox import (
     Sandbox,
     SandboxConfig,
     SandboxStatus,
-    checkpoints,
 )
 from sandbox.docker import _checkpoint
 from sandbox.docker._gateway import Engine
-from sandbox.docker._host_kill import find_container_cgroup
+from sandbox.docker._host import find_container_cgroup
 from tests.conftest import docker_cli
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
 CONFIG = SandboxConfig(image=IMAGE_BUSYBOX)
-
-
-@pytest_asyncio.fixture
-async def prefix() -> AsyncIterator[str]:
-    """A unique name prefix; every checkpoint named with it is removed afterwards."""
-    tag = f"t{uuid.uuid4().hex[:8]}"
-    yield tag
-    for point in await checkpoints():
-        if point.name.startswith(tag):
-            docker_cli("rmi", "-f", point.image_id, check=False)
 
 
 async def test_execs_in_a_loop_while_forking_all_finish(prefix: str) -> None:

@@ -432,13 +432,16 @@ async def test_another_site_on_an_allowed_address_is_refused(internet: Internet)
     assert_gone(sb.id)
 
 
-FLOOD = r"""
+#: Sends the request in argv[2] to the egress proxy argv[1] times, a connection each, and
+#: reads each answer to its end.
+REPEAT_REQUEST = r"""
 import os, socket, sys
 from urllib.parse import urlsplit
 proxy = urlsplit(os.environ["HTTP_PROXY"])
+request = sys.argv[2].encode()
 for _ in range(int(sys.argv[1])):
     with socket.create_connection((proxy.hostname, proxy.port), timeout=30) as conn:
-        conn.sendall(b"CONNECT other.test:443 HTTP/1.1\r\n\r\n")
+        conn.sendall(request)
         while conn.recv(65536):
             pass
 """
@@ -450,7 +453,8 @@ async def test_a_flood_of_refusals_is_counted_but_not_logged_line_by_line(
     Past a burst, refusals are logged as one line per rule a second, with a count."""
     flood = 1000
     async with Sandbox(config(internet)) as sb:
-        r = await sb.execute_command(["python3", "-c", FLOOD, str(flood)])
+        r = await sb.execute_command(["python3", "-c", REPEAT_REQUEST, str(flood),
+                                      "CONNECT other.test:443 HTTP/1.1\r\n\r\n"])
         assert r.success, r.stderr
         stats = await counted(sb, lambda s: s.refused >= flood)
         assert stats.refused_for("allowed_hosts") == flood
@@ -462,19 +466,6 @@ async def test_a_flood_of_refusals_is_counted_but_not_logged_line_by_line(
     assert_gone(sb.id)
 
 
-
-FETCHES = r"""
-import os, socket, sys
-from urllib.parse import urlsplit
-proxy = urlsplit(os.environ["HTTP_PROXY"])
-for _ in range(int(sys.argv[1])):
-    with socket.create_connection((proxy.hostname, proxy.port), timeout=30) as conn:
-        conn.sendall(b"GET http://web.test/simple/ HTTP/1.1\r\nHost: web.test\r\n\r\n")
-        while conn.recv(65536):
-            pass
-"""
-
-
 async def test_counters_follow_the_log_through_rotation(internet: Internet,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The log cap rotates the proxy's log, and the engine's follow repeats a line at each
@@ -484,7 +475,9 @@ async def test_counters_follow_the_log_through_rotation(internet: Internet,
         "Type": "json-file", "Config": {"max-size": "64k", "max-file": "3"}})
     fetches = 600
     async with Sandbox(config(internet)) as sb:
-        r = await sb.execute_command(["python3", "-c", FETCHES, str(fetches)])
+        r = await sb.execute_command([
+            "python3", "-c", REPEAT_REQUEST, str(fetches),
+            "GET http://web.test/simple/ HTTP/1.1\r\nHost: web.test\r\n\r\n"])
         assert r.success, r.stderr
         await counted(sb, lambda s: s.allowed >= fetches)
         r = await sb.execute_command(["python3", "-c", PROBE, internet.web_ip])

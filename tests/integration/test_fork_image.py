@@ -9,12 +9,10 @@ import os
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
-import pytest_asyncio
 from anyio.streams.text import TextReceiveStream
 
 from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig, checkpoints, gc
@@ -27,16 +25,6 @@ REPO = str(Path(__file__).resolve().parents[2])
 def config(secret: str) -> SandboxConfig:
     return SandboxConfig(image=IMAGE_BUSYBOX, stats_interval=0,
                          environment={"SECRET": secret, "MODE": "test"})
-
-
-@pytest_asyncio.fixture
-async def prefix() -> AsyncIterator[str]:
-    """A unique checkpoint name prefix; whatever a test leaves under it is removed after."""
-    tag = f"t{uuid.uuid4().hex[:8]}"
-    yield tag
-    for point in await checkpoints():
-        if point.name.startswith(tag):
-            docker_cli("rmi", "-f", point.image_id, check=False)
 
 
 def image_exists(ref: str) -> bool:

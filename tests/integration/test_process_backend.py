@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import socket
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
 from sandbox.process._rootfs import resolve_rootfs
 from sandbox.process._state import base_dir
 from tests.integration._limit_attacks import EAGAIN, EMFILE
+from tests.integration._rootfs import busybox_root_owning
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 REPO = str(Path(__file__).resolve().parents[2])
@@ -519,17 +519,8 @@ async def test_gc_removes_what_a_killed_owner_left() -> None:
 async def own_root() -> AsyncIterator[Path]:
     """A copy of the busybox root where /etc and /bin belong to the sandbox's user (host
     nobody), so its writes there are allowed by the file modes; readable by host nobody."""
-    top = Path(tempfile.mkdtemp())
-    os.chmod(top, 0o755)
-    root = top / "root"
-    source = (await resolve_rootfs(IMAGE_BUSYBOX)).path
-    try:
-        await anyio.run_process(["cp", "-a", str(source), str(root)])
-        for name in ("etc", "bin"):
-            os.chown(root / name, 65534, 65534)
+    async with busybox_root_owning("etc", "bin") as root:
         yield root
-    finally:
-        shutil.rmtree(top)
 
 
 async def test_a_writable_root_is_an_overlay_of_its_own(own_root: Path) -> None:

@@ -22,6 +22,7 @@ from anyio.streams.text import TextReceiveStream
 from sandbox import IMAGE_BUSYBOX, CleanupIncomplete, Sandbox, SandboxConfig, gc
 from sandbox.process._rootfs import resolve_rootfs
 from sandbox.process._state import base_dir
+from tests.integration._rootfs import busybox_root_owning
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 REPO = str(Path(__file__).resolve().parents[2])
@@ -71,16 +72,8 @@ def chattr(flag: str, path: Path) -> None:
 async def own_root() -> AsyncIterator[Path]:
     """A copy of the busybox root whose /etc the sandbox's user (host nobody) owns, so its
     writes there land in the overlay's upper directory."""
-    top = Path(tempfile.mkdtemp())
-    os.chmod(top, 0o755)
-    root = top / "root"
-    source = (await resolve_rootfs(IMAGE_BUSYBOX)).path
-    try:
-        await anyio.run_process(["cp", "-a", str(source), str(root)])
-        os.chown(root / "etc", 65534, 65534)
+    async with busybox_root_owning("etc") as root:
         yield root
-    finally:
-        shutil.rmtree(top)
 
 
 async def test_cleanup_takes_trees_5000_deep_and_000_modes_in_every_writable_place(

@@ -1,5 +1,6 @@
-"""Which processes a kill from the host takes, read from a fake /proc and cgroup (pure logic),
-and the exec gate's order: a checkpoint waits for starts, and holds new ones."""
+"""The container seen from the host (`_host`: its cgroup, its /proc) and which processes a kill
+from the host takes, read from a fake /proc and cgroup (pure logic), and the exec gate's
+order: a checkpoint waits for starts, and holds new ones."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 from sandbox.docker import _checkpoint
 from sandbox.docker._checkpoint import runc_init_inside
 from sandbox.docker._exec_gate import ExecGate
-from sandbox.docker._host_kill import ContainerCgroup, _targets, find_container_cgroup
+from sandbox.docker._host import ContainerCgroup, find_container_cgroup, read_process, read_stat
+from sandbox.docker._host_kill import _targets
 
 MARK = b"SANDBOX_EXEC_ID=abc"
 
@@ -166,3 +168,57 @@ def test_a_kill_freezes_only_when_the_starts_settled(
                                      proc=tmp_path / "proc") is True
     # Each round that freezes thaws again (the last round's look finds none left).
     assert writes == (["FROZEN", "THAWED"] * 2 if freeze else [])
+
+
+def test_the_pools_listing_walks_cgroups_the_container_made(tmp_path: Path) -> None:
+    """A process moved into a sub-cgroup leaves the top cgroup.procs: the pool's reset must
+    still find it (`tree_pids`); the kill's `pids` reads the top listing only."""
+    cg = fake(tmp_path, {10: (5, "S", b""), 11: (10, "S", b"")})
+    (tmp_path / "cg" / "hide" / "deeper").mkdir(parents=True)
+    (tmp_path / "cg" / "hide" / "deeper" / "cgroup.procs").write_text("12\n")
+    assert cg.tree_pids() == {10, 11, 12}
+    assert cg.pids() == [10, 11]
+
+
+def test_a_v2_freeze_counts_only_once_the_kernel_reports_it(tmp_path: Path) -> None:
+    base = tmp_path / "cg"
+    base.mkdir()
+    (base / "cgroup.freeze").write_text("0\n")
+    (base / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    cg = ContainerCgroup(procs=base / "cgroup.procs", freeze=base / "cgroup.freeze", v2=True)
+    with cg.hold_frozen(0.05) as frozen:  # asked, but the kernel never says frozen
+        assert not frozen and (base / "cgroup.freeze").read_text() == "1"
+    assert (base / "cgroup.freeze").read_text() == "0"  # thawed after
+    (base / "cgroup.events").write_text("populated 1\nfrozen 1\n")
+    with cg.hold_frozen(0.05) as frozen:
+        assert frozen
+
+
+def test_a_v2_freeze_the_kernel_has_not_reported_reads_as_freezing(tmp_path: Path) -> None:
+    """The kill's wait and FreezeWatch read state(): on v2 an asked-for freeze is not yet a
+    freeze (as v1's FREEZING), so a stuck one is seen there too."""
+    base = tmp_path / "cg"
+    base.mkdir()
+    (base / "cgroup.freeze").write_text("1\n")
+    (base / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    cg = ContainerCgroup(procs=base / "cgroup.procs", freeze=base / "cgroup.freeze", v2=True)
+    assert cg.state() == "FREEZING"
+    (base / "cgroup.events").write_text("populated 1\nfrozen 1\n")
+    assert cg.state() == "FROZEN"
+    (base / "cgroup.freeze").write_text("0\n")
+    assert cg.state() == "THAWED"
+
+
+def test_a_host_process_is_read_with_its_ids_and_command_line(tmp_path: Path) -> None:
+    fake(tmp_path, {10: (5, "S", b"")})
+    proc = tmp_path / "proc"
+    (proc / "10" / "status").write_text("Name:\tsh\nUid:\t0\t0\t0\t0\nGid:\t1\t1\t1\t1\n"
+                                        "Groups:\t2 3\n")
+    (proc / "10" / "cmdline").write_bytes(b"sleep\x003600\x00")
+    got = read_process(10, proc)
+    assert got is not None and (got.ppid, got.start, got.cmdline) == (5, 1010,
+                                                                      b"sleep\x003600\x00")
+    assert got.identity.is_root and got.identity.groups == {2, 3}
+    st = read_stat(10, proc)
+    assert st is not None and st.comm == "some (name)" and not st.zombie
+    assert read_process(11, proc) is None and read_stat(11, proc) is None  # gone
