@@ -358,7 +358,8 @@ class Session:
         self._running = run
         assert shell.proc is not None
         try:
-            await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader))
+            await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader,
+                                                   token=run.token))
             if reader:
                 # Even when the command is done: the reader waits for its end line.
                 with anyio.move_on_after(READER_START):
@@ -521,6 +522,9 @@ class Session:
         errors: list[str] = []
         if run.kill_reason:
             errors.append(run.kill_reason)
+        if run.forged:
+            errors.append("the command's end marker was not the one its shell prints (written "
+                          "by another process?); its exit status is unknown")
         exit_code = run.status
         sig = ""
         if run.shell_lost:
