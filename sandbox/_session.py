@@ -17,6 +17,7 @@ command starts a new shell, or raises `SessionClosed` when the session was opene
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import secrets
 import time
@@ -33,8 +34,9 @@ from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, KillFailed, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
 from ._output import LazyText
-from ._policy import seconds
+from ._policy import is_root, seconds
 from ._session_run import Callback, SessionJob, _check_wait, _Run, _Shell
+from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
@@ -50,6 +52,8 @@ from ._tasks import first_of, single_errors
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
+
+log = logging.getLogger("sandbox.session")
 
 __all__ = ["Callback", "Session", "SessionJob", "head_tail"]
 
@@ -113,6 +117,7 @@ class Session:
         self._spec: ProcessSpec | None = None
         self._lost = ""  # how the last shell ended under a command, until a new one starts
         self._last_nonce = ""  # the previous command's marker nonce
+        self._guarded = False
 
     # -- public ------------------------------------------------------------------------------
 
@@ -125,6 +130,18 @@ class Session:
     def shell(self) -> str:
         """Which shell runs: "bash", or "sh" (the image's POSIX shell)."""
         return self._kind
+
+    @property
+    def guarded(self) -> bool:
+        """True when no other process of the sandbox can open the shell's input and output
+        (so none can forge a result; the command itself still can): the shell runs from a
+        root-owned copy its user cannot read, and was checked to be closed when it started.
+
+        False when the sandbox user is root, on backends that cannot run a command as root
+        (process, Kubernetes: the copy is then the user's own, which it could replace), on
+        runtimes that cannot run an unreadable program (gVisor), and with ``shell=``.
+        """
+        return self._guarded
 
     @property
     def alive(self) -> bool:
@@ -235,29 +252,57 @@ class Session:
         return self._tg
 
     async def _start_shell(self) -> _Shell:
+        """Start a shell and probe it. One that should be guarded and is not (its copy was
+        removed or replaced before it ran) is replaced once by one from a fresh copy."""
+        shell, guarded, retry = await self._try_shell(fresh=False)
+        if retry:
+            await self._stop_shell()
+            self._lost = ""
+            shell, guarded, retry = await self._try_shell(fresh=True)
+            if retry:
+                log.warning("session %s: its shell runs from a root-owned unreadable copy, yet "
+                            "its /proc entries are open to other processes", self.id)
+        self._guarded = guarded
+        return shell
+
+    async def _try_shell(self, *, fresh: bool) -> tuple[_Shell, bool, bool]:
+        """Start one shell: it, whether it is guarded, and whether it should have been."""
         tg = self._require_open()
+        copy = ShellCopy("", by_root=False)
+        if self._shell_cmd is not None:
+            argv: tuple[str, ...] = ("/bin/sh", "-c", f"exec {self._shell_cmd}",
+                                     "sandbox-session")
+        else:
+            copy = await guarded_shell(self._sandbox, self._backend, fresh=fresh)
+            argv = (shell_argv(copy.path) if copy.path
+                    else ("/bin/sh", "-c", AUTO_SHELL, "sandbox-session"))
+        spec = self._sandbox._plan(Command.argv(list(argv)))
+        # The shell itself has no time limit and keeps no output: each command has its own.
+        self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
+                                  max_output_bytes=0, stdin=None)
+        # Guarded only from a root-owned copy the sandbox user (not root) could not replace
+        # by a program that lies to the probe.
+        sealed = copy.by_root and bool(spec.user) and not is_root(spec.user)
         self._shells += 1
         shell = _Shell(self._shells)
-        if self._spec is None:
-            script = AUTO_SHELL if self._shell_cmd is None else f"exec {self._shell_cmd}"
-            spec = self._sandbox._plan(Command.argv(["/bin/sh", "-c", script, "sandbox-session"]))
-            # The shell itself has no time limit and keeps no output: each command has its own.
-            self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
-                                      max_output_bytes=0, stdin=None)
-        spec = attrs.evolve(self._spec, workdir=self._cwd)
-        await tg.start(self._hold, shell, spec)
+        await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
         await shell.proc.write_stdin(SETUP + exit_trap(shell.nonce))
-        probe = await self._begin_on(shell, 'printf %s "${BASH_VERSION:+bash}"', measure=False)
+        probe = await self._begin_on(shell, 'printf %s "${BASH_VERSION:+bash}"' + GUARD_PROBE,
+                                     measure=False)
         result = await self._finish(probe, "", 30.0, None, audit=False)
         if probe.shell_lost:
+            if copy.path and not fresh:  # the copy is gone or broken: try a fresh one
+                return shell, False, True
             if shell.error is not None:
                 raise shell.error
             raise SessionClosed("the session's shell ended as it started",
                                 details=f"{probe.shell_lost}; output: {result.combined}")
-        self._kind = "bash" if result.stdout == "bash" else "sh"
-        return shell
+        kind, _, guard = result.stdout.partition(":")
+        self._kind = "bash" if kind == "bash" else "sh"
+        closed = ":" + guard == GUARDED
+        return shell, sealed and closed, sealed and not closed
 
     async def _hold(self, shell: _Shell, spec: ProcessSpec, *,
                     task_status: TaskStatus[None]) -> None:
