@@ -66,17 +66,35 @@ READER_START = 30.0
 #: Characters of output a `SessionJob` keeps for a model between two looks (head and tail).
 DEFAULT_KEEP_CHARS = 16_000
 
-# POSIX sh: STOP then KILL every process whose environment holds the marker, until none is
-# left. Unlike the exec sweep it never kills a process group: the shell shares the group of
-# the commands it runs, and must live on.
-_SWEEP_SH = r"""m="$1"; i=0
+# POSIX sh: STOP then KILL every process whose environment holds the marker ($1), until none
+# is left. Unlike the exec sweep it never kills a process group: the shell shares the group of
+# the commands it runs, and must live on. A shell from an unreadable copy is non-dumpable, and
+# so are its children that run no readable program (busybox runs its applets from
+# /proc/self/exe): their environment is closed, so one that descends from the shell ($2) is
+# taken too. With $1 empty: the shell's process group and all it started, and the shell itself
+# if $3 says it still runs (a pid in use as a group id is never reused; the shell's own may be).
+_SWEEP_SH = r"""m="$1"; shell="$2"; alive="$3"; i=0
 while [ $i -lt 100 ]; do
   pids=""
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     [ "$p" = "$$" ] && continue
-    e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || continue
-    case "$e" in *"$m"*) pids="$pids $p";; esac
+    read -r st < "$d/stat" 2>/dev/null || continue
+    set -- ${st##*) }
+    if [ -z "$m" ] && { [ "$p$alive" = "${shell}1" ] || [ "$3" = "$shell" ]; }; then
+      pids="$pids $p"; continue
+    fi
+    [ "$p" = "$shell" ] && continue
+    if [ -n "$m" ] && e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null); then
+      case "$e" in *"$m"*) pids="$pids $p";; esac
+      continue
+    fi
+    q=$2; n=0
+    while [ -n "$shell" ] && [ $n -lt 64 ] && [ "$q" -gt 1 ] 2>/dev/null; do
+      [ "$q" = "$shell" ] && { pids="$pids $p"; break; }
+      read -r st < "/proc/$q/stat" 2>/dev/null || break
+      set -- ${st##*) }; q=$2; n=$((n+1))
+    done
   done
   [ -z "$pids" ] && exit 0
   kill -STOP $pids 2>/dev/null; kill -KILL $pids 2>/dev/null
@@ -289,8 +307,8 @@ class Session:
         self._shell = shell
         assert shell.proc is not None
         await shell.proc.write_stdin(SETUP + exit_trap(shell.nonce))
-        probe = await self._begin_on(shell, 'printf %s "${BASH_VERSION:+bash}"' + GUARD_PROBE,
-                                     measure=False)
+        probe = await self._begin_on(shell, 'printf %s:%s "${BASH_VERSION:+bash}" "$$"'
+                                     + GUARD_PROBE, measure=False)
         result = await self._finish(probe, "", 30.0, None, audit=False)
         if probe.shell_lost:
             if copy.path and not fresh:  # the copy is gone or broken: try a fresh one
@@ -299,8 +317,10 @@ class Session:
                 raise shell.error
             raise SessionClosed("the session's shell ended as it started",
                                 details=f"{probe.shell_lost}; output: {result.combined}")
-        kind, _, guard = result.stdout.partition(":")
+        kind, _, rest = result.stdout.partition(":")
+        pid, _, guard = rest.partition(":")
         self._kind = "bash" if kind == "bash" else "sh"
+        shell.pid = pid if pid.isdigit() and copy.path else ""
         closed = ":" + guard == GUARDED
         return shell, sealed and closed, sealed and not closed
 
@@ -353,6 +373,14 @@ class Session:
                     await shell.ended.wait()
                 return
             shell.stopping = True
+            if shell.pid and self._spec is not None:
+                # Its non-dumpable processes are closed to the backend's kill (by environment).
+                alive = "" if shell.ended.is_set() else "1"
+                sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-end", "",
+                                          shell.pid, alive), user=self._spec.user, workdir="/",
+                                    max_output_bytes=1 << 12, time_limit=30.0)
+                with contextlib.suppress(SandboxError):
+                    await self._backend.run_process(sweep)
             if shell.proc is not None:
                 with contextlib.suppress(Exception):
                     await shell.proc.kill()
@@ -544,7 +572,8 @@ class Session:
                     gone = await outside(f"{COMMAND_VAR}={run.command_id}")
             if gone is None:
                 sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-kill",
-                                          f"{COMMAND_VAR}={run.command_id}"),
+                                          f"{COMMAND_VAR}={run.command_id}", run.shell.pid,
+                                          ""),
                                     user=spec.user, workdir="/", max_output_bytes=1 << 12,
                                     time_limit=30.0)
                 with contextlib.suppress(SandboxError):

@@ -39,6 +39,7 @@ class _Shell:
         self.error: SandboxError | None = None  # why it could not run, if it never did
         self.scope = anyio.CancelScope()
         self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
+        self.pid = ""  # as it says it (in its pid namespace), when it runs from a copy
         self.stopping = False
 
     @property
