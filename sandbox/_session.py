@@ -44,6 +44,7 @@ from ._session_wire import (
     STDIN_END,
     exit_trap,
     head_tail,
+    quote,
     stdin_lines,
     wrap,
 )
@@ -307,8 +308,10 @@ class Session:
         self._shell = shell
         assert shell.proc is not None
         await shell.proc.write_stdin(SETUP + exit_trap(shell.nonce))
-        probe = await self._begin_on(shell, 'printf %s:%s "${BASH_VERSION:+bash}" "$$"'
-                                     + GUARD_PROBE, measure=False)
+        probe_cmd = 'printf %s:%s "${BASH_VERSION:+bash}" "$$"' + GUARD_PROBE
+        if copy.path and not copy.by_root:  # made for this shell alone: it runs, remove it
+            probe_cmd += f"; rm -rf {quote(copy.path.rsplit('/', 1)[0])}"
+        probe = await self._begin_on(shell, probe_cmd, measure=False)
         result = await self._finish(probe, "", 30.0, None, audit=False)
         if probe.shell_lost:
             if copy.path and not fresh:  # the copy is gone or broken: try a fresh one
