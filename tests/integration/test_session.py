@@ -331,12 +331,15 @@ fi
 if true >"/proc/$pid/fd/1"; then echo stdout-open; fi
 """
 
-#: Sandbox users a guarded session is promised to: not root, runc (gVisor cannot run an
-#: unreadable program), a writable and a read-only root.
+#: Where a session's shell is closed to other processes: a non-root user under runc (gVisor
+#: cannot run an unreadable program), a writable and a read-only root; and the process backend,
+#: where the shell's copy is the sandbox user's own (a racing process could replace it before
+#: it runs), so it is closed but not promised (``guarded`` False).
 GUARDED_PLACES = {
     "busybox-1000": {"image": IMAGE_BUSYBOX},
     "python-1000-readonly": {"image": IMAGE_PYTHON, "security": SecurityPolicy(
         run_as_user="1000", read_only_root=True)},
+    "process-backend": {"image": IMAGE_BUSYBOX, "type": "process"},
 }
 
 
@@ -359,7 +362,9 @@ async def test_another_process_cannot_forge_a_session_result(place: str) -> None
         assert "forged" not in said and "stdout-open" not in said, said
         assert "Permission denied" in said
         assert (await sb.execute_command("cat /tmp/ran")).stdout == "ran\n"
-        assert sh.guarded
+        assert sh.guarded == (place != "process-backend")
+        left = await sb.execute_command("ls -a /tmp /dev")  # a copy of its own is removed
+        assert ".sandbox-session" not in left.stdout or place != "process-backend"
 
 
 async def test_a_root_sandbox_user_is_not_promised_a_guarded_session() -> None:
