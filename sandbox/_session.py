@@ -1,7 +1,9 @@
 """Sessions: one long-lived shell per session, commands at about the cost of a pipe write.
 
 A `Session` starts one shell process through the backend's ``open_process`` (one exec on
-Docker) and feeds it one line per command (``_session_wire``). The shell prints end markers
+Docker) and feeds it one line per command (``_session_wire``). The shell runs from an
+unreadable copy (``_session_shell``), so other processes of the sandbox user cannot open its
+input or output through /proc. The shell prints end markers
 holding a fresh nonce when the command is done, so completion is an event: no polling, no
 second round trip. State persists as in a terminal (``cd``, ``export``, functions, aliases).
 
