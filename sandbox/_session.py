@@ -1,7 +1,9 @@
 """Sessions: one long-lived shell per session, commands at about the cost of a pipe write.
 
 A `Session` starts one shell process through the backend's ``open_process`` (one exec on
-Docker) and feeds it one line per command (``_session_wire``). The shell prints end markers
+Docker) and feeds it one line per command (``_session_wire``). The shell runs from an
+unreadable copy (``_session_shell``), so other processes of the sandbox user cannot open its
+input or output through /proc. The shell prints end markers
 holding a fresh nonce when the command is done, so completion is an event: no polling, no
 second round trip. State persists as in a terminal (``cd``, ``export``, functions, aliases).
 
@@ -17,6 +19,7 @@ command starts a new shell, or raises `SessionClosed` when the session was opene
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import secrets
 import time
@@ -33,8 +36,9 @@ from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, KillFailed, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
 from ._output import LazyText
-from ._policy import seconds
+from ._policy import is_root, seconds
 from ._session_run import Callback, SessionJob, _check_wait, _Run, _Shell
+from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
@@ -42,6 +46,7 @@ from ._session_wire import (
     STDIN_END,
     exit_trap,
     head_tail,
+    quote,
     stdin_lines,
     wrap,
 )
@@ -50,6 +55,8 @@ from ._tasks import first_of, single_errors
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
+
+log = logging.getLogger("sandbox.session")
 
 __all__ = ["Callback", "Session", "SessionJob", "head_tail"]
 
@@ -62,17 +69,35 @@ READER_START = 30.0
 #: Characters of output a `SessionJob` keeps for a model between two looks (head and tail).
 DEFAULT_KEEP_CHARS = 16_000
 
-# POSIX sh: STOP then KILL every process whose environment holds the marker, until none is
-# left. Unlike the exec sweep it never kills a process group: the shell shares the group of
-# the commands it runs, and must live on.
-_SWEEP_SH = r"""m="$1"; i=0
+# POSIX sh: STOP then KILL every process whose environment holds the marker ($1), until none
+# is left. Unlike the exec sweep it never kills a process group: the shell shares the group of
+# the commands it runs, and must live on. A shell from an unreadable copy is non-dumpable, and
+# so are its children that run no readable program (busybox runs its applets from
+# /proc/self/exe): their environment is closed, so one that descends from the shell ($2) is
+# taken too. With $1 empty: the shell's process group and all it started, and the shell itself
+# if $3 says it still runs (a pid in use as a group id is never reused; the shell's own may be).
+_SWEEP_SH = r"""m="$1"; shell="$2"; alive="$3"; i=0
 while [ $i -lt 100 ]; do
   pids=""
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     [ "$p" = "$$" ] && continue
-    e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || continue
-    case "$e" in *"$m"*) pids="$pids $p";; esac
+    read -r st < "$d/stat" 2>/dev/null || continue
+    set -- ${st##*) }
+    if [ -z "$m" ] && { [ "$p$alive" = "${shell}1" ] || [ "$3" = "$shell" ]; }; then
+      pids="$pids $p"; continue
+    fi
+    [ "$p" = "$shell" ] && continue
+    if [ -n "$m" ] && e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null); then
+      case "$e" in *"$m"*) pids="$pids $p";; esac
+      continue
+    fi
+    q=$2; n=0
+    while [ -n "$shell" ] && [ $n -lt 64 ] && [ "$q" -gt 1 ] 2>/dev/null; do
+      [ "$q" = "$shell" ] && { pids="$pids $p"; break; }
+      read -r st < "/proc/$q/stat" 2>/dev/null || break
+      set -- ${st##*) }; q=$2; n=$((n+1))
+    done
   done
   [ -z "$pids" ] && exit 0
   kill -STOP $pids 2>/dev/null; kill -KILL $pids 2>/dev/null
@@ -113,6 +138,7 @@ class Session:
         self._spec: ProcessSpec | None = None
         self._lost = ""  # how the last shell ended under a command, until a new one starts
         self._last_nonce = ""  # the previous command's marker nonce
+        self._guarded = False
 
     # -- public ------------------------------------------------------------------------------
 
@@ -125,6 +151,18 @@ class Session:
     def shell(self) -> str:
         """Which shell runs: "bash", or "sh" (the image's POSIX shell)."""
         return self._kind
+
+    @property
+    def guarded(self) -> bool:
+        """True when no other process of the sandbox can open the shell's input and output
+        (so none can forge a result; the command itself still can): the shell runs from a
+        root-owned copy its user cannot read, and was checked to be closed when it started.
+
+        False when the sandbox user is root, on backends that cannot run a command as root
+        (process, Kubernetes: the copy is then the user's own, which it could replace), on
+        runtimes that cannot run an unreadable program (gVisor), and with ``shell=``.
+        """
+        return self._guarded
 
     @property
     def alive(self) -> bool:
@@ -235,29 +273,61 @@ class Session:
         return self._tg
 
     async def _start_shell(self) -> _Shell:
+        """Start a shell and probe it. One that should be guarded and is not (its copy was
+        removed or replaced before it ran) is replaced once by one from a fresh copy."""
+        shell, guarded, retry = await self._try_shell(fresh=False)
+        if retry:
+            await self._stop_shell()
+            self._lost = ""
+            shell, guarded, retry = await self._try_shell(fresh=True)
+            if retry:
+                log.warning("session %s: its shell runs from a root-owned unreadable copy, yet "
+                            "its /proc entries are open to other processes", self.id)
+        self._guarded = guarded
+        return shell
+
+    async def _try_shell(self, *, fresh: bool) -> tuple[_Shell, bool, bool]:
+        """Start one shell: it, whether it is guarded, and whether it should have been."""
         tg = self._require_open()
+        copy = ShellCopy("", by_root=False)
+        if self._shell_cmd is not None:
+            argv: tuple[str, ...] = ("/bin/sh", "-c", f"exec {self._shell_cmd}",
+                                     "sandbox-session")
+        else:
+            copy = await guarded_shell(self._sandbox, self._backend, fresh=fresh)
+            argv = (shell_argv(copy.path) if copy.path
+                    else ("/bin/sh", "-c", AUTO_SHELL, "sandbox-session"))
+        spec = self._sandbox._plan(Command.argv(list(argv)))
+        # The shell itself has no time limit and keeps no output: each command has its own.
+        self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
+                                  max_output_bytes=0, stdin=None)
+        # Guarded only from a root-owned copy the sandbox user (not root) could not replace
+        # by a program that lies to the probe.
+        sealed = copy.by_root and bool(spec.user) and not is_root(spec.user)
         self._shells += 1
         shell = _Shell(self._shells)
-        if self._spec is None:
-            script = AUTO_SHELL if self._shell_cmd is None else f"exec {self._shell_cmd}"
-            spec = self._sandbox._plan(Command.argv(["/bin/sh", "-c", script, "sandbox-session"]))
-            # The shell itself has no time limit and keeps no output: each command has its own.
-            self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
-                                      max_output_bytes=0, stdin=None)
-        spec = attrs.evolve(self._spec, workdir=self._cwd)
-        await tg.start(self._hold, shell, spec)
+        await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
         await shell.proc.write_stdin(SETUP + exit_trap(shell.nonce))
-        probe = await self._begin_on(shell, 'printf %s "${BASH_VERSION:+bash}"', measure=False)
+        probe_cmd = 'printf %s:%s "${BASH_VERSION:+bash}" "$$"' + GUARD_PROBE
+        if copy.path and not copy.by_root:  # made for this shell alone: it runs, remove it
+            probe_cmd += f"; rm -rf {quote(copy.path.rsplit('/', 1)[0])}"
+        probe = await self._begin_on(shell, probe_cmd, measure=False)
         result = await self._finish(probe, "", 30.0, None, audit=False)
         if probe.shell_lost:
+            if copy.path and not fresh:  # the copy is gone or broken: try a fresh one
+                return shell, False, True
             if shell.error is not None:
                 raise shell.error
             raise SessionClosed("the session's shell ended as it started",
                                 details=f"{probe.shell_lost}; output: {result.combined}")
-        self._kind = "bash" if result.stdout == "bash" else "sh"
-        return shell
+        kind, _, rest = result.stdout.partition(":")
+        pid, _, guard = rest.partition(":")
+        self._kind = "bash" if kind == "bash" else "sh"
+        shell.pid = pid if pid.isdigit() and copy.path else ""
+        closed = ":" + guard == GUARDED
+        return shell, sealed and closed, sealed and not closed
 
     async def _hold(self, shell: _Shell, spec: ProcessSpec, *,
                     task_status: TaskStatus[None]) -> None:
@@ -308,6 +378,14 @@ class Session:
                     await shell.ended.wait()
                 return
             shell.stopping = True
+            if shell.pid and self._spec is not None:
+                # Its non-dumpable processes are closed to the backend's kill (by environment).
+                alive = "" if shell.ended.is_set() else "1"
+                sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-end", "",
+                                          shell.pid, alive), user=self._spec.user, workdir="/",
+                                    max_output_bytes=1 << 12, time_limit=30.0)
+                with contextlib.suppress(SandboxError):
+                    await self._backend.run_process(sweep)
             if shell.proc is not None:
                 with contextlib.suppress(Exception):
                     await shell.proc.kill()
@@ -358,7 +436,8 @@ class Session:
         self._running = run
         assert shell.proc is not None
         try:
-            await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader))
+            await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader,
+                                                   token=run.token))
             if reader:
                 # Even when the command is done: the reader waits for its end line.
                 with anyio.move_on_after(READER_START):
@@ -498,7 +577,8 @@ class Session:
                     gone = await outside(f"{COMMAND_VAR}={run.command_id}")
             if gone is None:
                 sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-kill",
-                                          f"{COMMAND_VAR}={run.command_id}"),
+                                          f"{COMMAND_VAR}={run.command_id}", run.shell.pid,
+                                          ""),
                                     user=spec.user, workdir="/", max_output_bytes=1 << 12,
                                     time_limit=30.0)
                 with contextlib.suppress(SandboxError):
@@ -521,6 +601,9 @@ class Session:
         errors: list[str] = []
         if run.kill_reason:
             errors.append(run.kill_reason)
+        if run.forged:
+            errors.append("the command's end marker was not the one its shell prints (written "
+                          "by another process?); its exit status is unknown")
         exit_code = run.status
         sig = ""
         if run.shell_lost:

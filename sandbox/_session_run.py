@@ -17,7 +17,7 @@ from ._backend import Process
 from ._errors import ConfigError, SandboxError, SessionClosed
 from ._models import CommandResult
 from ._output import OutputCapture, StreamName, deliver
-from ._session_wire import NONCE_LEN, MarkerScanner, head_tail, parse_end
+from ._session_wire import NONCE_LEN, MarkerScanner, head_tail, parse_end, parse_status
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -39,6 +39,7 @@ class _Shell:
         self.error: SandboxError | None = None  # why it could not run, if it never did
         self.scope = anyio.CancelScope()
         self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
+        self.pid = ""  # as it says it (in its pid namespace), when it runs from a copy
         self.stopping = False
 
     @property
@@ -54,6 +55,7 @@ class _Run:
                  keep_chars: int) -> None:
         self.shell = shell
         self.nonce = secrets.token_hex(NONCE_LEN // 2)
+        self.token = secrets.token_hex(NONCE_LEN // 2)  # says status 0 (see _session_wire)
         self.command_id = secrets.token_hex(12)
         stale = (session._last_nonce,)  # its markers may still come, printed twice
         session._last_nonce = self.nonce
@@ -74,6 +76,7 @@ class _Run:
         self.kill_confirmed = False  # the kill saw none of its processes left
         self.status = -1
         self.got_end = False
+        self.forged = False  # an end marker with the nonce but not as the wrapper prints it
         self.cwd = session.cwd
         self.subshell = False  # the command ran in a subshell (its cd does not persist)
         self.last_output = time.monotonic()
@@ -98,13 +101,16 @@ class _Run:
             kind = payload[:1]
             if kind == b"r":
                 self.ready.set()
-            elif kind == b"x" and not self.got_end:
+            elif kind in (b"o", b"x") and not self.got_end:
                 # The first: a command fed stdin has its markers printed twice, and the
                 # second pair carries the status of the marker printing, not the command's.
                 self.got_end = True
-                self.status, self.cwd = parse_end(payload)
+                status, self.cwd = parse_end(payload, self.token)
+                self.forged = status is None
+                self.status = -1 if status is None else status
             elif kind == b"q":
-                self.quit_code = parse_end(b"x" + payload[1:] + b":")[0]
+                quit_code = parse_status(payload[1:])
+                self.quit_code = -1 if quit_code is None else quit_code
         if self.scanners["stdout"].ended and self.scanners["stderr"].ended:
             if self.quit_code is not None and not self.got_end:
                 self.shell.exit_code = self.quit_code

@@ -4,10 +4,18 @@ Each command is one line fed to a long-lived shell. After the command the shell 
 marker on stdout (carrying the exit status and the working directory) and one on stderr; a
 marker is ``\\x1eSBX`` + a fresh random nonce + ``:`` + payload + NUL. The shell renders the
 marker with ``printf`` from octal escapes, so the wrapper's own text (visible with ``set -x``
-or ``set -v``) never contains the marker bytes, and a command cannot know the nonce of its own
-marker: output imitating a marker is output. Both streams carry a marker because the engine
-copies stdout and stderr separately: only the marker on a stream says that stream's output of
-the command is all in.
+or ``set -v``) never contains the marker bytes: output imitating a marker is output. Both
+streams carry a marker because the engine copies stdout and stderr separately: only the
+marker on a stream says that stream's output of the command is all in. Status 0 is said with
+a second secret of the command (``o`` + token), any other status by its number (``x``), so a
+process that reads markers off a stdout it shares (a child of the command holds it) cannot
+turn a failure into a success.
+
+What this does not stop: the command runs in that shell and may change it (functions named
+like the wrapper's builtins, a DEBUG trap, ``set -v``, a background subshell reading the
+shell's input), so it can forge its own result and those of later commands in the same shell.
+Other processes cannot: the shell's input, where the nonces travel, is closed to them
+(``_session_shell``).
 
 A command given stdin reads it through a pipe from a small reader the shell forks, which takes
 the input from the shell's own stdin as lines of ``printf`` formats (``#`` + escapes, a comment
@@ -17,6 +25,7 @@ with EOF for the command while the session's stdin stays open.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from typing import Final, Literal
 
@@ -77,12 +86,15 @@ def stdin_lines(data: bytes) -> Iterator[str]:
         yield "#" + printf_format(data[off : off + STDIN_LINE]) + "\n"
 
 
-def _end_markers(nonce: str) -> str:
-    return (f"printf '{_MARK_FMT}{nonce}:x%d:%s\\000' \"$?\" \"$PWD\"; "
+def _end_markers(nonce: str, token: str) -> str:
+    # Status 0 is said with ``token`` (``o``), any other with its number (``x``): a process
+    # that reads a failing command's marker off a shared stdout learns no way to say success.
+    return (f"case $? in 0) printf '{_MARK_FMT}{nonce}:o{token}:%s\\000' \"$PWD\";; "
+            f"*) printf '{_MARK_FMT}{nonce}:x%d:%s\\000' \"$?\" \"$PWD\";; esac; "
             f"printf '{_MARK_FMT}{nonce}:e\\000' >&2")
 
 
-def wrap(command: str, nonce: str, command_id: str, *, reader: bool) -> str:
+def wrap(command: str, nonce: str, command_id: str, *, reader: bool, token: str) -> str:
     """The line that runs ``command`` in the shell itself and then prints its end markers.
 
     ``command eval`` keeps a syntax error from ending a POSIX shell. Without ``reader`` the
@@ -93,7 +105,7 @@ def wrap(command: str, nonce: str, command_id: str, *, reader: bool) -> str:
     setup = f"{COMMAND_VAR}={command_id}; export {COMMAND_VAR}; "
     body = f"command eval {quote(command + chr(10))}"
     if not reader:
-        return f"{setup}{body} </dev/null; {_end_markers(nonce)}\n"
+        return f"{setup}{body} </dev/null; {_end_markers(nonce, token)}\n"
     feeder = (
         "{ trap '' PIPE; "
         f"printf '{_MARK_FMT}{nonce}:r\\000' >&2; "
@@ -102,8 +114,8 @@ def wrap(command: str, nonce: str, command_id: str, *, reader: bool) -> str:
     )
     # The markers again after the pipeline: under a POSIX sh the command runs in a subshell,
     # and an ``exit`` there skips the inner ones. Seen twice, the second pair is dropped.
-    return (f"{setup}{feeder} | {{ {body}; {_end_markers(nonce)}; }}; "
-            f"{_end_markers(nonce)}\n")
+    return (f"{setup}{feeder} | {{ {body}; {_end_markers(nonce, token)}; }}; "
+            f"{_end_markers(nonce, token)}\n")
 
 
 class MarkerScanner:
@@ -159,7 +171,7 @@ class MarkerScanner:
             if nonce in self._own:
                 payload = buf[at + plen : end]
                 marks.append(payload)
-                if payload[:1] in (b"x", b"e", b"q", b"Q"):
+                if payload[:1] in (b"o", b"x", b"e", b"q", b"Q"):
                     self.ended = True  # later output is not the command's; a late r counts
             pos = search = end + 1
         return out, marks
@@ -186,14 +198,27 @@ class MarkerScanner:
         return held
 
 
-def parse_end(payload: bytes) -> tuple[int, str]:
-    """The exit status and working directory from an ``x`` marker's payload."""
-    status, _, cwd = payload[1:].partition(b":")
-    try:
-        code = int(status)
-    except ValueError:
-        code = -1
+def parse_end(payload: bytes, token: str) -> tuple[int | None, str]:
+    """The exit status and working directory from an ``o`` or ``x`` marker's payload.
+
+    The status is None when the marker is not one the wrapper prints: ``o`` without the
+    command's ``token``, ``x`` with status 0 or no number (someone else wrote it).
+    """
+    word, _, cwd = payload[1:].partition(b":")
+    code: int | None
+    if payload[:1] == b"o":
+        code = 0 if secrets.compare_digest(word, token.encode()) else None
+    else:
+        code = parse_status(word)
+        code = None if code == 0 else code
     return code, cwd.decode("utf-8", errors="replace")
+
+
+def parse_status(word: bytes) -> int | None:
+    """A status as the shell prints it (``%d``), or None if it is not one."""
+    if not word.isdigit() or len(word) > 3:
+        return None
+    return int(word)
 
 
 def head_tail(text: str, limit: int) -> str:

@@ -309,3 +309,66 @@ async def test_bad_arguments_are_refused() -> None:
             await sh.run("true", timeout=-1)
         with pytest.raises(ConfigError, match="yield_after"):
             await sh.start("true", yield_after=float("nan"))
+
+
+#: Another process of the sandbox user, as the agent would leave it: stop the session's shell,
+#: take the next command line off its stdin (/proc/<pid>/fd/0), never let it run, and answer
+#: with fake output and markers for it on the shell's stdout and stderr (fd/1, fd/2).
+FORGER = r"""pid=$1
+trap 'kill -CONT "$pid"' EXIT
+kill -STOP "$pid"
+echo stopped
+if line=$(head -n 2 "/proc/$pid/fd/0"); then
+  rest=${line#*036SBX}; n=${rest%%:*}
+  case $rest in
+    *":o"*) t=${rest#*:o}; end="o${t%%:*}:/forged";;
+    *) end="x0:/forged";;
+  esac
+  printf "42 passed\n\036SBX%s:%s\000" "$n" "$end" >"/proc/$pid/fd/1"
+  printf "\036SBX%s:e\000" "$n" >"/proc/$pid/fd/2"
+  echo forged
+fi
+if true >"/proc/$pid/fd/1"; then echo stdout-open; fi
+"""
+
+#: Where a session's shell is closed to other processes: a non-root user under runc (gVisor
+#: cannot run an unreadable program), a writable and a read-only root; and the process backend,
+#: where the shell's copy is the sandbox user's own (a racing process could replace it before
+#: it runs), so it is closed but not promised (``guarded`` False).
+GUARDED_PLACES = {
+    "busybox-1000": {"image": IMAGE_BUSYBOX},
+    "python-1000-readonly": {"image": IMAGE_PYTHON, "security": SecurityPolicy(
+        run_as_user="1000", read_only_root=True)},
+    "process-backend": {"image": IMAGE_BUSYBOX, "type": "process"},
+}
+
+
+@pytest.mark.parametrize("place", sorted(GUARDED_PLACES))
+async def test_another_process_cannot_forge_a_session_result(place: str) -> None:
+    """The issue-26 reproduction: a process started beside the session (here by an exec)
+    steals the grader's next command off the shell's stdin and writes fake output with valid
+    markers. The shell's /proc entries are closed to it, so the command runs and its own
+    status comes back."""
+    async with box(**GUARDED_PLACES[place]) as sb, sb.session() as sh:  # type: ignore[arg-type]
+        pid = (await sh.run("echo $$")).stdout.strip()
+        async with sb.stream_command(["/bin/sh", "-c", FORGER, "forger", pid]) as forger:
+            async for chunk in forger:  # the shell is stopped: the next line waits for it
+                if chunk.stream == "stdout" and chunk.data.startswith(b"stopped"):
+                    break
+            with anyio.fail_after(60):
+                r = await sh.run("echo ran > /tmp/ran; false")
+            said = (await forger.wait()).combined
+        assert r.exit_code == 1 and not r.success and r.stdout == "" and sh.cwd != "/forged"
+        assert "forged" not in said and "stdout-open" not in said, said
+        assert "Permission denied" in said
+        assert (await sb.execute_command("cat /tmp/ran")).stdout == "ran\n"
+        assert sh.guarded == (place != "process-backend")
+        left = await sb.execute_command("ls -a /tmp /dev")  # a copy of its own is removed
+        assert ".sandbox-session" not in left.stdout or place != "process-backend"
+
+
+async def test_a_root_sandbox_user_is_not_promised_a_guarded_session() -> None:
+    """Root in the sandbox owns the shell's copy and could replace it: never ``guarded``."""
+    async with box(security=SecurityPolicy(run_as_user="root")) as sb, sb.session() as sh:
+        assert not sh.guarded
+        assert (await sh.run("echo ok")).stdout == "ok\n"

@@ -22,6 +22,7 @@ from sandbox._session_wire import (
 
 NONCE = "0123456789abcdef0123456789abcdef"
 OTHER = "fedcba9876543210fedcba9876543210"
+TOKEN = "00112233445566778899aabbccddeeff"
 
 
 def scan(chunks: list[bytes], nonce: str = NONCE) -> tuple[bytes, list[bytes], bool, int]:
@@ -77,8 +78,16 @@ def test_held_bytes_come_back_on_flush() -> None:
 
 
 def test_parse_end() -> None:
-    assert parse_end(b"x0:/work space/x:y") == (0, "/work space/x:y")
-    assert parse_end(b"xbad:/") == (-1, "/")
+    assert parse_end(b"x3:/work space/x:y", TOKEN) == (3, "/work space/x:y")
+    assert parse_end(b"o" + TOKEN.encode() + b":/a:b", TOKEN) == (0, "/a:b")
+
+
+@pytest.mark.parametrize("payload", [b"x0:/", b"xbad:/", b"x:/", b"x-1:/", b"x1234:/",
+                                     b"o:/", b"o" + NONCE.encode() + b":/", b"o0:/"])
+def test_an_end_marker_the_wrapper_never_prints_has_no_status(payload: bytes) -> None:
+    """Success is said only with the command's token: whoever read a failing command's
+    marker off a shared stdout (nonce and all) cannot rewrite it to say 0."""
+    assert parse_end(payload, TOKEN)[0] is None
 
 
 @pytest.mark.parametrize("data", [bytes(range(256)), b"-n %s %% \\ ' \" \n", b""])
@@ -99,7 +108,8 @@ def test_stdin_lines_are_comments_and_the_end_a_no_op() -> None:
 
 def test_wrapper_runs_in_the_shell_and_marks_both_streams() -> None:
     """A real sh runs the wrapped line: the output is split by the scanner as designed."""
-    line = wrap("cd /tmp; echo 'it''s'; echo err >&2; (exit 4)", NONCE, "cid", reader=False)
+    line = wrap("cd /tmp; echo 'it''s'; echo err >&2; (exit 4)", NONCE, "cid", reader=False,
+                token=TOKEN)
     done = subprocess.run(["sh"], input=line.encode() + b"echo after-marker\n",
                           capture_output=True, check=True)
     out, marks, ended, _ = scan([done.stdout])
@@ -144,7 +154,7 @@ def test_stale_markers_are_dropped_silently() -> None:
 
 
 def test_pipeline_wrapper_marks_even_when_the_command_exits_its_subshell() -> None:
-    line = wrap("exit 5", NONCE, "cid", reader=True)
+    line = wrap("exit 5", NONCE, "cid", reader=True, token=TOKEN)
     done = subprocess.run(["sh"], input=line.encode() + b":\n", capture_output=True, check=True)
     _, marks, ended, _ = scan([done.stdout])
     assert marks[:1] == [b"x5:" + str(Path.cwd()).encode()] and ended
@@ -160,3 +170,14 @@ def test_exit_trap_marks_both_streams_with_the_status() -> None:
     assert marks == [b"q4"] and scanner.ended
     err = MarkerScanner(NONCE, shell=OTHER)
     assert err.feed(done.stderr)[1] == [b"Q"] and err.ended
+
+
+@pytest.mark.parametrize("command", ["true", "cd /tmp"])
+def test_status_zero_is_said_with_the_token(command: str) -> None:
+    """Checked with the host's sh: a command ending with 0 gets an ``o`` marker, and the
+    token is in the marker, never the number."""
+    line = wrap(command, NONCE, "cid", reader=False, token=TOKEN)
+    done = subprocess.run(["sh"], input=line.encode(), capture_output=True, check=True)
+    _, marks, ended, _ = scan([done.stdout])
+    assert len(marks) == 1 and ended
+    assert parse_end(marks[0], TOKEN)[0] == 0 and marks[0].startswith(b"o" + TOKEN.encode())
