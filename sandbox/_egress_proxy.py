@@ -41,23 +41,32 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TextIO, cast
 from urllib.parse import urlsplit
 
-from ._egress import Decision, EgressPolicy, normalize_host
+from ._egress import Decision, EgressPolicy
+from ._egress_wire import (
+    CTL,
+    HELLO_LIMIT,
+    TOKEN,
+    HelloReader,
+    Request,
+    check_host_header,
+    check_server_name,
+    hello_server_name,
+    parse_head,
+    same_host,
+    split_host_port,
+)
 
-__all__ = ["BOOT", "PORT", "EgressProxy", "HelloReader", "Request", "hello_server_name",
-           "main", "parse_head"]
+__all__ = ["BOOT", "PORT", "EgressProxy", "main"]
 
 PORT = 3128
 HEAD_LIMIT = 16 * 1024
 HEAD_TIMEOUT = 30.0
 RESOLVE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 15.0
-#: A ClientHello is read whole before anything is forwarded: at most this much (one with
-#: post-quantum key shares is about 2 KiB), within this long.
-HELLO_LIMIT = 64 * 1024
+#: A ClientHello is read within this long (at most `HELLO_LIMIT` bytes).
 HELLO_TIMEOUT = 10.0
 #: Refusals (and failures) get one log line each for a burst of this many, refilled at this
 #: rate a second; past that they are counted and written as one line per rule a second.
@@ -71,19 +80,18 @@ HELLO_RETRY_RANDOM = bytes.fromhex(
     "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
 #: TLS 1.3's compatibility ChangeCipherSpec record, which may come before a second hello.
 _CCS = b"\x14\x03\x03\x00\x01\x01"
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _CTL_BYTES = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _HOP_BY_HOP = ("connection", "keep-alive", "host", "upgrade", "te", "trailer")
 
-#: Run by ``python3 -c``: makes a package of the two sources, then calls main(settings).
+#: Run by ``python3 -c``: makes a package of the three sources, then calls main(settings).
 BOOT = """\
 import sys, types
 pkg = types.ModuleType("egress"); pkg.__path__ = []; sys.modules["egress"] = pkg
-for name, src in (("egress._egress", sys.argv[1]), ("egress._egress_proxy", sys.argv[2])):
+names = ("egress._egress", "egress._egress_wire", "egress._egress_proxy")
+for name, src in zip(names, sys.argv[1:4]):
     mod = types.ModuleType(name); mod.__package__ = "egress"; sys.modules[name] = mod
     exec(compile(src, name, "exec"), mod.__dict__)
-sys.modules["egress._egress_proxy"].main(sys.argv[3])
+sys.modules["egress._egress_proxy"].main(sys.argv[4])
 """
 
 
@@ -95,228 +103,6 @@ def _emit(event: Mapping[str, Any]) -> None:
     repeats a line at each rotation (measured on 20.10), and the SDK drops repeats by it."""
     sys.stdout.write(json.dumps({**event, "seq": next(_lines)}, separators=(",", ":")) + "\n")
     sys.stdout.flush()
-
-
-def _split_host_port(text: str, default: int) -> tuple[str, int]:
-    """``host:port``, ``[v6]:port`` or a bare host; raises ValueError."""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    elif text.count(":") == 1:
-        host, _, port = text.partition(":")
-    else:
-        host, port = text, ""
-    number = int(port) if port else default
-    if not host or not 0 < number < 65536 or (port and not port.isdigit()):
-        raise ValueError(text)
-    return host, number
-
-
-@dataclass(frozen=True)
-class Request:
-    """One HTTP/1 request head, parsed strictly: what the proxy checks is what it forwards."""
-
-    method: str
-    target: str
-    version: str
-    headers: tuple[tuple[str, str], ...]
-
-    def values(self, name: str) -> list[str]:
-        """The values of every header called `name` (case-insensitive)."""
-        return [v for k, v in self.headers if k.lower() == name]
-
-    def framing(self) -> tuple[str, int]:
-        """``("chunked", 0)`` or ``("length", n)``; ValueError for what two parsers could
-        read two ways (both headers, several lengths, another transfer coding)."""
-        codings, lengths = self.values("transfer-encoding"), self.values("content-length")
-        if codings:
-            if len(codings) != 1 or codings[0].lower() != "chunked" or lengths or \
-                    self.version != "HTTP/1.1":
-                raise ValueError("Transfer-Encoding other than one 'chunked' (without "
-                                 "Content-Length, on HTTP/1.1)")
-            return "chunked", 0
-        if len(lengths) > 1 or (lengths and not re.fullmatch(r"[0-9]{1,18}", lengths[0])):
-            raise ValueError("Content-Length is not one decimal number")
-        return "length", int(lengths[0]) if lengths else 0
-
-
-def parse_head(head: bytes) -> Request:
-    """Parse a request head ending in an empty line; ValueError for anything not plainly
-    HTTP/1.0 or 1.1 (bare CR or LF, folded or spaced header names, control characters)."""
-    text = head.decode("latin-1")
-    if not text.endswith("\r\n\r\n"):
-        raise ValueError("the head does not end with an empty line")
-    lines = text[:-4].split("\r\n")
-    if any("\r" in line or "\n" in line for line in lines):
-        raise ValueError("a bare CR or LF in the head")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1] or \
-            _CTL.search(parts[1]) or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
-        raise ValueError("not an HTTP/1 request line")
-    headers = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.fullmatch(name) or _CTL.search(value):
-            raise ValueError(f"a malformed header line {line[:60]!r}")
-        headers.append((name, value.strip(" \t")))
-    return Request(parts[0], parts[1], parts[2], tuple(headers))
-
-
-def _same_host(given: str, host: str, port: int) -> bool:
-    """Whether a ``Host`` value names ``host:port`` (port 80 when it has none)."""
-    try:
-        name, number = _split_host_port(given, 80)
-        return (normalize_host(name), number) == (normalize_host(host), port)
-    except ValueError:
-        return False
-
-
-def check_host_header(request: Request, host: str, port: int) -> Decision:
-    """The request's ``Host`` must name ``host:port``, the destination checked (at most one;
-    required in a tunnel, where nothing else names the virtual host)."""
-    given = request.values("host")
-    if len(given) > 1:
-        return Decision(False, "host_header", "several Host headers")
-    if given and not _same_host(given[0], host, port):
-        return Decision(False, "host_header", f"the Host header names {given[0][:100]!r}, "
-                        f"not {host}" + ("" if port == 80 else f":{port}"))
-    return Decision(True)
-
-
-class _Cursor:
-    """Bounded reads from a TLS structure; ValueError past its end."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data, self._pos = data, 0
-
-    @property
-    def done(self) -> bool:
-        return self._pos == len(self._data)
-
-    def take(self, size: int) -> bytes:
-        if size > len(self._data) - self._pos:
-            raise ValueError("a truncated ClientHello")
-        self._pos += size
-        return self._data[self._pos - size:self._pos]
-
-    def number(self, size: int) -> int:
-        return int.from_bytes(self.take(size), "big")
-
-    def vector(self, size: int) -> bytes:
-        return self.take(self.number(size))
-
-
-def hello_server_name(body: bytes) -> str | None:
-    """The host name a ClientHello body (after the handshake header) asks for, or None.
-
-    Raises ValueError for a malformed body, a repeated extension, a server_name list that is
-    not exactly one host name, or an encrypted ClientHello (ECH, draft ESNI), whose real name
-    cannot be seen.
-    """
-    hello = _Cursor(body)
-    hello.take(2 + 32)  # legacy_version, random
-    if len(hello.vector(1)) > 32:
-        raise ValueError("a session id longer than 32 bytes")
-    suites = hello.vector(2)
-    if not suites or len(suites) % 2:
-        raise ValueError("malformed cipher suites")
-    if not hello.vector(1):
-        raise ValueError("no compression methods")
-    if hello.done:
-        return None  # no extensions at all
-    extensions = _Cursor(hello.vector(2))
-    if not hello.done:
-        raise ValueError("bytes after the extensions")
-    seen: set[int] = set()
-    name = None
-    while not extensions.done:
-        kind, data = extensions.number(2), extensions.vector(2)
-        if kind in seen:
-            raise ValueError(f"extension {kind} twice")
-        seen.add(kind)
-        if kind in (0xFE0D, 0xFFCE):
-            raise ValueError("an encrypted ClientHello (ECH) hides the server name")
-        if kind == 0:
-            outer = _Cursor(data)
-            entries = _Cursor(outer.vector(2))
-            if not outer.done:
-                raise ValueError("bytes after the server_name list")
-            names = []
-            while not entries.done:
-                name_type, value = entries.number(1), entries.vector(2)
-                if name_type != 0:
-                    raise ValueError(f"a server_name of type {name_type}")
-                names.append(value)
-            if len(names) != 1:
-                raise ValueError(f"{len(names)} host names in server_name")
-            try:
-                name = names[0].decode("ascii")
-            except UnicodeDecodeError:
-                raise ValueError("a server_name that is not ASCII") from None
-    return name
-
-
-class HelloReader:
-    """Reassembles TLS handshake records until one whole ClientHello (hostile input: only
-    handshake records, of legal sizes, whose first message is a ClientHello, all of it within
-    `HELLO_LIMIT` bytes)."""
-
-    def __init__(self) -> None:
-        #: Every byte fed, to forward as it came once the name is judged.
-        self.raw = bytearray()
-        self._pos = self.end = 0
-        self._handshake = bytearray()
-
-    def feed(self, data: bytes) -> bytes | None:
-        """Add bytes; the ClientHello body once whole, else None. ValueError if not TLS."""
-        self.raw += data
-        if self.raw and self.raw[:1] != b"\x16":
-            raise ValueError("not a TLS handshake")
-        while len(self.raw) - self._pos >= 5:
-            record = self.raw[self._pos:self._pos + 5]
-            length = int.from_bytes(record[3:5], "big")
-            if record[0] != 0x16 or record[1] != 3 or not 0 < length <= 16384 + 2048:
-                raise ValueError("not a TLS handshake record")
-            if len(self.raw) - self._pos - 5 < length:
-                break
-            self._handshake += self.raw[self._pos + 5:self._pos + 5 + length]
-            self._pos += 5 + length
-            #: Where the records read so far end (after the ClientHello's, once it is whole).
-            self.end = self._pos
-            if len(self._handshake) >= 4:
-                if self._handshake[0] != 1:
-                    raise ValueError("the first handshake message is not a ClientHello")
-                whole = 4 + int.from_bytes(self._handshake[1:4], "big")
-                if whole > HELLO_LIMIT or len(self._handshake) > whole:
-                    raise ValueError("a ClientHello too long, or followed by more handshake")
-                if len(self._handshake) == whole:
-                    return bytes(self._handshake[4:])
-        if len(self.raw) > HELLO_LIMIT:
-            raise ValueError(f"no whole ClientHello in {HELLO_LIMIT} bytes")
-        return None
-
-
-def check_server_name(name: str | None, host: str) -> Decision:
-    """The ClientHello's server name must be the tunnel's: ``host``, or none for an address."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if address is not None:
-        if name is None:
-            return Decision(True)
-        return Decision(False, "sni", f"the ClientHello names {name[:100]!r}; a tunnel to "
-                        f"the address {host} may name no server")
-    if name is None:
-        return Decision(False, "sni", f"the ClientHello names no server (SNI); a tunnel to "
-                        f"{host} must name {host}")
-    try:
-        same = normalize_host(name) == normalize_host(host)
-    except ValueError:
-        same = False
-    if not same:
-        return Decision(False, "sni", f"the ClientHello names {name[:100]!r}, not {host}")
-    return Decision(True)
 
 
 class _Throttle:
@@ -403,13 +189,13 @@ class EgressProxy:
         tunnel = request.method.upper() == "CONNECT"
         try:
             if tunnel:
-                host, port = _split_host_port(request.target, 443)
+                host, port = split_host_port(request.target, 443)
                 path = ""
             else:
                 url = urlsplit(request.target)
                 if url.scheme != "http" or not url.netloc:
                     raise ValueError(request.target)
-                host, port = _split_host_port(url.netloc.rpartition("@")[2], 80)
+                host, port = split_host_port(url.netloc.rpartition("@")[2], 80)
                 path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         except ValueError:
             await self._answer(writer, 400, "Bad Request",
@@ -516,7 +302,7 @@ class EgressProxy:
             url = urlsplit(request.target)
             if request.target.startswith("/"):
                 path = request.target
-            elif url.scheme == "http" and _same_host(url.netloc, host, port):
+            elif url.scheme == "http" and same_host(url.netloc, host, port):
                 path = (url.path or "/") + (f"?{url.query}" if url.query else "")
             else:
                 raise ValueError(f"the request's target {request.target[:100]!r} is not {host}")
@@ -565,7 +351,7 @@ class EgressProxy:
     async def _answer(writer: asyncio.StreamWriter, status: int, phrase: str, body: str, *,
                       rule: str = "") -> None:
         data = (body + "\n").encode()
-        phrase = _CTL.sub(" ", phrase)
+        phrase = CTL.sub(" ", phrase)
         extra = f"X-Sandbox-Egress-Rule: {rule}\r\n" if rule else ""
         writer.write(
             f"HTTP/1.1 {status} {phrase}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\n"
@@ -700,7 +486,7 @@ async def _copy_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
         total += len(line)
         name, colon, value = line[:-2].partition(b":")
-        if total > HEAD_LIMIT or not colon or not _TOKEN.fullmatch(name.decode("latin-1")) \
+        if total > HEAD_LIMIT or not colon or not TOKEN.fullmatch(name.decode("latin-1")) \
                 or _CTL_BYTES.search(value):
             raise ValueError("a malformed or too long trailer")
         writer.write(line)

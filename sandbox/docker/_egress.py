@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import anyio
 
-from .. import _egress, _egress_proxy
+from .. import _egress, _egress_proxy, _egress_wire
 from .._audit import Auditor
 from .._constants import (
     DEFAULT_CLEANUP_TIMEOUT,
@@ -236,7 +236,8 @@ class EgressGate:
                                     f"{info.get('Driver')} network, not a bridge")
 
     def _proxy_body(self, subnet: str) -> dict[str, Any]:
-        sources = [Path(m.__file__ or "").read_text() for m in (_egress, _egress_proxy)]
+        sources = [Path(m.__file__ or "").read_text() for m in (_egress, _egress_wire,
+                                                                    _egress_proxy)]
         settings = json.dumps({"policy": self._policy.to_json(), "client_subnet": subnet,
                                "dns_port": 53})
         host: dict[str, Any] = {

@@ -23,16 +23,13 @@ import pytest_asyncio
 
 from sandbox._egress import Decision, EgressPolicy
 from sandbox._egress_proxy import (
-    HELLO_LIMIT,
     HELLO_RETRY_RANDOM,
     LOG_BURST,
     TLS_ACCESS_DENIED,
     EgressProxy,
-    HelloReader,
     _LogLines,
-    hello_server_name,
-    parse_head,
 )
+from sandbox._egress_wire import HELLO_LIMIT, HelloReader, hello_server_name, parse_head
 
 
 @attrs.define
