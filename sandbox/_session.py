@@ -437,7 +437,7 @@ class Session:
         assert shell.proc is not None
         try:
             await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader,
-                                                   token=run.token))
+                                                   token=run.token, bash=self._kind == "bash"))
             if reader:
                 # Even when the command is done: the reader waits for its end line.
                 with anyio.move_on_after(READER_START):

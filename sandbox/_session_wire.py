@@ -94,13 +94,21 @@ def _end_markers(nonce: str, token: str) -> str:
             f"printf '{_MARK_FMT}{nonce}:e\\000' >&2")
 
 
-def wrap(command: str, nonce: str, command_id: str, *, reader: bool, token: str) -> str:
+def wrap(command: str, nonce: str, command_id: str, *, reader: bool, token: str,
+         bash: bool = False) -> str:
     """The line that runs ``command`` in the shell itself and then prints its end markers.
 
     ``command eval`` keeps a syntax error from ending a POSIX shell. Without ``reader`` the
     command's stdin is /dev/null (never the session's own stdin, which carries the commands);
     with it, a forked reader feeds the command and first prints a ``r`` marker on stderr,
     after which (and not before: dash reads its input in blocks) input lines may be sent.
+
+    Under ``bash`` (``lastpipe``) the shell parks its own stdin at fd 255 while the pipeline's
+    last part runs in it, and does not mark it close-on-exec: every program the command ran
+    inherited the session's command channel, which another process of the user could open
+    through ``/proc/<program>/fd/255`` and write commands into. ``255<&-`` closes it for the
+    part (bash saves and restores it around the redirection); POSIX sh runs that part in a
+    subshell and has no such fd, and dash cannot parse a descriptor above 9.
     """
     setup = f"{COMMAND_VAR}={command_id}; export {COMMAND_VAR}; "
     body = f"command eval {quote(command + chr(10))}"
@@ -114,7 +122,8 @@ def wrap(command: str, nonce: str, command_id: str, *, reader: bool, token: str)
     )
     # The markers again after the pipeline: under a POSIX sh the command runs in a subshell,
     # and an ``exit`` there skips the inner ones. Seen twice, the second pair is dropped.
-    return (f"{setup}{feeder} | {{ {body}; {_end_markers(nonce, token)}; }}; "
+    close = " 255<&-" if bash else ""
+    return (f"{setup}{feeder} | {{ {body}; {_end_markers(nonce, token)}; }}{close}; "
             f"{_end_markers(nonce, token)}\n")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import shlex
 
 import anyio
 import pytest
@@ -372,3 +373,33 @@ async def test_a_root_sandbox_user_is_not_promised_a_guarded_session() -> None:
     async with box(security=SecurityPolicy(run_as_user="root")) as sb, sb.session() as sh:
         assert not sh.guarded
         assert (await sh.run("echo ok")).stdout == "ok\n"
+
+
+#: Lists a program's descriptors past stdout/stderr that are pipes or sockets: what another
+#: process of the user could open through /proc/<program>/fd (the program is not guarded).
+LIST_CHANNELS = ("import os\n"
+                 "for fd in sorted(map(int, os.listdir('/proc/self/fd'))):\n"
+                 "    if fd > 2:\n"
+                 "        try: t = os.readlink(f'/proc/self/fd/{fd}')\n"
+                 "        except OSError: continue\n"
+                 "        if t.startswith(('pipe:', 'socket:')): print(fd, t)\n")
+
+
+@pytest.mark.parametrize("how", ["stdin", "start"])
+async def test_no_program_a_command_runs_holds_the_sessions_command_channel(how: str) -> None:
+    """Under bash a command fed stdin runs in the shell itself (lastpipe), which parks its
+    own stdin (the SDK's command channel) at fd 255 without close-on-exec: every program the
+    command ran carried it, and another process of the user could write commands into the
+    guarded shell through /proc/<program>/fd/255. The programs must hold no such channel."""
+    async with box(image=IMAGE_PYTHON) as sb, sb.session() as sh:
+        assert sh.shell == "bash" and sh.guarded
+        cmd = f"python3 -c {shlex.quote(LIST_CHANNELS)}"
+        if how == "stdin":
+            r = await sh.run(cmd, stdin="hi\n")
+        else:
+            job = await sh.start(cmd, yield_after=30)
+            assert not isinstance(job, SessionJob)
+            r = job
+        assert r.success, r
+        assert r.stdout == "", f"the program held: {r.stdout}"
+        assert (await sh.run("echo still")).stdout == "still\n"
