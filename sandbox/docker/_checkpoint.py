@@ -292,7 +292,15 @@ class PoolPrimitives:
         engine, container_id = self._running()
         data = await engine.query_json("inspect the sandbox", f"containers/{container_id}/json",
                                        deadline=10)
-        pid = ((data or {}).get("State") or {}).get("Pid")
+        data = data or {}
+        # A mount (an image's VOLUME, a bind, a tmpfs) is outside the engine's change list and
+        # the host view's walk (another device): what a user leaves there would reach the next.
+        mounts = [str(m.get("Destination")) for m in data.get("Mounts") or []
+                  if isinstance(m, Mapping)]
+        volumes = sorted((data.get("Config") or {}).get("Volumes") or {})
+        if mounts or volumes:
+            return f"it has mounts a reset cannot see into ({', '.join(mounts or volumes)})"
+        pid = (data.get("State") or {}).get("Pid")
         found = await anyio.to_thread.run_sync(
             lambda: HostView.find(container_id, pid if isinstance(pid, int) else 0,
                                   self.keepalive))

@@ -6,6 +6,8 @@ and reached B; now the sandbox is either reset to what a fresh one is, or replac
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -142,4 +144,34 @@ async def test_baseline_directories_come_back_as_a_fresh_sandbox_has_them(attack
             assert (await sb.execute_command(["python3", "-c", PROBE])).stdout != expected
         async with pool.acquire() as sb:
             assert (await sb.execute_command(["python3", "-c", PROBE])).stdout == expected
+    assert ours("container") == []
+
+
+VOLUME_IMAGE = "sandbox-test-pool-volume:latest"
+
+
+@pytest.fixture
+def volume_image(tmp_path: Path) -> Iterator[str]:
+    """An image like sandbox-python with a ``VOLUME /data`` everyone may write (1777)."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {IMAGE_PYTHON}\nRUN mkdir -p /data && chmod 1777 /data\nVOLUME /data\n")
+    docker_cli("build", "-q", "-t", VOLUME_IMAGE, str(tmp_path))
+    try:
+        yield VOLUME_IMAGE
+    finally:
+        docker_cli("rmi", "-f", VOLUME_IMAGE, check=False)
+
+
+async def test_an_image_volume_is_never_handed_to_the_next_user(volume_image: str) -> None:
+    """User A plants json.py in the image's VOLUME: the engine's change list omits mounts
+    and the host-side walk stays on the root's device, so a reset cannot see it."""
+    config = SandboxConfig(image=volume_image, stats_interval=0)
+    async with SandboxPool(config, min_ready=1, max_size=1, max_uses=2) as pool:
+        async with pool.acquire() as sb:
+            first = sb.id
+            plant = "echo \"print('PWNED')\" > /data/json.py && ls /data"
+            assert "json.py" in (await sb.execute_command(plant)).stdout
+        async with pool.acquire() as sb:
+            assert sb.id != first  # not reused: a volume is not the reset's to verify
+            assert "json.py" not in (await sb.execute_command("ls /data")).stdout
     assert ours("container") == []
