@@ -5,6 +5,7 @@ and reached B; now the sandbox is either reset to what a fresh one is, or replac
 
 from __future__ import annotations
 
+import logging
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import IMAGE_PYTHON, Command, Sandbox, SandboxConfig, SandboxPool
+from sandbox.docker import _checkpoint
 from tests.conftest import docker_cli, ours
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -174,4 +176,24 @@ async def test_an_image_volume_is_never_handed_to_the_next_user(volume_image: st
         async with pool.acquire() as sb:
             assert sb.id != first  # not reused: a volume is not the reset's to verify
             assert "json.py" not in (await sb.execute_command("ls /data")).stdout
+    assert ours("container") == []
+
+
+async def test_a_huge_change_list_is_not_read_whole(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """User A makes many files with long paths: the reset reads the engine's change list
+    only up to a cap (the whole list cost the SDK hundreds of MiB), and over it the
+    sandbox is replaced."""
+    caplog.set_level(logging.INFO, logger="sandbox")
+    async with SandboxPool(PYTHON, min_ready=1, max_size=1, max_uses=3) as pool:
+        async with pool.acquire() as sb:
+            first = sb.id
+            monkeypatch.setattr(_checkpoint, "MAX_CHANGES_BYTES", 64 << 10)
+            many = ("import os\nfor i in range(2000):\n"
+                    "    open('/tmp/' + 'x' * 200 + str(i), 'w').close()")
+            assert (await sb.execute_command(["python3", "-c", many])).success
+        async with pool.acquire() as sb:
+            assert sb.id != first
+            assert "x" * 200 not in (await sb.execute_command("ls /tmp")).stdout
+    assert "too many changes" in caplog.text
     assert ours("container") == []
