@@ -26,8 +26,9 @@ the engine's host, a remote engine, gVisor, another backend) is never reused: th
 replaces it after each user, as with ``max_uses=1``. Configs whose state the check cannot
 see are refused up front (`check_reusable`): tmpfs mounts, a read-only root (its writable
 places are tmpfs), a bind-mounted repository (shared with the host by design), MCP servers
-(they run for the sandbox's life) and a root sandbox user. A directory the user changed
-keeps its new mtime.
+(they run for the sandbox's life), a root sandbox user and a seccomp profile other than the
+engine's default (keyctl: the user's kernel keyring is not the reset's to clear). A
+directory the user changed keeps its new mtime.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def check_reusable(config: SandboxConfig) -> None:
         why = "security.tmpfs_paths: a tmpfs mount is invisible to the reset's check"
     elif sec.run_as_user and is_root(sec.run_as_user):
         why = "security.run_as_user: root's leftovers are not the sandbox user's to remove"
+    elif sec.seccomp_profile:
+        why = "security.seccomp_profile: a profile other than the engine's default may allow " \
+              "keyctl, and the sandbox user's kernel keyring outlives a reset"
     elif config.mcp_servers:
         why = "mcp_servers: they run for the sandbox's life, and one user could leave them " \
               "compromised for the next"
