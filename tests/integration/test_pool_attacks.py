@@ -197,3 +197,60 @@ async def test_a_huge_change_list_is_not_read_whole(monkeypatch: pytest.MonkeyPa
             assert "x" * 200 not in (await sb.execute_command("ls /tmp")).stdout
     assert "too many changes" in caplog.text
     assert ours("container") == []
+
+
+OPEN_TOOLS_IMAGE = "sandbox-test-pool-open-tools:latest"
+
+
+@pytest.fixture
+def open_tools_image(tmp_path: Path) -> Iterator[str]:
+    """An image like sandbox-python whose /usr/local/bin everyone may write (some do)."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {IMAGE_PYTHON}\nRUN chmod 777 /usr/local/bin\n")
+    docker_cli("build", "-q", "-t", OPEN_TOOLS_IMAGE, str(tmp_path))
+    try:
+        yield OPEN_TOOLS_IMAGE
+    finally:
+        docker_cli("rmi", "-f", OPEN_TOOLS_IMAGE, check=False)
+
+
+#: A chmod that, run by the reset's wipe, leaves a mark (then does chmod's work).
+FAKE_CHMOD = "#!/bin/sh\ntouch /home/sandbox/planted-chmod-ran\nexec /bin/chmod \"$@\"\n"
+
+
+async def test_a_planted_tool_is_never_run_by_the_reset(
+        open_tools_image: str, caplog: pytest.LogCaptureFixture) -> None:
+    """User A puts a chmod first on the reset's old PATH (/usr/local/bin): the wipe ran it.
+    Now the wipe's PATH holds only root's directories, and the plant is simply wiped."""
+    caplog.set_level(logging.INFO, logger="sandbox")
+    config = SandboxConfig(image=open_tools_image, stats_interval=0)
+    async with SandboxPool(config, min_ready=1, max_size=1, max_uses=3) as pool:
+        async with pool.acquire() as sb:
+            first = sb.id
+            await sb.write_file("/usr/local/bin/chmod", FAKE_CHMOD)
+            assert (await sb.execute_command("chmod +x /usr/local/bin/chmod")).success
+        async with pool.acquire() as sb:
+            assert "planted-chmod-ran" not in caplog.text, caplog.text
+            assert sb.id == first  # wiped, and reused: the plant never ran
+            ls = (await sb.execute_command("ls /usr/local/bin /home/sandbox")).stdout
+            assert "chmod" not in ls and "planted" not in ls, ls
+    assert ours("container") == []
+
+
+async def test_a_sandbox_whose_tool_directories_are_open_is_not_reused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An image whose /usr/sbin (on the reset's PATH, before /usr/bin) everyone may write:
+    A could plant a chmod there that the wipe would run, so no sandbox of it is reused."""
+    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE_PYTHON}\nRUN chmod 1777 /usr/sbin\n")
+    docker_cli("build", "-q", "-t", OPEN_TOOLS_IMAGE, str(tmp_path))
+    try:
+        config = SandboxConfig(image=OPEN_TOOLS_IMAGE, stats_interval=0)
+        async with SandboxPool(config, min_ready=1, max_size=1, max_uses=3) as pool:
+            async with pool.acquire() as sb:
+                first = sb.id
+            async with pool.acquire() as sb:
+                assert sb.id != first
+        assert "/usr/sbin, where the reset finds its tools" in caplog.text, caplog.text
+    finally:
+        docker_cli("rmi", "-f", OPEN_TOOLS_IMAGE, check=False)
+    assert ours("container") == []
