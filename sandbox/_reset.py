@@ -26,13 +26,15 @@ the engine's host, a remote engine, gVisor, another backend) is never reused: th
 replaces it after each user, as with ``max_uses=1``. Configs whose state the check cannot
 see are refused up front (`check_reusable`): tmpfs mounts, a read-only root (its writable
 places are tmpfs), a bind-mounted repository (shared with the host by design), MCP servers
-(they run for the sandbox's life) and a root sandbox user. A directory the user changed
-keeps its new mtime.
+(they run for the sandbox's life), a root sandbox user and a seccomp profile other than the
+engine's default (keyctl: the user's kernel keyring is not the reset's to clear). A
+directory the user changed keeps its new mtime.
 """
 
 from __future__ import annotations
 
 import posixpath
+import stat
 from collections.abc import Mapping
 
 import anyio
@@ -50,8 +52,10 @@ __all__ = ["Baseline", "check_reusable", "record_baseline", "reset"]
 #: More top-level leftovers than this and the sandbox is replaced rather than wiped.
 MAX_WIPE_PATHS = 1000
 
-#: A neutral PATH for the reset's own execs (root-owned tools only).
-_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: A neutral PATH for the reset's own execs: not /usr/local, which images often open up.
+_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+#: What the reset's tools are found through; the user must not be able to change any of it.
+_TOOL_DIRS = ("/", "/usr", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 #: Run as the sandbox user, on a new sandbox: its own ids, as the kernel holds them.
 _WHOAMI = r'''while IFS= read -r line; do
@@ -130,6 +134,9 @@ def check_reusable(config: SandboxConfig) -> None:
         why = "security.tmpfs_paths: a tmpfs mount is invisible to the reset's check"
     elif sec.run_as_user and is_root(sec.run_as_user):
         why = "security.run_as_user: root's leftovers are not the sandbox user's to remove"
+    elif sec.seccomp_profile:
+        why = "security.seccomp_profile: a profile other than the engine's default may allow " \
+              "keyctl, and the sandbox user's kernel keyring outlives a reset"
     elif config.mcp_servers:
         why = "mcp_servers: they run for the sandbox's life, and one user could leave them " \
               "compromised for the next"
@@ -156,12 +163,29 @@ async def record_baseline(sb: Sandbox) -> Baseline:
         return attrs.evolve(base, unverifiable=seen)
     inspector, identity = seen
 
-    def scan() -> dict[str, Meta | None]:
+    def scan() -> tuple[str, dict[str, Meta | None]]:
         paths = set(inspector.changeable_dirs(identity)) | {path for _, path in changes}
-        return inspector.metadata(sorted(paths))
+        return _unsafe_tool_dirs(inspector.metadata(_TOOL_DIRS)), \
+            inspector.metadata(sorted(paths))
 
-    return attrs.evolve(base, identity=identity, inspector=inspector,
-                        metadata=await anyio.to_thread.run_sync(scan))
+    unsafe, metadata = await anyio.to_thread.run_sync(scan)
+    if unsafe:
+        return attrs.evolve(base, unverifiable=unsafe)
+    return attrs.evolve(base, identity=identity, inspector=inspector, metadata=metadata)
+
+
+def _unsafe_tool_dirs(seen: Mapping[str, Meta | None]) -> str:
+    """Why the reset's tools (chmod, rm, found through `_PATH`) cannot be trusted, or "".
+
+    Each directory on the way must be root's and writable by no one else; a symbolic link
+    is root's in such a directory, so it is the image's."""
+    for path, meta in seen.items():
+        if meta is None:
+            continue
+        if meta.uid != 0 or (meta.kind != stat.S_IFLNK and meta.mode & 0o022):
+            return f"{path}, where the reset finds its tools, is not root's alone " \
+                   f"(uid {meta.uid}, mode {meta.mode:o})"
+    return ""
 
 
 async def _look_from_outside(sb: Sandbox) -> tuple[HostInspector, Identity] | str:

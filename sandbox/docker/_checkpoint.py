@@ -13,7 +13,7 @@ import anyio.to_thread
 import attrs
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
-from .._errors import CheckpointFailed, SandboxError, TimeoutExceeded
+from .._errors import CheckpointFailed, ResourceLimitExceeded, SandboxError, TimeoutExceeded
 from .._hostview import HostInspector
 from .._tasks import single_errors
 from ._exec_gate import ExecGate
@@ -229,6 +229,9 @@ async def remove_checkpoint_image(engine: Engine, ref: str) -> None:
 #: How long a checkpoint waits for the event watcher to see the engine's pause and thaw.
 SETTLE_TIMEOUT = 5.0
 _CHANGE_KINDS = {0: "C", 1: "A", 2: "D"}
+#: The most of the engine's change list read: a sandbox user can make it as long as it
+#: likes (many files, long paths), and all of it would be held in the SDK's memory.
+MAX_CHANGES_BYTES = 8 << 20
 
 
 async def container_health(engine: Engine, container_id: str) -> tuple[str, bool]:
@@ -259,8 +262,14 @@ def memory_refused() -> CheckpointFailed:
 async def filesystem_changes(engine: Engine, container_id: str) -> list[tuple[str, str]]:
     """(kind, path) for every path of the container's writable layer: kind "A" added,
     "C" changed, "D" deleted. Mounts (tmpfs, volumes, binds) are not part of it."""
-    changes = await engine.query_json("list the sandbox's changed files",
-                                      f"containers/{container_id}/changes", deadline=60)
+    body = await engine.request("list the sandbox's changed files",
+                                f"containers/{container_id}/changes", deadline=60,
+                                max_bytes=MAX_CHANGES_BYTES + 1)
+    if len(body) > MAX_CHANGES_BYTES:
+        raise ResourceLimitExceeded(
+            f"too many changes: the sandbox's change list is over {MAX_CHANGES_BYTES} bytes",
+            details="a pool does not reuse it")
+    changes = json.loads(body) if body.strip() else []
     found: list[tuple[str, str]] = []
     for change in changes or []:
         if isinstance(change, Mapping) and isinstance(change.get("Path"), str):
@@ -292,7 +301,15 @@ class PoolPrimitives:
         engine, container_id = self._running()
         data = await engine.query_json("inspect the sandbox", f"containers/{container_id}/json",
                                        deadline=10)
-        pid = ((data or {}).get("State") or {}).get("Pid")
+        data = data or {}
+        # A mount (an image's VOLUME, a bind, a tmpfs) is outside the engine's change list and
+        # the host view's walk (another device): what a user leaves there would reach the next.
+        mounts = [str(m.get("Destination")) for m in data.get("Mounts") or []
+                  if isinstance(m, Mapping)]
+        volumes = sorted((data.get("Config") or {}).get("Volumes") or {})
+        if mounts or volumes:
+            return f"it has mounts a reset cannot see into ({', '.join(mounts or volumes)})"
+        pid = (data.get("State") or {}).get("Pid")
         found = await anyio.to_thread.run_sync(
             lambda: HostView.find(container_id, pid if isinstance(pid, int) else 0,
                                   self.keepalive))

@@ -5,11 +5,15 @@ and reached B; now the sandbox is either reset to what a fresh one is, or replac
 
 from __future__ import annotations
 
+import logging
 import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sandbox import IMAGE_PYTHON, Command, Sandbox, SandboxConfig, SandboxPool
+from sandbox.docker import _checkpoint
 from tests.conftest import docker_cli, ours
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -142,4 +146,111 @@ async def test_baseline_directories_come_back_as_a_fresh_sandbox_has_them(attack
             assert (await sb.execute_command(["python3", "-c", PROBE])).stdout != expected
         async with pool.acquire() as sb:
             assert (await sb.execute_command(["python3", "-c", PROBE])).stdout == expected
+    assert ours("container") == []
+
+
+VOLUME_IMAGE = "sandbox-test-pool-volume:latest"
+
+
+@pytest.fixture
+def volume_image(tmp_path: Path) -> Iterator[str]:
+    """An image like sandbox-python with a ``VOLUME /data`` everyone may write (1777)."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {IMAGE_PYTHON}\nRUN mkdir -p /data && chmod 1777 /data\nVOLUME /data\n")
+    docker_cli("build", "-q", "-t", VOLUME_IMAGE, str(tmp_path))
+    try:
+        yield VOLUME_IMAGE
+    finally:
+        docker_cli("rmi", "-f", VOLUME_IMAGE, check=False)
+
+
+async def test_an_image_volume_is_never_handed_to_the_next_user(volume_image: str) -> None:
+    """User A plants json.py in the image's VOLUME: the engine's change list omits mounts
+    and the host-side walk stays on the root's device, so a reset cannot see it."""
+    config = SandboxConfig(image=volume_image, stats_interval=0)
+    async with SandboxPool(config, min_ready=1, max_size=1, max_uses=2) as pool:
+        async with pool.acquire() as sb:
+            first = sb.id
+            plant = "echo \"print('PWNED')\" > /data/json.py && ls /data"
+            assert "json.py" in (await sb.execute_command(plant)).stdout
+        async with pool.acquire() as sb:
+            assert sb.id != first  # not reused: a volume is not the reset's to verify
+            assert "json.py" not in (await sb.execute_command("ls /data")).stdout
+    assert ours("container") == []
+
+
+async def test_a_huge_change_list_is_not_read_whole(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """User A makes many files with long paths: the reset reads the engine's change list
+    only up to a cap (the whole list cost the SDK hundreds of MiB), and over it the
+    sandbox is replaced."""
+    caplog.set_level(logging.INFO, logger="sandbox")
+    async with SandboxPool(PYTHON, min_ready=1, max_size=1, max_uses=3) as pool:
+        async with pool.acquire() as sb:
+            first = sb.id
+            monkeypatch.setattr(_checkpoint, "MAX_CHANGES_BYTES", 64 << 10)
+            many = ("import os\nfor i in range(2000):\n"
+                    "    open('/tmp/' + 'x' * 200 + str(i), 'w').close()")
+            assert (await sb.execute_command(["python3", "-c", many])).success
+        async with pool.acquire() as sb:
+            assert sb.id != first
+            assert "x" * 200 not in (await sb.execute_command("ls /tmp")).stdout
+    assert "too many changes" in caplog.text
+    assert ours("container") == []
+
+
+OPEN_TOOLS_IMAGE = "sandbox-test-pool-open-tools:latest"
+
+
+@pytest.fixture
+def open_tools_image(tmp_path: Path) -> Iterator[str]:
+    """An image like sandbox-python whose /usr/local/bin everyone may write (some do)."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {IMAGE_PYTHON}\nRUN chmod 777 /usr/local/bin\n")
+    docker_cli("build", "-q", "-t", OPEN_TOOLS_IMAGE, str(tmp_path))
+    try:
+        yield OPEN_TOOLS_IMAGE
+    finally:
+        docker_cli("rmi", "-f", OPEN_TOOLS_IMAGE, check=False)
+
+
+#: A chmod that, run by the reset's wipe, leaves a mark (then does chmod's work).
+FAKE_CHMOD = "#!/bin/sh\ntouch /home/sandbox/planted-chmod-ran\nexec /bin/chmod \"$@\"\n"
+
+
+async def test_a_planted_tool_is_never_run_by_the_reset(
+        open_tools_image: str, caplog: pytest.LogCaptureFixture) -> None:
+    """User A puts a chmod first on the reset's old PATH (/usr/local/bin): the wipe ran it.
+    Now the wipe's PATH holds only root's directories, and the plant is simply wiped."""
+    caplog.set_level(logging.INFO, logger="sandbox")
+    config = SandboxConfig(image=open_tools_image, stats_interval=0)
+    async with SandboxPool(config, min_ready=1, max_size=1, max_uses=3) as pool:
+        async with pool.acquire() as sb:
+            first = sb.id
+            await sb.write_file("/usr/local/bin/chmod", FAKE_CHMOD)
+            assert (await sb.execute_command("chmod +x /usr/local/bin/chmod")).success
+        async with pool.acquire() as sb:
+            assert "planted-chmod-ran" not in caplog.text, caplog.text
+            assert sb.id == first  # wiped, and reused: the plant never ran
+            ls = (await sb.execute_command("ls /usr/local/bin /home/sandbox")).stdout
+            assert "chmod" not in ls and "planted" not in ls, ls
+    assert ours("container") == []
+
+
+async def test_a_sandbox_whose_tool_directories_are_open_is_not_reused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An image whose /usr/sbin (on the reset's PATH, before /usr/bin) everyone may write:
+    A could plant a chmod there that the wipe would run, so no sandbox of it is reused."""
+    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE_PYTHON}\nRUN chmod 1777 /usr/sbin\n")
+    docker_cli("build", "-q", "-t", OPEN_TOOLS_IMAGE, str(tmp_path))
+    try:
+        config = SandboxConfig(image=OPEN_TOOLS_IMAGE, stats_interval=0)
+        async with SandboxPool(config, min_ready=1, max_size=1, max_uses=3) as pool:
+            async with pool.acquire() as sb:
+                first = sb.id
+            async with pool.acquire() as sb:
+                assert sb.id != first
+        assert "/usr/sbin, where the reset finds its tools" in caplog.text, caplog.text
+    finally:
+        docker_cli("rmi", "-f", OPEN_TOOLS_IMAGE, check=False)
     assert ours("container") == []

@@ -80,6 +80,9 @@ async def test_bad_arguments_name_the_field(kwargs: dict[str, object], field: st
     (SandboxConfig(security=SecurityPolicy(read_only_root=True)), "read_only_root"),
     (SandboxConfig(security=SecurityPolicy(tmpfs_paths=("/x",))), "tmpfs_paths"),
     (SandboxConfig(security=SecurityPolicy(run_as_user="root")), "run_as_user"),
+    (SandboxConfig(security=SecurityPolicy(seccomp_profile="unconfined")), "seccomp_profile"),
+    (SandboxConfig(security=SecurityPolicy(seccomp_profile='{"defaultAction": "SCMP_ACT_ALLOW"}')),
+     "seccomp_profile"),
 ])
 @pytest.mark.asyncio
 async def test_reuse_is_refused_where_a_reset_cannot_check(config: SandboxConfig,

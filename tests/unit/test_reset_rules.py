@@ -10,7 +10,7 @@ import pytest
 
 from sandbox import Command, Sandbox, SandboxConfig, SandboxPool
 from sandbox._hostview import Identity, Meta, identity_of_status
-from sandbox._reset import _differs
+from sandbox._reset import _PATH, _differs, _unsafe_tool_dirs
 from sandbox.testing import FakeBackend
 
 USER = Identity((1000,) * 4, (1000,) * 4, frozenset({1000}))
@@ -93,3 +93,15 @@ def test_no_host_view_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     why = _hostview.HostView.find("c0ffee", 1, ("/bin/sh",))
     assert isinstance(why, str) and "not root" in why
+
+
+def test_the_resets_tools_are_trusted_only_in_directories_only_root_may_change() -> None:
+    root_dir = Meta(kind=stat.S_IFDIR, mode=0o755, uid=0, gid=0)
+    link = Meta(kind=stat.S_IFLNK, mode=0o777, uid=0, gid=0)
+    assert _unsafe_tool_dirs({"/usr/bin": root_dir, "/bin": link, "/sbin": None}) == ""
+    for bad in (Meta(kind=stat.S_IFDIR, mode=0o775, uid=0, gid=1000),
+                Meta(kind=stat.S_IFDIR, mode=0o1777, uid=0, gid=0),
+                Meta(kind=stat.S_IFDIR, mode=0o755, uid=1000, gid=0),
+                Meta(kind=stat.S_IFLNK, mode=0o777, uid=1000, gid=1000)):
+        assert "/usr/bin" in _unsafe_tool_dirs({"/bin": link, "/usr/bin": bad})
+    assert "/usr/local" not in _PATH
