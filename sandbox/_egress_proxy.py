@@ -17,12 +17,14 @@ The name checked is the name used (no other virtual host on the same address):
 - a ``CONNECT`` tunnel to port 80 carries one HTTP request, whose ``Host`` must be the
   tunnel's name, forwarded the same way;
 - a tunnel to port 443 must start with a TLS ClientHello whose server name (SNI) is the
-  tunnel's name (none for an address); no SNI, several, or an encrypted ClientHello (ECH) is
-  refused with a TLS ``access_denied`` alert. TLS is not terminated: the ClientHello is read
-  (records reassembled, 64 KiB and 10 s at most) and then forwarded as it came. What the
-  client sends next waits for the server's first answer: after a HelloRetryRequest (TLS
-  1.3) the second ClientHello is judged the same way. What travels inside TLS (an HTTP
-  ``Host`` naming another tenant of the same server) cannot be seen without terminating it;
+  tunnel's name (none for an address), plain ASCII as sent; no SNI, several, or an encrypted
+  ClientHello (ECH, which Chromium 118+ sends by default; start it with
+  --disable-features=EncryptedClientHello) is refused with a TLS ``access_denied`` alert.
+  TLS is not terminated: the ClientHello is read (records reassembled, 64 KiB and 10 s at
+  most) and then forwarded as it came. What the client sends next waits for the server's
+  first answer: after a HelloRetryRequest (TLS 1.3) the second ClientHello is judged the
+  same way. What travels inside TLS (an HTTP ``Host`` naming another
+  tenant of the same server) cannot be seen without terminating it;
 - on any other allowed port a ClientHello is judged the same way, and anything else passes
   (the server may speak first, as SSH does).
 
@@ -473,7 +475,8 @@ async def _copy_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     while True:
         line = await reader.readuntil(b"\r\n")  # bounded by the reader's limit
         size = line[:-2].split(b";", 1)[0]
-        if not re.fullmatch(rb"[0-9A-Fa-f]{1,16}", size) or _CTL_BYTES.search(line[:-2]):
+        # At most 15 hex digits (< 2**60): no size that overflows a peer's 64-bit counter.
+        if not re.fullmatch(rb"[0-9A-Fa-f]{1,15}", size) or _CTL_BYTES.search(line[:-2]):
             raise ValueError("a malformed chunk size line")
         writer.write(line)
         if not int(size, 16):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from ._egress import Decision, normalize_host
 
-__all__ = ["CTL", "HELLO_LIMIT", "TOKEN", "HelloReader", "Request", "check_host_header",
-           "check_server_name", "hello_server_name", "parse_head", "same_host",
+__all__ = ["CTL", "HELLO_LIMIT", "HOST_NAME", "TOKEN", "HelloReader", "Request",
+           "check_host_header", "check_server_name", "hello_server_name", "parse_head", "same_host",
            "split_host_port"]
 
 #: A ClientHello is read whole before anything is forwarded: at most this much (one with
@@ -22,19 +22,37 @@ __all__ = ["CTL", "HELLO_LIMIT", "TOKEN", "HelloReader", "Request", "check_host_
 HELLO_LIMIT = 64 * 1024
 TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: A request target: visible ASCII only (no tab, which urlsplit would silently drop).
+_TARGET = re.compile(r"[\x21-\x7e]+")
+
+
+#: A host as a client may spell it (SNI, CONNECT target, URL, Host): ASCII letters, digits,
+#: dots, hyphens, underscores; no space, control or other character that Python's strip()
+#: or lower() would quietly remove or fold before the policy compares it.
+HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
+#: An IPv6 address between brackets (no zone: a scope id names a local interface).
+_V6 = re.compile(r"[0-9A-Fa-f:.]{2,45}")
+_PORT = re.compile(r"[0-9]{1,5}")
 
 
 def split_host_port(text: str, default: int) -> tuple[str, int]:
-    """``host:port``, ``[v6]:port`` or a bare host; raises ValueError."""
+    """``host:port``, ``[v6]:port`` or a bare host (ASCII, see `HOST_NAME`; the port 1 to 5
+    ASCII digits, 1-65535); raises ValueError for anything else."""
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(text)
+        port, has_port, ok = rest[1:], bool(rest), bool(_V6.fullmatch(host))
     elif text.count(":") == 1:
         host, _, port = text.partition(":")
+        has_port, ok = True, bool(HOST_NAME.fullmatch(host))
     else:
-        host, port = text, ""
-    number = int(port) if port else default
-    if not host or not 0 < number < 65536 or (port and not port.isdigit()):
+        host, port, has_port = text, "", False
+        ok = bool(HOST_NAME.fullmatch(host) or _V6.fullmatch(host))
+    if not ok or (has_port and not _PORT.fullmatch(port)):
+        raise ValueError(text)
+    number = int(port) if has_port else default
+    if not 0 < number < 65536:
         raise ValueError(text)
     return host, number
 
@@ -77,8 +95,8 @@ def parse_head(head: bytes) -> Request:
     if any("\r" in line or "\n" in line for line in lines):
         raise ValueError("a bare CR or LF in the head")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not TOKEN.fullmatch(parts[0]) or not parts[1] or \
-            CTL.search(parts[1]) or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+    if len(parts) != 3 or not TOKEN.fullmatch(parts[0]) or \
+            not _TARGET.fullmatch(parts[1]) or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
         raise ValueError("not an HTTP/1 request line")
     headers = []
     for line in lines[1:]:
@@ -162,7 +180,9 @@ def hello_server_name(body: bytes) -> str | None:
             raise ValueError(f"extension {kind} twice")
         seen.add(kind)
         if kind in (0xFE0D, 0xFFCE):
-            raise ValueError("an encrypted ClientHello (ECH) hides the server name")
+            raise ValueError("an encrypted ClientHello (ECH; Chromium sends one by default: "
+                             "start it with --disable-features=EncryptedClientHello) hides "
+                             "the server name")
         if kind == 0:
             outer = _Cursor(data)
             entries = _Cursor(outer.vector(2))
@@ -224,7 +244,12 @@ class HelloReader:
 
 
 def check_server_name(name: str | None, host: str) -> Decision:
-    """The ClientHello's server name must be the tunnel's: ``host``, or none for an address."""
+    """The ClientHello's server name must be the tunnel's: ``host``, or none for an address.
+    It must be plain ASCII (`HOST_NAME`) as sent: it is forwarded unchanged, so a name that
+    equals ``host`` only once stripped or lower-cased differently is refused."""
+    if name is not None and not HOST_NAME.fullmatch(name):
+        return Decision(False, "sni", f"the ClientHello names {name[:100]!r}, which is not a "
+                        "plain host name (ASCII letters, digits, '.', '-', '_')")
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

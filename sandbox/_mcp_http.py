@@ -7,12 +7,19 @@ alone is not enough: every local user can reach it. By default every request mus
 printed once on stderr, and compared in constant time; any other request gets 401 and reaches
 no tool. With ``--unix-socket PATH`` the server listens on a socket of mode 0600 instead (its
 permissions are the credential). ``--no-auth`` serves whoever reaches the port, with a warning.
+
+The port is bound before anything is printed or a token written: if another (local) user
+already listens there, the server fails with a clear error instead of announcing a URL and a
+token that the squatter would receive. DNS-rebinding protection (allowed ``Host`` and
+``Origin``) is always on, built from the address actually bound.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
+import ipaddress
 import os
 import secrets
 import socket
@@ -26,8 +33,10 @@ from ._errors import ConfigError
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
 
-__all__ = ["BearerAuth", "http_guard", "private_dir", "unix_listener", "write_token"]
+__all__ = ["BearerAuth", "http_guard", "private_dir", "tcp_listener", "transport_security",
+           "unix_listener", "write_token"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -140,6 +149,52 @@ def unix_listener(path: str) -> Iterator[socket.socket]:
             os.unlink(path)
 
 
+@contextlib.contextmanager
+def tcp_listener(host: str, port: int) -> Iterator[socket.socket]:
+    """A socket listening on ``host:port`` (bound now, before any URL or token is told);
+    ConfigError if the port is taken: someone else would get the requests and the token."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"--host {host!r}: cannot resolve it: {exc}") from exc
+    try:
+        sock = socket.create_server(address[:2], family=family)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"--port {port}: {host} port {port} is already in use",
+                              details="another process (maybe another user's) listens there "
+                                      "and would receive the requests and the token; choose "
+                                      "another --port") from exc
+        raise ConfigError(f"--host {host!r} --port {port}: cannot listen: "
+                          f"{exc.strerror}") from exc
+    try:
+        sock.setblocking(False)
+        yield sock
+    finally:
+        sock.close()
+
+
+def transport_security(host: str, port: int | None = None,
+                       bound: str = "") -> TransportSecuritySettings:
+    """DNS-rebinding protection for the server at ``host:port``, bound to the address
+    ``bound`` (port None: a unix socket, whose clients say ``Host: localhost``): only these
+    ``Host`` and ``Origin`` values are served."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = {"localhost", host} | ({bound} if bound else set())
+    with contextlib.suppress(ValueError):
+        names.add(str(ipaddress.ip_address(host)))
+    if port is None:
+        names.add("127.0.0.1")
+    hosts: list[str] = []
+    for name in sorted(names):
+        where = f"[{name}]" if ":" in name else name
+        hosts += [where, f"{where}:*" if port is None else f"{where}:{port}"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts])
+
+
 def _say(text: str) -> None:
     print(f"sandbox mcp: {text}", file=sys.stderr, flush=True)
 
@@ -148,31 +203,26 @@ def _say(text: str) -> None:
 def http_guard(*, host: str, port: int, auth: bool = True, token_file: str | None = None,
                unix_socket: str | None = None) -> Iterator[Callable[[MCPServer[Any]],
                                                                     Awaitable[None]]]:
-    """Make the credential (token file, or socket) first, so a bad path fails before any
-    sandbox is made; yields the coroutine function that serves an MCP server on streamable
-    HTTP at /mcp until the process is told to stop. The file and socket go on leaving."""
+    """Bind the port (or unix socket) and write the token file first, so a taken port or a bad
+    path fails before any sandbox is made and before anything is announced; yields the
+    coroutine function that serves an MCP server on streamable HTTP at /mcp until the process
+    is told to stop. The file and socket go on leaving."""
     with contextlib.ExitStack() as stack:
-        sock: socket.socket | None = None
         token = ""
-        if unix_socket:
-            sock = stack.enter_context(unix_listener(unix_socket))
-        elif auth:
+        sock = stack.enter_context(unix_listener(unix_socket) if unix_socket
+                                   else tcp_listener(host, port))
+        if not unix_socket and auth:
             token, path = write_token(Path(token_file) if token_file else None)
             stack.callback(lambda: path.unlink(missing_ok=True))
 
         async def serve(server: MCPServer[Any]) -> None:
             import uvicorn
-            from mcp.server.transport_security import TransportSecuritySettings
 
-            security = None
-            if sock is not None:  # no browser reaches it; clients say Host: localhost
-                security = TransportSecuritySettings(
-                    enable_dns_rebinding_protection=True,
-                    allowed_hosts=["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*"],
-                    allowed_origins=["http://localhost", "http://localhost:*"])
+            security = (transport_security(host) if unix_socket else
+                        transport_security(host, port, str(sock.getsockname()[0])))
             app: App = server.streamable_http_app(host=host, transport_security=security)
             where = f"[{host}]" if ":" in host else host
-            if sock is not None:
+            if unix_socket:
                 _say(f"serving http://localhost/mcp on the unix socket {unix_socket} (mode "
                      "0600: only this user can connect)")
             elif token:
@@ -187,6 +237,6 @@ def http_guard(*, host: str, port: int, auth: bool = True, token_file: str | Non
                      "and read or change what it mounts. Do not use it on a shared machine.")
             config = uvicorn.Config(app, host=host, port=port,
                                     log_level=server.settings.log_level.lower())
-            await uvicorn.Server(config).serve(sockets=None if sock is None else [sock])
+            await uvicorn.Server(config).serve(sockets=[sock])
 
         yield serve

@@ -516,3 +516,23 @@ async def test_http_refuses_an_address_other_than_loopback() -> None:
             check=False)
     assert proc.returncode == 2
     assert b"loopback only" in proc.stderr
+
+
+async def test_http_on_a_taken_port_fails_clearly_and_tells_no_token(tmp_path: Path) -> None:
+    """Another local user listening on 127.0.0.1:PORT first: the server must not announce a
+    URL and a token that the squatter would receive; it fails before making a sandbox."""
+    mark = uuid.uuid4().hex
+    config = tmp_path / "config.json"
+    config.write_text(to_json(SandboxConfig(image=IMAGE_BUSYBOX, labels={"test.mcp": mark})))
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    with socket.create_server(("127.0.0.1", 0)) as squatter, anyio.fail_after(60):
+        port = squatter.getsockname()[1]
+        proc = await anyio.run_process(
+            [sys.executable, "-m", "sandbox", "mcp", "--http", "--port", str(port),
+             "--config", str(config)], check=False,
+            env={**os.environ, "PYTHONPATH": os.getcwd(), "XDG_RUNTIME_DIR": str(run)})
+    err = proc.stderr.decode()
+    assert proc.returncode != 0 and f"port {port} is already in use" in err, err
+    assert "token:" not in err and "token file" not in err and "serving" not in err, err
+    assert not list(run.rglob("*.token")) and labelled(mark) == []

@@ -16,6 +16,7 @@ import pytest_asyncio
 from sandbox import EgressStats
 from sandbox._egress import EgressPolicy, is_public, merged_policy, normalize_host
 from sandbox._egress_proxy import EgressProxy, refuse_query
+from sandbox._egress_wire import check_server_name, split_host_port
 from sandbox._errors import ConfigError, SandboxInitFailed
 from sandbox._models import NetworkConfig, PortMapping, SecurityPolicy
 from tests.unit._plan import ENGINE, NETWORKED, OPEN, plan
@@ -450,3 +451,33 @@ def test_a_backend_without_a_proxy_reports_nothing_enforced() -> None:
     from sandbox.testing import FakeBackend
 
     assert Sandbox(backend=FakeBackend()).egress_stats() == EgressStats()
+
+
+# -- host:port as a client spells it (sandbox/_egress_wire.py) ------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("a.test", ("a.test", 443)), ("a.test:8443", ("a.test", 8443)),
+    ("[2606:4700::1]", ("2606:4700::1", 443)), ("[2606:4700::1]:8443", ("2606:4700::1", 8443)),
+    ("127.0.0.1:1", ("127.0.0.1", 1)), ("a.test:65535", ("a.test", 65535)),
+])
+def test_split_host_port_reads_plain_spellings(text: str, expected: tuple[str, int]) -> None:
+    assert split_host_port(text, 443) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "[2606:4700::1]x:8443", "[::1]junk", "[::1]:", "[::1", "[a.test]:443", "[::1%eth0]:443",
+    "a.test:", "a.test:0", "a.test:65536", "a.test:123456", "a.test:+443", "a.test:4_43",
+    "a.test:\u0664\u0664\u0663", "a.test:\uff14\uff14\uff13", "a.test: 443", "a.test:443 ",
+    " a.test:443", "\ta.test", "a.test\x1f", "a.t\xe9st", "", ":443",
+])
+def test_split_host_port_refuses_anything_else(text: str) -> None:
+    with pytest.raises(ValueError):
+        split_host_port(text, 443)
+
+
+@pytest.mark.parametrize("name", [" localhost", "\tlocalhost", "localhost\x1f", "LOCALHOST\x0c",
+                                  "localhost\xa0", "local\u0131host", "localhost."[:-1] + "\n"])
+def test_server_name_must_be_plain_as_sent(name: str) -> None:
+    decision = check_server_name(name, "localhost")
+    assert (decision.allowed, decision.rule) == (False, "sni")
+    assert check_server_name("LocalHost", "localhost").allowed

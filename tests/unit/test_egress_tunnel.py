@@ -247,6 +247,7 @@ async def test_ambiguous_requests_are_refused_unforwarded(origin: Origin, proxy:
 @pytest.mark.parametrize("body", [
     b"5 \r\nhello\r\n0\r\n\r\n", b"-5\r\nhello\r\n0\r\n\r\n", b"5\r\nhelloXX0\r\n\r\n",
     b"5\r\nhello\r\n0\r\nX-T : 1\r\n\r\n", b"5;a\nb\r\nhello\r\n0\r\n\r\n",
+    b"1000000000000000\r\n",  # 2**60: the rest would be forwarded as its body
 ])
 @pytest.mark.asyncio
 async def test_malformed_chunks_end_the_request(origin: Origin, proxy: Proxy,
@@ -264,7 +265,9 @@ def test_parse_head_keeps_what_it_checked() -> None:
     assert request.values("host") == ["a.test"] and request.values("x-b") == ["two words"]
     assert request.framing() == ("length", 0)
     for bad in [b"GET / HTTP/1.1\r\n", b"GET  / HTTP/1.1\r\n\r\n", b"GET / HTTP/2\r\n\r\n",
-                b"G(T / HTTP/1.1\r\n\r\n", b"GET /\x7f HTTP/1.1\r\n\r\n"]:
+                b"G(T / HTTP/1.1\r\n\r\n", b"GET /\x7f HTTP/1.1\r\n\r\n",
+                b"GET http://a.te\tst/ HTTP/1.1\r\n\r\n",  # urlsplit drops the tab
+                b"CONNECT \ta.test:443 HTTP/1.1\r\n\r\n", b"GET /\xe9 HTTP/1.1\r\n\r\n"]:
         with pytest.raises(ValueError):
             parse_head(bad)
 
@@ -355,7 +358,9 @@ async def test_tunnel_tls_in_several_records_is_read_whole(origin: Origin,
 @pytest.mark.parametrize(("first", "reason"), [
     (client_hello(None), "names no server (SNI)"),
     (b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", "not a TLS handshake"),
-    (records(hello_body([sni(b"a.test"), (0xFE0D, b"x")]), []), "(ECH) hides"),
+    (records(hello_body([sni(b"a.test"), (0xFE0D, b"x")]), []),
+     "(ECH; Chromium sends one by default: start it with "
+     "--disable-features=EncryptedClientHello) hides"),
     (records(hello_body([sni(b"a.test", b"other.test")]), []), "2 host names"),
     (records(hello_body([sni(b"a.test"), sni(b"other.test")]), []), "extension 0 twice"),
     (records(hello_body([sni(b"a.test")]), [])[:-1], "closed before a whole ClientHello"),
@@ -370,6 +375,47 @@ async def test_tunnel_tls_refusals(origin: Origin, tls_proxy: Proxy, first: byte
     assert answer == ESTABLISHED + TLS_ACCESS_DENIED
     assert not any(origin.seen)  # at most a connection, no byte
     assert tls_proxy.events[0]["rule"] == "sni" and reason in tls_proxy.events[0]["reason"]
+
+
+@pytest.mark.parametrize("name", [b" a.test", b"\ta.test", b"a.test\x1f", b"A.TEST\x0c",
+                                  b"a.test\n", b"a\x00.test"])
+@pytest.mark.asyncio
+async def test_tunnel_tls_server_name_equal_only_once_stripped_is_refused(
+        origin: Origin, tls_proxy: Proxy, name: bytes) -> None:
+    """The SNI is forwarded as it came, so it must be the name itself, not one that Python's
+    strip() or lower() turns into it (the server may read it otherwise)."""
+    hello = records(hello_body([sni(name)]), [])
+    answer = await _exchange(tls_proxy.port, _connect(origin.port, "a.test"), hello)
+    assert answer == ESTABLISHED + TLS_ACCESS_DENIED
+    assert not any(origin.seen)
+    event = tls_proxy.events[0]
+    assert event["rule"] == "sni" and "not a plain host name" in event["reason"]
+
+
+@pytest.mark.parametrize("connect", [
+    "CONNECT \ta.test:{port} HTTP/1.1\r\n\r\n",
+    "CONNECT a.test\xa0:{port} HTTP/1.1\r\n\r\n",
+    "CONNECT a.test:+{port} HTTP/1.1\r\n\r\n",
+    "CONNECT [::1]x:{port} HTTP/1.1\r\n\r\n",
+])
+@pytest.mark.asyncio
+async def test_connect_target_spelled_loosely_is_a_bad_request(origin: Origin,
+                                                               tls_proxy: Proxy,
+                                                               connect: str) -> None:
+    answer = await _exchange(tls_proxy.port, connect.format(port=origin.port).encode("latin-1"),
+                             client_hello("a.test"))
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert not any(origin.seen)
+
+
+@pytest.mark.asyncio
+async def test_host_header_equal_only_once_stripped_is_refused(origin: Origin,
+                                                               proxy: Proxy) -> None:
+    answer = await _exchange(proxy.port, _connect(origin.port),
+                             f"GET / HTTP/1.1\r\nHost: \xa0127.0.0.1:{origin.port}\r\n\r\n"
+                             .encode("latin-1"))
+    assert answer.startswith(ESTABLISHED + b"HTTP/1.1 403 ")
+    assert not any(origin.seen)
 
 
 @pytest.mark.asyncio

@@ -3,6 +3,7 @@ is tested end to end in tests/integration/test_mcp_server.py."""
 
 from __future__ import annotations
 
+import socket
 import stat
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,15 @@ from typing import Any
 import pytest
 
 from sandbox import ConfigError
-from sandbox._mcp_http import BearerAuth, private_dir, unix_listener, write_token
+from sandbox._mcp_http import (
+    BearerAuth,
+    http_guard,
+    private_dir,
+    tcp_listener,
+    transport_security,
+    unix_listener,
+    write_token,
+)
 from sandbox._mcp_server import check_loopback
 
 
@@ -108,3 +117,46 @@ def test_unix_socket_is_born_private_and_removed(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="already exists"), unix_listener(str(path)):
             pass
     assert not path.exists()
+
+
+# -- the port is bound before anything is told; DNS-rebinding protection always ------------------
+
+def test_a_taken_port_fails_before_a_token_is_written(tmp_path: Path) -> None:
+    """Another local user listening on the port first would get the requests and the token:
+    the guard binds first and fails clearly, with no token file made."""
+    with socket.create_server(("127.0.0.1", 0)) as squatter:
+        port = squatter.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"port {port} is already in use"), \
+                http_guard(host="127.0.0.1", port=port, token_file=str(tmp_path / "t")):
+            pass
+    assert not (tmp_path / "t").exists()
+
+
+def test_the_guard_holds_the_port_while_it_serves(tmp_path: Path) -> None:
+    with tcp_listener("127.0.0.1", 0) as sock:
+        port = sock.getsockname()[1]
+        with pytest.raises(OSError), socket.create_server(("127.0.0.1", port)):
+            pass
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_dns_rebinding_protection_for_every_loopback_host(host: str) -> None:
+    from mcp.server.transport_security import TransportSecurityMiddleware
+
+    where = f"[{host}]" if ":" in host else host
+    check = TransportSecurityMiddleware(transport_security(host, 8000))
+    assert check.settings.enable_dns_rebinding_protection
+    assert check._validate_host(f"{where}:8000") and check._validate_host("localhost:8000")
+    for evil in ("evil.test:8000", "evil.test", f"{where}.evil.test:8000", f"{where}:8001"):
+        assert not check._validate_host(evil)
+    assert check._validate_origin(f"http://{where}:8000")
+    assert not check._validate_origin("http://evil.test:8000")
+    assert not check._validate_origin("http://localhost:3000")  # another local site
+
+
+def test_dns_rebinding_protection_on_a_unix_socket() -> None:
+    from mcp.server.transport_security import TransportSecurityMiddleware
+
+    check = TransportSecurityMiddleware(transport_security("127.0.0.1"))
+    assert check._validate_host("localhost") and check._validate_host("localhost:80")
+    assert not check._validate_host("evil.test")
