@@ -152,16 +152,21 @@ async def test_baseline_directories_come_back_as_a_fresh_sandbox_has_them(attack
 VOLUME_IMAGE = "sandbox-test-pool-volume:latest"
 
 
+def _derived_image(tmp_path: Path, tag: str, steps: str) -> Iterator[str]:
+    """Build ``tag`` as sandbox-python plus ``steps`` (Dockerfile lines); removed after."""
+    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE_PYTHON}\n{steps}")
+    docker_cli("build", "-q", "-t", tag, str(tmp_path))
+    try:
+        yield tag
+    finally:
+        docker_cli("rmi", "-f", tag, check=False)
+
+
 @pytest.fixture
 def volume_image(tmp_path: Path) -> Iterator[str]:
     """An image like sandbox-python with a ``VOLUME /data`` everyone may write (1777)."""
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {IMAGE_PYTHON}\nRUN mkdir -p /data && chmod 1777 /data\nVOLUME /data\n")
-    docker_cli("build", "-q", "-t", VOLUME_IMAGE, str(tmp_path))
-    try:
-        yield VOLUME_IMAGE
-    finally:
-        docker_cli("rmi", "-f", VOLUME_IMAGE, check=False)
+    yield from _derived_image(tmp_path, VOLUME_IMAGE,
+                              "RUN mkdir -p /data && chmod 1777 /data\nVOLUME /data\n")
 
 
 async def test_an_image_volume_is_never_handed_to_the_next_user(volume_image: str) -> None:
@@ -205,13 +210,7 @@ OPEN_TOOLS_IMAGE = "sandbox-test-pool-open-tools:latest"
 @pytest.fixture
 def open_tools_image(tmp_path: Path) -> Iterator[str]:
     """An image like sandbox-python whose /usr/local/bin everyone may write (some do)."""
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {IMAGE_PYTHON}\nRUN chmod 777 /usr/local/bin\n")
-    docker_cli("build", "-q", "-t", OPEN_TOOLS_IMAGE, str(tmp_path))
-    try:
-        yield OPEN_TOOLS_IMAGE
-    finally:
-        docker_cli("rmi", "-f", OPEN_TOOLS_IMAGE, check=False)
+    yield from _derived_image(tmp_path, OPEN_TOOLS_IMAGE, "RUN chmod 777 /usr/local/bin\n")
 
 
 #: A chmod that, run by the reset's wipe, leaves a mark (then does chmod's work).
