@@ -15,6 +15,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import attrs
 
 from ._audit import Auditor
+from ._errors import CheckpointFailed, SandboxError
 from ._ids import Identity
 from ._lifecycle import Lifecycle
 from ._models import (
@@ -26,7 +27,7 @@ from ._models import (
     SandboxInfo,
 )
 
-__all__ = ["Backend", "Process", "ProcessSpec"]
+__all__ = ["Backend", "NoSnapshots", "Process", "ProcessSpec"]
 
 #: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
 OutputCallback: TypeAlias = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
@@ -241,3 +242,26 @@ class Backend(Protocol):
         memory too, which a backend that cannot do it refuses with `CheckpointFailed`.
         """
         ...
+
+
+class NoSnapshots:
+    """`Backend.filesystem_changes` and `checkpoint` for a backend that keeps no images of
+    its sandboxes: each refuses with a typed error naming the backend, never an
+    AttributeError (a pool or `Sandbox.checkpoint` reaches them through the protocol)."""
+
+    @property
+    def config(self) -> SandboxConfig:
+        raise NotImplementedError  # the backend's own
+
+    async def filesystem_changes(self) -> list[tuple[str, str]]:
+        raise SandboxError(
+            f"type={self.config.type!r} keeps no image to compare the sandbox with",
+            details="a pool reuses such sandboxes only with max_uses=1; use type='docker' "
+                    "for max_uses > 1")
+
+    async def checkpoint(self, image: str, labels: Mapping[str, str], *,
+                         memory: bool = False) -> str:
+        raise CheckpointFailed(
+            f"type={self.config.type!r} cannot checkpoint or fork a sandbox",
+            details="checkpoints and forks are images of the Docker engine: use "
+                    "type='docker' for them")

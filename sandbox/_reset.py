@@ -125,7 +125,10 @@ def check_reusable(config: SandboxConfig) -> None:
     """Raise `ConfigError` if a reset could not prove a sandbox of ``config`` clean."""
     sec = config.security
     why = ""
-    if config.repository is not None:
+    if config.type in ("process", "kubernetes"):
+        why = f"type={config.type!r}: a reset is verified from the Docker engine's host; " \
+              "other backends keep no image to compare with"
+    elif config.repository is not None:
         why = "repository: a bind-mounted repository is shared with the host, not reset"
     elif sec.read_only_root:
         why = "security.read_only_root: its writable places are tmpfs, which a reset " \

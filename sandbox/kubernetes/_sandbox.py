@@ -25,7 +25,7 @@ import anyio
 
 from .. import _constants
 from .._audit import Auditor
-from .._backend import ProcessSpec
+from .._backend import NoSnapshots, ProcessSpec
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
 from .._deadline import HelperDeadline
 from .._errors import (
@@ -81,7 +81,7 @@ def quantity(text: str) -> float:
         return 0.0
 
 
-class KubernetesSandbox:
+class KubernetesSandbox(NoSnapshots):
     """A sandbox backed by one Pod; use it through `sandbox.Sandbox`.
 
     ``on_sample`` is called with each usage sample; samples are taken when asked for
@@ -292,6 +292,12 @@ class KubernetesSandbox:
         assert self._cluster is not None
         return await self._cluster.call("look at the sandbox Pod", "GET",
                                         f"/api/v1/namespaces/{self.namespace}/pods/{self._name}")
+
+    async def health(self) -> str:
+        """"" while the Pod runs, else why commands cannot run (asks the API server)."""
+        if await self._pod_ended():
+            return self._life.reason or "the Pod ended"
+        return ""
 
     async def remove(self) -> None:
         """Delete the Pod and the NetworkPolicy this sandbox made (gone already is fine).

@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from .._audit import Auditor
-from .._backend import ProcessSpec
+from .._backend import NoSnapshots, ProcessSpec
 from .._constants import LABEL_SANDBOX_ID
 from .._errors import CleanupIncomplete, CommandStartFailed, SandboxInitFailed
 from .._gc import owner_labels
@@ -63,7 +63,7 @@ HOST_NOBODY = (65534, 65534)
 HOST_HOLDER = 65533
 
 
-class ProcessSandbox(HelperFiles):
+class ProcessSandbox(NoSnapshots, HelperFiles):
     """The process (bubblewrap) implementation of `Backend`; use it through `Sandbox`."""
 
     def __init__(self, config: SandboxConfig | None = None, *,
@@ -302,6 +302,13 @@ class ProcessSandbox(HelperFiles):
                 await holder.wait()
 
     # -- remove ----------------------------------------------------------------------------
+
+    async def health(self) -> str:
+        """"" while the holder (bwrap's pid 1) lives, else why commands cannot run; asked of
+        its pidfd, not of cached state."""
+        if self._holder is None or not self._holder.alive():
+            return "its holder (bwrap) has ended"
+        return ""
 
     async def remove(self) -> None:
         """Kill every process, remove the cgroup and the state directory; idempotent."""

@@ -152,6 +152,17 @@ class RemoteProcess:
                 self._pidfd = -1
         return self.returncode
 
+    def alive(self) -> bool:
+        """Whether the process still exists (signal 0 through its pidfd: never another
+        process that reused its pid)."""
+        if self.returncode is not None or self._pidfd < 0:
+            return False
+        try:
+            signal.pidfd_send_signal(self._pidfd, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
     def send_signal(self, sig: int) -> None:
         if self.returncode is None and self._pidfd >= 0:
             with contextlib.suppress(ProcessLookupError):

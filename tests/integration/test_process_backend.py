@@ -553,3 +553,24 @@ async def test_read_only_root_true_keeps_it_read_only(own_root: Path) -> None:
     async with Sandbox(cfg) as box:
         result = await box.execute_command("echo x > /etc/foo")
         assert "Read-only file system" in result.stderr
+
+
+async def test_a_pool_and_checkpoints_get_answers_not_attribute_errors() -> None:
+    """A new user's first tries (issue 27): a pool of process sandboxes hands them out
+    (health asked of the holder's pidfd); reuse and checkpoints are refused, typed, naming
+    the backend."""
+    from sandbox import CheckpointFailed, ConfigError, SandboxPool
+
+    async with SandboxPool(config(), min_ready=1, max_size=1) as pool, pool.acquire() as box:
+        assert (await box.execute_command("echo hi")).stdout == "hi\n"
+        assert await box.backend.health() == ""
+        with pytest.raises(CheckpointFailed, match="type='process'"):
+            await box.checkpoint("nope")
+        holder = box.backend._holder
+        assert holder is not None
+        holder.kill()
+        await holder.wait()
+        assert "holder" in await box.backend.health()
+    with pytest.raises(ConfigError, match="type='process'"):
+        async with SandboxPool(config(), max_uses=2):
+            pass

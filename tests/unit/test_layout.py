@@ -49,3 +49,26 @@ def test_backend_neutral_modules_do_not_import_a_backend() -> None:
 def test_the_layout_check_sees_a_violation() -> None:
     assert _top_level_imports(ast.parse("from .docker import x\ndef f():\n import y\n")) == \
         {".docker"}
+
+
+def test_every_registered_backend_has_every_backend_member() -> None:
+    """The registry loads backends by name, so mypy cannot see a missing member: a pool on
+    the process backend once failed with AttributeError: 'ProcessSandbox' object has no
+    attribute 'health'. Each backend class must answer every member of the protocol."""
+    import importlib
+
+    from sandbox._backend import Backend
+    from sandbox._registry import BACKENDS
+
+    members = {name for name in vars(Backend) if not name.startswith("_")}
+    assert {"health", "filesystem_changes", "checkpoint", "run_process"} <= members
+    missing = {}
+    for kind, where in BACKENDS.items():
+        module, _, name = where.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except ImportError:  # an optional extra not installed here
+            continue
+        if lacking := sorted(m for m in members if not hasattr(cls, m)):
+            missing[kind] = lacking
+    assert missing == {}
