@@ -171,7 +171,10 @@ async def record_baseline(sb: Sandbox) -> Baseline:
         return _unsafe_tool_dirs(inspector.metadata(_TOOL_DIRS)), \
             inspector.metadata(sorted(paths))
 
-    unsafe, metadata = await anyio.to_thread.run_sync(scan)
+    try:
+        unsafe, metadata = await anyio.to_thread.run_sync(scan)
+    except OSError as exc:  # its root went away under the host's look
+        return attrs.evolve(base, unverifiable=f"it could not be seen from the host: {exc}")
     if unsafe:
         return attrs.evolve(base, unverifiable=unsafe)
     return attrs.evolve(base, identity=identity, inspector=inspector, metadata=metadata)
@@ -244,6 +247,13 @@ def _differs(before: Meta | None, now: Meta | None) -> str:
 
 async def reset(sb: Sandbox, baseline: Baseline) -> str:
     """Bring ``sb`` back to ``baseline``: "" on success, else why it cannot be reused."""
+    try:
+        return await _reset(sb, baseline)
+    except OSError as exc:  # its processes or root went away under the host's look
+        return f"it could not be seen from the host: {exc}"
+
+
+async def _reset(sb: Sandbox, baseline: Baseline) -> str:
     backend = sb.backend
     if await backend.health():
         return "it is not running"

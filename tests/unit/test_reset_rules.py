@@ -105,3 +105,25 @@ def test_the_resets_tools_are_trusted_only_in_directories_only_root_may_change()
                 Meta(kind=stat.S_IFLNK, mode=0o777, uid=1000, gid=1000)):
         assert "/usr/bin" in _unsafe_tool_dirs({"/bin": link, "/usr/bin": bad})
     assert "/usr/local" not in _PATH
+
+
+class _GoneView:
+    """A host view whose container went away under it (its init's /proc entry is gone)."""
+
+    def kill_all(self, identity: Identity) -> str:
+        raise FileNotFoundError(2, "No such file or directory", "/proc/1203/root")
+
+
+@pytest.mark.asyncio
+async def test_a_sandbox_gone_from_the_hosts_view_is_not_reused_and_nothing_raises() -> None:
+    """Seen in CI: a pool's reset read /proc/<init>/root after the container's init had gone,
+    and FileNotFoundError escaped the pool. It is a reason not to reuse, not a crash."""
+    from sandbox._reset import Baseline, reset
+
+    async with Sandbox(backend=VisibleFake(SandboxConfig())) as sb:
+        base = Baseline(changes=frozenset(), cwd=sb.get_working_directory(),
+                        env=tuple(sorted(sb.get_environment().items())),
+                        user=sb.backend.user, identity=USER,
+                        inspector=_GoneView())  # type: ignore[arg-type]
+        why = await reset(sb, base)
+    assert "could not be seen from the host" in why and "/proc/1203/root" in why
