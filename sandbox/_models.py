@@ -223,10 +223,11 @@ class SecurityPolicy:
         tmpfs_paths: Paths backed by tmpfs inside the sandbox.
         enable_audit_log: Record every operation in an audit log.
         log_security_events: Log refused operations.
-        allowed_hosts: Hosts the sandbox may reach (the design's egress allow-list; not
-            enforced yet, so creating a sandbox with any refuses it).
-        blocked_hosts: Hosts the sandbox may not reach (likewise refused for now).
-        allowed_ports: Destination ports the sandbox may reach (likewise refused for now).
+        allowed_hosts: Hosts the sandbox may reach (the design's egress allow-list), enforced
+            by the SDK's egress proxy on Docker (``"*"``: every public host) and as
+            NetworkPolicy CIDRs on Kubernetes; merged with ``NetworkConfig.allowed_hosts``.
+        blocked_hosts: Host names the egress proxy refuses even when ``allowed_hosts`` matches.
+        allowed_ports: Destination ports the egress proxy allows (empty: 80 and 443).
     """
 
     run_as_user: str = ""
@@ -368,7 +369,8 @@ class SandboxConfig:
     in ``/workspace``. Derive variants with ``attrs.evolve``.
 
     Attributes:
-        type: Backend kind; ``"docker"``.
+        type: Backend kind: ``"docker"`` (default), ``"process"`` (bubblewrap, no daemon),
+            ``"kubernetes"`` (a Pod) or ``"vm"`` (Docker under a VM runtime).
         image: Image reference to run.
         runtime: OCI runtime, e.g. ``"runc"`` or ``"runsc"``.
         architecture: Image platform architecture, e.g. ``"amd64"``; empty uses the engine's.

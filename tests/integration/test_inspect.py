@@ -3,7 +3,7 @@
 Every check runs against the real engine, once per config below, each config sharing one
 sandbox across its checks (as Inspect's own runner does). A check fails here only where the
 sandbox's documented policy is the reason; each such expected failure is strict (it must
-fail) and listed in the README with the same reason.
+fail) and listed in docs/guides/agents.md with the same reason.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ pytestmark = pytest.mark.usefixtures("engine")
 for _check in self_check.__all__:
     globals()[_check] = pytest.mark.asyncio(loop_scope="module")(getattr(self_check, _check))
 
-#: The checks our policy makes fail, by config, each with its reason (also in the README).
+#: The checks our policy makes fail, by config, each with its reason (also in the docs:
+#: docs/guides/agents.md).
 ROOT_REFUSED = ("the sandbox user is not root and a per-command user may only narrow it: "
                 "user='root' raises SandboxUserUnsupportedError")
 NO_CAPABILITIES = ("every capability is dropped, root's too (adding one is an audited opt-in): "
@@ -79,7 +80,7 @@ def test_every_expected_failure_names_a_real_check() -> None:
 
 
 def test_the_readme_lists_every_expected_failure() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "agents.md").read_text()
     for _, xfails in CONFIGS.values():
         for check in xfails:
             assert f"`{check}`" in readme, check

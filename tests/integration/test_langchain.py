@@ -2,7 +2,7 @@
 
 One sandbox for the whole class, as the suite intends, on the real engine. A test fails here
 only where the sandbox's documented policy is the reason: such a test is overridden with a
-strict xfail naming the reason (LangChain's own convention) and listed in the README.
+strict xfail naming the reason (LangChain's own convention) and listed in docs/guides/agents.md.
 """
 
 from __future__ import annotations
