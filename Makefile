@@ -2,28 +2,40 @@
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# The optional backends and framework integrations at the versions pinned in pyproject.toml,
-# and LangChain's conformance suite: the tests run Inspect's and LangChain's own checks.
-EXTRAS    := kubernetes,mcp,inspect,langchain,pytest,conformance
+# The optional backends and framework integrations in the ranges pyproject.toml gives,
+# LangChain's conformance suite (the tests run Inspect's and LangChain's own checks) and the
+# documentation site's toolchain (the suite builds the site with --strict).
+EXTRAS    := kubernetes,mcp,inspect,langchain,pytest,conformance,docs
 
-.PHONY: all venv engine images test-tools test demo lint bench clean
+.PHONY: all venv venv-core engine engine-stop images test-tools docs-tools test demo docs lint \
+	bench clean
 all: test
 
 # `python3 -m venv` needs Debian's python3-venv (ensurepip); it is installed, as root, only
-# when creating the virtualenv fails without it.
-$(VENV)/.installed: pyproject.toml
+# when creating the virtualenv fails without it. `make demo` installs only the core
+# dependencies (.core); `make test` adds the extras and the test tools (.installed).
+$(VENV)/.core: pyproject.toml
 	@python3 -m venv $(VENV) >/dev/null 2>&1 || \
 	    { bash scripts/apt-install.sh venv python3-venv && python3 -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.core
 	$(PY) -m pip install --quiet -e '.[test,dev,$(EXTRAS)]'
 	touch $@
 
+venv-core: $(VENV)/.core
 venv: $(VENV)/.installed
 
 engine:
 	bash scripts/engine.sh
 
-images: venv engine
+# Stops the dockerd that scripts/engine.sh started (its pidfile), and nothing else.
+engine-stop:
+	bash scripts/engine.sh stop
+
+images: venv-core engine
 	$(PY) scripts/images.py
 
 # The pull tests serve images from Debian's docker-registry on loopback (no outside registry);
@@ -40,11 +52,21 @@ test-tools:
 	@command -v tmux >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools tmux
 	@command -v bwrap >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools bubblewrap
 
-test: venv engine images test-tools
+# Debian's chromium takes the screenshots of the built site in tests/integration/test_docs_site.py.
+docs-tools:
+	@command -v chromium >/dev/null 2>&1 || bash scripts/apt-install.sh docs-tools chromium
+
+test: venv engine images test-tools docs-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-demo: venv engine images
+demo: venv-core engine images
 	$(PY) examples/quickstart.py
+	@echo "demo: the engine keeps running for your next try; 'make engine-stop' stops it" \
+	    "(only if scripts/engine.sh started it)."
+
+# The documentation site, into site/ (open site/index.html); --strict: a warning fails.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -67,4 +89,4 @@ bench: $(BENCH_VENV)/.installed engine images test-tools
 # Removes the virtualenvs and every container, network and volume carrying our label; nothing else.
 clean:
 	bash scripts/clean.sh
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -73,7 +73,7 @@ from ._session import head_tail as head_tail
 from ._signals import cleanup_on_signals as cleanup_on_signals
 
 #: The package version; the same as pyproject.toml's (a test checks).
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "IMAGE_BUSYBOX",

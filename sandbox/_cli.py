@@ -440,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="show no progress (it is shown only on a terminal anyway)")
     parser = _Parser(prog="sandbox", description="Run AI-agent work in Docker sandboxes.")
+    from . import __version__  # (the package's __init__ is loaded by now)
+
+    parser.add_argument("--version", action="version", version=f"sandbox {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="show no progress (it is shown only on a terminal anyway)")

@@ -9,6 +9,9 @@
 # 3. Anywhere else: exit 1 with a message that says how to get Docker.
 # Idempotent: a second run finds the engine answering and does nothing. It never stops,
 # reconfigures or restarts an engine it did not start.
+#
+# `engine.sh stop` stops the dockerd this script started (the live dockerd its pidfile names)
+# and nothing else: an engine systemd or a person started is left running, and said so.
 set -euo pipefail
 
 STATE_DIR=${SANDBOX_ENGINE_DIR:-/var/lib/sandbox-engine}
@@ -65,6 +68,38 @@ use_theirs() {
     esac
     exit 0
 }
+
+stop_ours() {
+    if ! ours_running; then
+        if answers; then
+            say "the engine at $(where) was not started by this script; leaving it running"
+        else
+            say "no engine started by this script is running; nothing to stop"
+        fi
+        return 0
+    fi
+    local pid
+    pid=$(cat "$PIDFILE")
+    say "stopping dockerd (pid $pid), which this script started; sandboxes on it stop too"
+    kill -TERM "$pid"
+    local end=$((SECONDS + 60))
+    # (A zombie has stopped: only its parent can reap it.)
+    while kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
+        if [ "$SECONDS" -ge "$end" ]; then
+            say "dockerd (pid $pid) did not stop within 60 s; see $LOG"
+            return 1
+        fi
+        sleep 0.5
+    done
+    rm -f "$PIDFILE"
+    say "stopped; 'make engine' (or scripts/engine.sh) starts it again"
+}
+
+case "${1:-}" in
+    "") ;;
+    stop) stop_ours; exit $? ;;
+    *) say "usage: engine.sh [stop]"; exit 2 ;;
+esac
 
 if command -v docker >/dev/null 2>&1 && answers; then
     say "a Docker engine answers at $(where); using it"

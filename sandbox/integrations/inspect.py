@@ -20,17 +20,22 @@ from __future__ import annotations
 import os
 from typing import Any, Literal, overload
 
-from inspect_ai.util import (
-    ExecResult,
-    OutputLimitExceededError,
-    SandboxConnection,
-    SandboxEnvironment,
-    SandboxEnvironmentConfigType,
-    SandboxEnvironmentLimits,
-    SandboxUnavailableError,
-    SandboxUserUnsupportedError,
-    sandboxenv,
-)
+from .._extras import missing_extra
+
+try:
+    from inspect_ai.util import (
+        ExecResult,
+        OutputLimitExceededError,
+        SandboxConnection,
+        SandboxEnvironment,
+        SandboxEnvironmentConfigType,
+        SandboxEnvironmentLimits,
+        SandboxUnavailableError,
+        SandboxUserUnsupportedError,
+        sandboxenv,
+    )
+except ImportError as exc:
+    raise missing_extra("inspect", "sandbox.integrations.inspect (Inspect AI)", exc) from exc
 
 from .._errors import (
     CommandNotExecutable,

@@ -33,13 +33,20 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.from_thread import BlockingPortal
-from deepagents.backends.protocol import (
-    ExecuteResponse,
-    FileDownloadResponse,
-    FileOperationError,
-    FileUploadResponse,
-)
-from deepagents.backends.sandbox import BaseSandbox
+
+from .._extras import missing_extra
+
+try:
+    from deepagents.backends.protocol import (
+        ExecuteResponse,
+        FileDownloadResponse,
+        FileOperationError,
+        FileUploadResponse,
+    )
+    from deepagents.backends.sandbox import BaseSandbox
+except ImportError as exc:
+    raise missing_extra("langchain", "sandbox.integrations.langchain (deep agents)",
+                        exc) from exc
 
 from .._errors import (
     CommandStartFailed,

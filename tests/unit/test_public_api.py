@@ -64,3 +64,12 @@ def test_version_matches_pyproject() -> None:
     with pyproject.open("rb") as f:
         version = tomllib.load(f)["project"]["version"]
     assert sandbox.__version__ == version
+
+
+def test_the_command_line_reports_the_version() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "sandbox", "--version"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    assert out == f"sandbox {sandbox.__version__}\n"
