@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._progress import human_bytes
@@ -19,6 +21,10 @@ __all__ = ["add_ps", "add_top", "format_age", "ps_table", "top_table"]
 
 #: Move home and clear the screen: each refresh of ``top`` on a terminal replaces the last.
 CLEAR = "\x1b[H\x1b[2J"
+#: The last line of each refresh of ``top`` on a terminal.
+QUIT_HINT = "q to quit (or Ctrl-C)"
+#: A column is never cut below this many characters to fit the terminal.
+MIN_COLUMN = 8
 
 
 def add_ps(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -37,8 +43,8 @@ def add_top(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "top", parents=[common], help="show running sandboxes' CPU, memory and pids live",
         description="Show the running sandboxes with their CPU, memory and process count, "
-        "refreshed every --interval seconds until Ctrl-C (or -n refreshes), from the stats "
-        "sampler the SDK uses.",
+        "refreshed every --interval seconds until q or Ctrl-C (or -n refreshes), from the "
+        "stats sampler the SDK uses. On a terminal the table fits its width.",
     )
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per refresh (JSON lines) instead")
@@ -69,10 +75,25 @@ def _owner(row: SandboxRow) -> str:
     return f"{row.owner} (pid {row.owner_pid})" if row.owner_pid is not None else row.owner
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _cut(cell: str, width: int) -> str:
+    return cell if len(cell) <= width else cell[:width - 1] + "~"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int = 0,
+           cuttable: Sequence[str] = ()) -> str:
+    """Columns two spaces apart; with ``width``, the ``cuttable`` columns are shortened
+    (the widest first, the first two before the others, none below `MIN_COLUMN`; the cut
+    marked ``~``) until a line fits."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+    cut = [header.index(h) for h in cuttable if h in header]
+    for group, floor in ((cut[:2], MIN_COLUMN + 4), (cut, MIN_COLUMN)):
+        while width and sum(widths) + 2 * (len(widths) - 1) > width:
+            widest = max(group, key=lambda i: widths[i], default=None)
+            if widest is None or widths[widest] <= floor:
+                break
+            widths[widest] -= 1
+    lines = ["  ".join(_cut(c, w).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
              for line in [header, *rows]]
     return "\n".join(lines)
 
@@ -83,7 +104,8 @@ def ps_table(rows: Sequence[SandboxRow]) -> str:
                    for r in rows])
 
 
-def top_table(rows: Sequence[TopRow]) -> str:
+def top_table(rows: Sequence[TopRow], width: int = 0) -> str:
+    """The ``top`` table; with ``width``, NAME, IMAGE and OWNER are cut to fit it."""
     def cells(t: TopRow) -> list[str]:
         u = t.usage
         return [t.sandbox.name, t.sandbox.image,
@@ -92,7 +114,7 @@ def top_table(rows: Sequence[TopRow]) -> str:
                 f"{u.memory_percent:.1f}" if u else "-",
                 str(u.process_count) if u else "-", _owner(t.sandbox)]
     return _table(["NAME", "IMAGE", "CPU%", "MEM", "MEM%", "PIDS", "OWNER"],
-                  [cells(t) for t in rows])
+                  [cells(t) for t in rows], width, cuttable=("NAME", "IMAGE", "OWNER"))
 
 
 def run_ps(args: argparse.Namespace) -> int:
@@ -108,7 +130,47 @@ def run_ps(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _top(args: argparse.Namespace) -> None:
+def _columns() -> int:
+    """The terminal's width as the terminal says it (not a COLUMNS inherited from elsewhere)."""
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns or 80
+    except OSError:
+        return shutil.get_terminal_size().columns
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[asyncio.Event | None]:
+    """On a terminal: keys without Enter (cbreak; Ctrl-C still interrupts), and an event set
+    when ``q`` is pressed; the terminal's mode is restored on the way out. Else None."""
+    if not sys.stdin.isatty():
+        yield None
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    quit_pressed = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def read() -> None:
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            data = b""
+        if not data or b"q" in data.lower():
+            quit_pressed.set()
+
+    tty.setcbreak(fd)
+    loop.add_reader(fd, read)
+    try:
+        yield quit_pressed
+    finally:
+        loop.remove_reader(fd)
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def _frames(args: argparse.Namespace) -> None:
     from .._ps import watch
 
     tty = sys.stdout.isatty()
@@ -117,12 +179,33 @@ async def _top(args: argparse.Namespace) -> None:
         async for rows in frames:
             if args.json:
                 print(json.dumps({"sandboxes": [t.to_dict() for t in rows]}), flush=True)
+            elif tty:
+                width = _columns()
+                text = top_table(rows, width) if rows else "no running sandboxes"
+                print(CLEAR + text + "\n\n" + QUIT_HINT, flush=True)
             else:
                 text = top_table(rows) if rows else "no running sandboxes"
-                print((CLEAR if tty else "\n" if shown else "") + text, flush=True)
+                print(("\n" if shown else "") + text, flush=True)
             shown += 1
             if args.iterations and shown >= args.iterations:
                 return
+
+
+async def _top(args: argparse.Namespace) -> None:
+    with _keys() as quit_pressed:
+        if quit_pressed is None:
+            await _frames(args)
+            return
+        frames = asyncio.ensure_future(_frames(args))
+        quit_wait = asyncio.ensure_future(quit_pressed.wait())
+        try:
+            await asyncio.wait({frames, quit_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (frames, quit_wait):
+                task.cancel()
+            await asyncio.gather(frames, quit_wait, return_exceptions=True)
+        if frames.done() and not frames.cancelled():
+            frames.result()  # its error, if it ended with one
 
 
 def run_top(args: argparse.Namespace) -> int:

@@ -76,6 +76,30 @@ async def test_ps_and_top_show_the_running_sandboxes(term: Tmux) -> None:
         await wait_for(term, "== exit 130")
 
 
+@pytest.mark.asyncio
+async def test_top_fits_80_columns_says_how_to_quit_and_quits_on_q(tmp_path: Path) -> None:
+    """Before: OWNER wrapped onto the next line at 80 columns, `q` did nothing and nothing
+    said that only Ctrl-C ends it."""
+    term = Tmux(tmp_path, width=80, height=24)
+    try:
+        name = f"sbx-top-{uuid.uuid4().hex}-a-long-name-to-cut"
+        async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, name=name)):
+            term.python("top", "--owner", str(os.getpid()))
+            screen = await wait_for(term, "q to quit")
+            screen = await wait_for(term, f"alive (pid {os.getpid()})")
+            row = next(ln for ln in screen.splitlines() if ln.startswith(name[:10]))
+            # The row is one line: it starts with the (cut) name and ends with the owner.
+            assert row.rstrip().endswith(f"alive (pid {os.getpid()})"), screen
+            assert "~" in row and len(row.rstrip()) <= 80, row
+            term.keys("q")
+            await wait_for(term, "== exit 0")
+            # The terminal is back in its normal mode: a typed line is echoed.
+            term.type("echo typed-$((6 * 7))")
+            await wait_for(term, "typed-42")
+    finally:
+        term.close()
+
+
 def test_image_build_progress_on_a_terminal_only(term: Tmux) -> None:
     tags = [f"sbx-progress-test:{uuid.uuid4().hex[:8]}" for _ in range(3)]
     try:
