@@ -376,7 +376,9 @@ def _run_gc(args: argparse.Namespace) -> int:
         print(f"FAILED {item.kind} {item.name or item.id[:12]}: {item.reason}")
     print(f"gc: {verb} {len(report.removed_containers)} containers, "
           f"{len(report.removed_networks)} networks, {len(report.removed_volumes)} volumes, "
-          f"{len(report.removed_checkpoints)} checkpoints; "
+          f"{len(report.removed_checkpoints)} checkpoints, "
+          f"{len(report.removed_process)} process sandboxes, "
+          f"{len(report.removed_rootfs)} rootfs cache entries; "
           f"kept {len(report.kept)}; failed {len(report.failed)}")
     return 1 if report.failed else 0
 

@@ -29,7 +29,7 @@ import socket
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -73,14 +73,16 @@ class GcItem:
     """One resource gc looked at, and why it was removed or kept.
 
     Attributes:
-        kind: ``"container"``, ``"network"``, ``"volume"``, ``"checkpoint"``, or ``"process"``
-            (a process sandbox's state directory and cgroup; id is the sandbox id).
+        kind: ``"container"``, ``"network"``, ``"volume"``, ``"checkpoint"``, ``"process"``
+            (a process sandbox's state directory and cgroup; id is the sandbox id), or
+            ``"rootfs"`` (an image exported into the process backend's cache; id is the
+            image's id).
         id: The engine's id (a volume's name).
         name: The resource's name.
         reason: Why it was removed or kept, or why removing it failed.
     """
 
-    kind: Literal["container", "network", "volume", "checkpoint", "process"]
+    kind: Literal["container", "network", "volume", "checkpoint", "process", "rootfs"]
     id: str
     name: str
     reason: str
@@ -105,6 +107,9 @@ class GcReport:
         failed: Resources that should have gone but the engine refused; reason says why.
         removed_process: Process sandboxes' leftovers (state directory, cgroup) removed.
         kept_process: Process sandboxes left alone, each with the reason.
+        removed_rootfs: Entries of the process backend's rootfs cache whose image the engine
+            no longer has.
+        kept_rootfs: Rootfs cache entries left alone (their image exists, or one is mounted).
     """
 
     dry_run: bool = False
@@ -119,20 +124,22 @@ class GcReport:
     kept_checkpoints: tuple[GcItem, ...] = ()
     removed_process: tuple[GcItem, ...] = ()
     kept_process: tuple[GcItem, ...] = ()
+    removed_rootfs: tuple[GcItem, ...] = ()
+    kept_rootfs: tuple[GcItem, ...] = ()
 
     @property
     def removed(self) -> tuple[GcItem, ...]:
         """Every removed resource: containers, networks, volumes, checkpoints, process
         sandboxes."""
         return self.removed_containers + self.removed_networks + self.removed_volumes + \
-            self.removed_checkpoints + self.removed_process
+            self.removed_checkpoints + self.removed_process + self.removed_rootfs
 
     @property
     def kept(self) -> tuple[GcItem, ...]:
         """Every kept resource: containers, networks, volumes, checkpoints, process
         sandboxes."""
         return self.kept_containers + self.kept_networks + self.kept_volumes + \
-            self.kept_checkpoints + self.kept_process
+            self.kept_checkpoints + self.kept_process + self.kept_rootfs
 
 
 @attrs.frozen
@@ -292,6 +299,7 @@ async def gc(
         old_checkpoints = await _collect_checkpoints(
             engine, checkpoints_older_than, now=now, dry_run=dry_run, failed=failed,
             here=here, older_than=older_than)
+        rootfs = await _collect_rootfs(engine, dry_run=dry_run, failed=failed)
     finally:
         if docker is None:
             await client.close()
@@ -308,7 +316,30 @@ async def gc(
         kept_checkpoints=tuple(old_checkpoints[1]),
         removed_process=tuple(gone_process),
         kept_process=tuple(kept_process),
+        removed_rootfs=tuple(rootfs[0]),
+        kept_rootfs=tuple(rootfs[1]),
     )
+
+
+async def _collect_rootfs(engine: Any, *, dry_run: bool,
+                          failed: list[GcItem]) -> tuple[list[GcItem], list[GcItem]]:
+    """Prune the process backend's rootfs cache of images the engine no longer has."""
+    import anyio
+
+    from .process._rootfs import cache_dir
+    from .process._rootfs_cache import prune_missing
+
+    images = await engine.query_json("list images", "images/json", params={"all": "1"})
+    present = {str(image.get("Id", "")) for image in images}
+    removed, kept, gone = await anyio.to_thread.run_sync(
+        lambda: prune_missing(cache_dir(), present, dry_run=dry_run))
+
+    def items(found: list[Any]) -> list[GcItem]:
+        return [GcItem(kind="rootfs", id=e.image_id, name=str(e.path), reason=why)
+                for e, why in found]
+
+    failed += items(gone)
+    return items(removed), items(kept)
 
 
 async def _collect_checkpoints(

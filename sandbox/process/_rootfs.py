@@ -11,7 +11,6 @@ tree, no setuid/setgid bits; ownership kept only when root extracts.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tarfile
 import tempfile
@@ -26,6 +25,7 @@ from .._errors import EngineUnavailable, SandboxError, SandboxInitFailed
 from .._gc import owner_labels
 from .._image_ref import parse_image_ref
 from .._rmtree import remove_tree
+from ._rootfs_cache import evict, max_bytes, record_size, touch
 
 __all__ = ["Rootfs", "cache_dir", "resolve_rootfs"]
 
@@ -108,6 +108,12 @@ async def _from_docker(image: str) -> Rootfs:
         target = cache_dir() / image_id.removeprefix("sha256:")
         if not (target / "rootfs").is_dir():
             await _export(engine, ref.engine_name, target)
+            # The cache stays under its cap: least recently used entries go (never this one,
+            # nor one a sandbox has mounted).
+            await anyio.to_thread.run_sync(lambda: evict(target.parent, max_bytes(),
+                                                         keep=(target.name,)))
+        else:
+            touch(target)
         return Rootfs(path=target / "rootfs", env=env, image_id=image_id, user=user)
     finally:
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
@@ -141,7 +147,8 @@ def _install(work: Path, target: Path, name: str) -> None:
     """Unpack the export in ``work`` and rename it to ``target`` (atomically)."""
     _extract(work / "rootfs.tar", work / "rootfs")
     (work / "rootfs.tar").unlink()
-    (work / "image.json").write_text(json.dumps({"image": name}))
+    record_size(work, name)  # image.json: the image's name and the entry's size
+    touch(work)
     os.chmod(work, 0o755)
     try:
         work.rename(target)
