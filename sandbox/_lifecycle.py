@@ -100,6 +100,13 @@ class Lifecycle:
                 f"the sandbox is {self._status.value}{reason}",
                 details="the SDK lost track of the sandbox; call cleanup() and start a new one",
                 cause=self.background_error)
+        if self._status in _ENDED:
+            # Most often: a call after the `async with` block, which removed the sandbox.
+            return SandboxNotRunning(
+                f"the sandbox is {self._status.value}{reason}: it was removed when its "
+                "`async with` block ended (or cleanup() was called)",
+                details="make the call inside the block, or start a new Sandbox for it "
+                "(a Sandbox object runs one sandbox, once)")
         return SandboxNotRunning(f"the sandbox is {self._status.value}{reason}")
 
     def require_running(self) -> None:

@@ -39,6 +39,7 @@ from ._validate import (
     _aware,
     _env,
     _host_port,
+    _memory_bytes,
     _name,
     _no_nul,
     _no_nul_items,
@@ -177,8 +178,8 @@ class ResourceLimits:
 
     cpu_limit: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
     cpu_request: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
-    memory_limit: int = attrs.field(default=0, validator=_non_negative_int)
-    memory_request: int = attrs.field(default=0, validator=_non_negative_int)
+    memory_limit: int = attrs.field(default=0, validator=_memory_bytes)
+    memory_request: int = attrs.field(default=0, validator=_memory_bytes)
     disk_limit: int = attrs.field(default=0, validator=_non_negative_int)
     disk_request: int = attrs.field(default=0, validator=_non_negative_int)
     network_in_limit: int = attrs.field(default=0, validator=_non_negative_int)

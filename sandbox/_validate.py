@@ -222,6 +222,8 @@ def _type_check(
             advice += " (nested configs are not built from dicts; from_json() reads JSON)"
         # A private field behind a property is passed by its alias: name that.
         name = attribute.alias or attribute.name
+        if owner == "ResourceLimits" and name.startswith("memory_"):  # "512m": say the unit
+            advice += " of bytes (512 MiB is 512 << 20)"
         raise _wrong_type(name, expected, value, owner, name, advice)
 
     return check
@@ -318,6 +320,17 @@ def _non_negative_int(_: object, attribute: attrs.Attribute[Any], value: Any) ->
         raise ConfigError(f"{name} must be >= 0, got {_show(value)}")
     if value > _INT64_MAX:
         raise ConfigError(f"{name} must be at most {_INT64_MAX} (int64), got {_show(value)}")
+
+
+_MEMORY_EXAMPLE = "the unit is bytes: 512 MiB is 512 << 20 (536870912)"
+
+
+def _memory_bytes(obj: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A memory size: a non-negative int of bytes; errors say the unit, with an example."""
+    try:
+        _non_negative_int(obj, attribute, value)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, details=_MEMORY_EXAMPLE) from None
 
 
 def _aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -> None:

@@ -93,6 +93,16 @@ async def pull(engine: Engine, ref: ImageRef, on_progress: PullProgress | None, 
         ) from exc
     except SandboxError as exc:
         raise SandboxInitFailed(f"could not pull image {ref.engine_name!r}",
-                                details=str(exc), cause=exc) from exc
+                                details=f"{exc}; {pull_hint(ref)}", cause=exc) from exc
     if error:
-        raise SandboxInitFailed(f"could not pull image {ref.engine_name!r}", details=error)
+        raise SandboxInitFailed(f"could not pull image {ref.engine_name!r}",
+                                details=f"{error}; {pull_hint(ref)}")
+
+
+def pull_hint(ref: ImageRef) -> str:
+    """What to do when an image is neither on the engine nor pullable: the next steps."""
+    return (f"it is not on the engine, so pull_policy={'missing'!r} asked the registry "
+            f"{ref.domain} for it: check the name and tag, log the engine in to that registry "
+            f"if it is private (docker login {ref.domain}), or build or load the image on the "
+            f"engine yourself and set pull_policy='never'. The SDK's own images "
+            f"({', '.join(BUILT_HERE)}) are in no registry: `{BUILD_COMMAND}` builds them")

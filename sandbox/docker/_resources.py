@@ -154,7 +154,8 @@ def _check_max(field: str, value: float, maximum: int, unit: str) -> None:
 
 def _check_memory(field: str, value: int, engine: EngineFacts) -> None:
     if value < MIN_MEMORY:
-        raise SandboxInitFailed(f"{field}: the engine's minimum is 6 MiB, got {value} bytes")
+        raise SandboxInitFailed(f"{field}: the engine's minimum is 6 MiB, got {value} bytes",
+                                details="the unit is bytes: 512 MiB is 512 << 20 (536870912)")
     if engine.mem_total and value > engine.mem_total:
         raise SandboxInitFailed(
             f"{field}: {value} bytes is more than the engine's {engine.mem_total} bytes of memory"

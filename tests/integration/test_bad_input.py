@@ -117,7 +117,7 @@ async def test_negative_limits_are_config_errors_naming_the_field(field: str,
 
 
 @pytest.mark.parametrize(("limits", "field"), [
-    (ResourceLimits(memory_limit=1024), "memory_limit"),
+    (ResourceLimits(memory_limit=2 << 20), "memory_limit"),  # under 6 MiB
     (ResourceLimits(cpu_limit=4096), "cpu_limit"),
     (ResourceLimits(process_limit=10**12), "process_limit"),
 ])

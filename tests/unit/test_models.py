@@ -290,7 +290,9 @@ def test_validation_names_the_field(build: Any, field: str) -> None:
 
 
 def test_validation_message() -> None:
-    with pytest.raises(ValueError, match=r"^memory_limit must be >= 0, got -1$"):
+    # The unit is said: a memory size is bytes (issue 30).
+    with pytest.raises(ValueError, match=r"^memory_limit must be >= 0, got -1: the unit is "
+                       r"bytes: 512 MiB is 512 << 20 \(536870912\)$"):
         ResourceLimits(memory_limit=-1)
 
 
@@ -491,7 +493,8 @@ def test_wrong_type_messages() -> None:
         "of str to str"
     )
     with pytest.raises(ConfigError, match=r"^memory_limit must be an int, got str '1g': set "
-                       r"ResourceLimits.memory_limit to an int$"):
+                       r"ResourceLimits.memory_limit to an int of bytes \(512 MiB is 512 << "
+                       r"20\)$"):
         ResourceLimits(memory_limit="1g")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^cpu_limit must be a number, got str 'x'"):
         ResourceLimits(cpu_limit="x")  # type: ignore[arg-type]
