@@ -1,10 +1,12 @@
-"""mkdocs hook: draw a bar chart (inline SVG) of the markdown table after each chart marker.
+"""mkdocs hooks: the site's front page is the README, and charts are drawn from tables.
 
-A page writes ``<!-- chart: TITLE -->`` on the line before a table; the chart is drawn from
-that table's numbers at build time, so it cannot disagree with them, and needs nothing but the
-standard library. The bars are the column whose header starts with ``÷`` (a ratio to a
-baseline; a line marks 1.0), else the ``median`` column. ``python scripts/docs_charts.py FILE``
-prints the SVGs of FILE's charts, for a look without a build.
+The front page (``docs/index.md``) is the README itself, its ``docs/...`` links made relative
+to the site, so the two cannot drift apart. Charts: a page writes ``<!-- chart: TITLE -->``
+on the line before a table; the chart is drawn from that table's numbers at build time, so it
+cannot disagree with them, and needs nothing but the standard library. The bars are the
+column whose header starts with ``÷`` (a ratio to a baseline; a line marks 1.0), else the
+``median`` column. ``python scripts/docs_hooks.py FILE`` prints the SVGs of FILE's charts,
+for a look without a build.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import html
 import re
 import sys
+from pathlib import Path
 from typing import Any
+
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 _MARKER = re.compile(r"^<!-- chart: (?P<title>.+?) -->\s*$")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -95,8 +100,18 @@ def render(markdown: str) -> str:
     return "\n".join(out)
 
 
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    """The mkdocs event: every page's markdown passes through `render`."""
+def front_page() -> str:
+    """The README as the site's front page: ``(docs/x.md)`` links become ``(x.md)``, and
+    links to files outside the site point at the site's copy (the changelog)."""
+    text = README.read_text()
+    text = text.replace("](docs/", "](").replace("](CHANGELOG.md)", "](reference/changelog.md)")
+    return text
+
+
+def on_page_markdown(markdown: str, *, page: Any, **_: Any) -> str:
+    """The mkdocs event: the front page is the README; every page's charts are drawn."""
+    if page.file.src_uri == "index.md":
+        markdown = front_page()
     return render(markdown)
 
 
