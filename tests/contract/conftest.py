@@ -1,0 +1,48 @@
+"""The behaviour suite's fixture: one `Harness` per backend, shared by that backend's checks
+(module scope: one shared sandbox per backend), and the checks each backend fails today."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from sandbox.testing import Harness
+from tests.contract._backends import NAMES, real_cluster, subject
+from tests.kubernetes._cluster import cluster
+
+#: (backend, check) -> why it fails today: the findings, each an xfail(strict=True), so a fix
+#: turns it into an unexpected pass that asks for this line to go.
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=NAMES)
+async def harness(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Harness]:
+    name: str = request.param
+    tmp = tmp_path_factory.mktemp(name.replace("+", "-"))
+    if name == "kubernetes":
+        kube = real_cluster(request.config)
+        if kube is None:
+            pytest.skip("no real Kubernetes cluster: scripts/kube.sh start writes "
+                        "/var/cache/sandbox-sdk/kube/run/READY (or pass --kubeconfig)")
+        async with Harness(subject(name, kube=kube), tmp) as h:
+            yield h
+    elif name == "kubernetes-fake-api":
+        async with cluster(tmp, request.config) as kube, \
+                Harness(subject(name, kube=kube), tmp) as h:
+            yield h
+    else:
+        async with Harness(subject(name), tmp) as h:
+            yield h
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(item, "callspec", None)
+        if params is None or "harness" not in params.params or "check" not in params.params:
+            continue
+        why = KNOWN_FAILURES.get((params.params["harness"], str(params.params["check"])))
+        if why:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=why))
