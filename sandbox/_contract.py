@@ -579,7 +579,7 @@ async def _exec_start_errors_are_typed(ctx: Context) -> None:
     cases: list[tuple[Command | list[str], type[SandboxError], str]] = [
         (["no-such-tool-x"], CommandNotFound, "no-such-tool-x"),
         (["/bin/no-such-tool-x"], CommandNotFound, "no-such-tool-x"),
-        ([plain], CommandNotExecutable, "not executable"),
+        ([plain], CommandNotExecutable, "not (an )?executable"),
         (Command(executable="true", working_dir="/no/such/dir"), CommandStartFailed,
          "/no/such/dir"),
     ]

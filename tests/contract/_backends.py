@@ -79,8 +79,10 @@ def subject(name: str, *, kube: Target | None = None) -> BackendUnderTest:
     if name == "docker":
         return BackendUnderTest(name=name, config=busybox, leftovers=_docker_leftovers)
     if name == "docker+gvisor":
+        # A reset cannot look into gVisor from the host: its sandboxes are never reused.
         return BackendUnderTest(name=name, config=SandboxConfig(image=IMAGE_BUSYBOX,
                                                                 runtime="runsc"),
+                                supports=CAPABILITIES - {"pool_reuse"}, refusal_name="runsc",
                                 leftovers=_docker_leftovers)
     if name == "process":
         return BackendUnderTest(
