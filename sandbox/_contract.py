@@ -669,11 +669,12 @@ async def _files_odd_names(ctx: Context) -> None:
     d = _unique("odd")
     for i, name in enumerate(ODD_NAMES):
         await sb.write_file(f"{d}/{name}", str(i))
-    for i, name in enumerate(ODD_NAMES):
+    for name in ("new\nline.txt", "trail\n", "$(touch pwned)"):  # reading: the worst three
         got = await sb.read_file(f"{d}/{name}")
-        _expect(got == str(i).encode(), f"{name!r} read back {got!r}")
-    listed = {i.name for i in await sb.list_files(d)}
-    _expect(listed == set(ODD_NAMES), f"listed {sorted(listed)}")
+        _expect(got == str(ODD_NAMES.index(name)).encode(), f"{name!r} read back {got!r}")
+    listed = {i.name: i.size for i in await sb.list_files(d)}
+    _expect(listed == {name: len(str(i)) for i, name in enumerate(ODD_NAMES)},
+            f"listed {sorted(listed.items())}")
     with _raises((FileOperationFailed, ConfigError), "NUL"):
         await sb.list_files(f"{d}/a\0b")
     with _raises((FileOperationFailed, ConfigError), "NUL"):
