@@ -12,6 +12,21 @@ backend declares must work; for one it does not declare among ``command_user``, 
 (never an AttributeError or a silent no-op). The checks of ``commands``, ``host_copy`` and
 ``gc`` are skipped when undeclared (an in-memory fake answers commands from a script and has no
 host side: there is nothing real to check), and ``usage`` then checks only the types.
+
+From pytest, one test per check with one shared sandbox per backend::
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def harness():
+        async with Harness(BackendUnderTest(name="mine", config=..., make=...)) as h:
+            yield h
+
+    @pytest.mark.asyncio(loop_scope="module")
+    @pytest.mark.parametrize("check", CHECKS, ids=str)
+    async def test_contract(harness, check):
+        try:
+            await harness.run(check)
+        except CheckSkipped as exc:
+            pytest.skip(str(exc))
 """
 
 from __future__ import annotations
@@ -302,12 +317,16 @@ class Harness:
         sb.set_environment({**dict.fromkeys(sb.get_environment()), **self._env})
         return sb
 
-    async def run(self, check: Check) -> None:
-        """Run ``check``; raises what it found, or `CheckSkipped`."""
+    async def run(self, check: Check, *, deadline: float = 240) -> None:
+        """Run ``check``; raises what it found, or `CheckSkipped`. A check still running
+        after ``deadline`` seconds fails (a hung backend must not hang the suite)."""
         missing = sorted(check.needs - self.subject.supports)
         if missing:
             raise CheckSkipped(f"{self.subject.name} does not claim {', '.join(missing)}")
-        await check.run(Context(self))
+        with anyio.move_on_after(deadline) as scope:
+            await check.run(Context(self))
+        if scope.cancelled_caught:
+            raise AssertionError(f"{check.name} did not finish within {deadline} s")
 
 
 async def check_backend(
