@@ -61,7 +61,9 @@ from ._errors import (
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxNotRunning,
+    SandboxPermissionDenied,
     SecurityViolation,
+    StdinClosed,
     UnsafeArchive,
 )
 from ._gc import GcItem, gc
@@ -516,7 +518,9 @@ async def _exec_stdin(ctx: Context) -> None:
         await proc.write_stdin(b"ping\n")
         await proc.close_stdin()
         r = await proc.wait()
-    _expect(r.success and r.stdout == "ping\n", f"{r!r}")
+        _expect(r.success and r.stdout == "ping\n", f"{r!r}")
+        with _raises(StdinClosed):  # also a BrokenPipeError
+            await proc.write_stdin(b"late\n")
 
 
 @_check("exec", needs=["commands"])
@@ -575,6 +579,28 @@ async def _exec_aclose_and_cancel_kill(ctx: Context) -> None:
         tg.cancel_scope.cancel()
     left = await ctx.holding(sb, m)
     _expect(not left, f"still running after aclose/cancel: {left}")
+
+
+@_check("exec", needs=["commands"])
+async def _exec_kill_signals_the_tree(ctx: Context) -> None:
+    """Process.kill sends the named signal to the command and its children."""
+    sb, m = await ctx.shared(), ctx.marker()
+    async with sb.stream_command(f"sleep {m} & echo up; wait") as proc:
+        async for _chunk in proc:
+            break
+        await proc.kill("TERM")
+        result = await proc.wait()
+    _expect(result.signal == "SIGTERM" and not result.success, f"{result!r}")
+    left = await ctx.holding(sb, m)
+    _expect(not left, f"still running after kill('TERM'): {left}")
+
+
+@_check("exec", needs=["commands"])
+async def _exec_output_bytes_and_utf8(ctx: Context) -> None:
+    """Output keeps its bytes; text is UTF-8 with invalid bytes replaced, even split."""
+    sb = await ctx.shared()
+    r = await sb.execute_command(r"printf '\303'; sleep 0.2; printf '\251 \377\n'")
+    _expect(r.stdout_bytes == b"\xc3\xa9 \xff\n" and r.stdout == "\u00e9 \ufffd\n", f"{r!r}")
 
 
 @_check("exec", needs=["commands"])
@@ -718,6 +744,14 @@ async def _files_special_files_refused(ctx: Context) -> None:
     infos = {i.name: i for i in await sb.list_files(d)}
     _expect(infos["zero"].is_symlink and infos["zero"].link_target == "/dev/zero",
             f"{infos.get('zero')!r}")
+
+
+@_check("files", needs=["commands"])
+async def _files_permission_denied(ctx: Context) -> None:
+    """Writing where the (non-root) sandbox user may not is SandboxPermissionDenied."""
+    sb = await ctx.shared()
+    with _raises(SandboxPermissionDenied, "/etc/contract-x"):
+        await sb.write_file("/etc/contract-x", "no")
 
 
 @_check("files", needs=["commands", "host_copy"])
