@@ -60,13 +60,17 @@ def _kube_leftovers(target: Target, *, host_visible: bool):
 
 
 def real_cluster(config: pytest.Config) -> Target | None:
-    """``--kubeconfig``'s cluster, else the kube-infra helper's once it wrote READY."""
+    """``--kubeconfig``'s cluster, else the kube-infra helper's local one (scripts/kube.sh)
+    once it wrote READY: its namespace ``sandboxes``, the SDK's images imported as
+    ``NAME:local`` and never pulled."""
     given = config.getoption("kubeconfig")
+    if given == "fake":
+        return None
     if given:
         return Target(given, config.getoption("kube_namespace"), config.getoption("kube_image"),
                       None)
     if (KUBE_RUN / "READY").exists() and (KUBE_RUN / "kubeconfig").exists():
-        return Target(str(KUBE_RUN / "kubeconfig"), "default", IMAGE_BUSYBOX, None)
+        return Target(str(KUBE_RUN / "kubeconfig"), "sandboxes", "sandbox-busybox:local", None)
     return None
 
 
@@ -90,8 +94,10 @@ def subject(name: str, *, kube: Target | None = None) -> BackendUnderTest:
             supports=CAPABILITIES - {"command_user", "pool_reuse", "checkpoint"},
             leftovers=_process_leftovers)
     assert kube is not None
+    local = kube.image.endswith(":local")  # the local cluster: its images are never pulled
     return BackendUnderTest(
-        name=name, config=kube.config(),
+        name=name, config=SandboxConfig(type="kubernetes", image=kube.image,
+                                        pull_policy="never" if local else ""),
         make=lambda cfg: Sandbox(backend=kube.backend(cfg)),
         supports=CAPABILITIES - {"command_user", "pool_reuse", "checkpoint"},
         leftovers=_kube_leftovers(kube, host_visible=kube.fake is None))

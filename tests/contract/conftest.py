@@ -10,7 +10,8 @@ import pytest_asyncio
 
 from sandbox.testing import Harness
 from tests.contract._backends import NAMES, real_cluster, subject
-from tests.kubernetes._cluster import cluster
+from tests.kubernetes._cluster import Target
+from tests.kubernetes._fake_apiserver import FakeApiServer
 
 #: (backend, check) -> why it fails today: the findings, each an xfail(strict=True), so a fix
 #: turns it into an unexpected pass that asks for this line to go.
@@ -49,9 +50,15 @@ async def harness(request: pytest.FixtureRequest,
         async with Harness(subject(name, kube=kube), tmp) as h:
             yield h
     elif name == "kubernetes-fake-api":
-        async with cluster(tmp, request.config) as kube, \
-                Harness(subject(name, kube=kube), tmp) as h:
-            yield h
+        server = FakeApiServer(tmp / "fake-cluster")
+        await server.start()
+        try:
+            kube = Target(str(server.kubeconfig(tmp / "kubeconfig")), "sandboxes",
+                          "sandbox-busybox:latest", server)
+            async with Harness(subject(name, kube=kube), tmp) as h:
+                yield h
+        finally:
+            await server.stop()
     else:
         async with Harness(subject(name), tmp) as h:
             yield h
