@@ -692,11 +692,11 @@ async def _files_errors_are_typed(ctx: Context) -> None:
 async def _files_large_and_partial(ctx: Context) -> None:
     """Binary data of several MiB round-trips intact; max_bytes reads only the head."""
     sb = await ctx.shared()
-    data = os.urandom(8 << 20)
+    data = os.urandom(4 << 20)
     name = _unique("big.bin")
     await sb.write_file(name, data)
     back = await sb.read_file(name)
-    _expect(back == data, f"8 MiB came back as {len(back)} bytes, equal: {back == data}")
+    _expect(back == data, f"4 MiB came back as {len(back)} bytes, equal: {back == data}")
     _expect(await sb.read_file(name, max_bytes=10) == data[:10], "max_bytes head")
     (info,) = await sb.list_files(name)
     _expect(info.size == len(data), f"listed size {info.size}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
 from sandbox._contract import CAPABILITIES, BackendUnderTest
 from sandbox.process._state import base_dir
 from sandbox.testing import FakeSandbox
@@ -96,8 +96,13 @@ def subject(name: str, *, kube: Target | None = None) -> BackendUnderTest:
     assert kube is not None
     local = kube.image.endswith(":local")  # the local cluster: its images are never pulled
     return BackendUnderTest(
+        # Half a core each: the default limit (2 cores) is also the Pod's request, so one
+        # default sandbox fills the 2-core node and the shared sandbox would leave no room for
+        # the fresh ones (they stay Pending).
         name=name, config=SandboxConfig(type="kubernetes", image=kube.image,
-                                        pull_policy="never" if local else ""),
+                                        pull_policy="never" if local else "",
+                                        resources=ResourceLimits(cpu_limit=0.5,
+                                                                 memory_limit=256 << 20)),
         make=lambda cfg: Sandbox(backend=kube.backend(cfg)),
         supports=CAPABILITIES - {"command_user", "pool_reuse", "checkpoint"},
         leftovers=_kube_leftovers(kube, host_visible=kube.fake is None))
