@@ -301,7 +301,9 @@ class Harness:
 
     async def shared(self) -> Sandbox:
         if self._broken is not None:
-            raise AssertionError(f"the shared sandbox could not be made: {self._broken!r}")
+            raise AssertionError(f"the shared sandbox could not be made: "
+                                 f"{type(self._broken).__name__}: {self._broken}"
+                                 ) from self._broken
         sb = self._shared
         if sb is not None and sb.status is not SandboxStatus.RUNNING:
             await self._drop_shared()  # an earlier check broke it: the next gets a new one

@@ -37,6 +37,25 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
 }
 
 
+#: backend -> (text in the error or its causes, why): a breakage of the whole backend that
+#: another branch fixes; such a check is xfailed (not strict: it passes once merged).
+BROKEN_UNTIL_MERGED: dict[str, tuple[str, str]] = {
+    "kubernetes": ("HTTP 406", "the 1.20 kubelet answers the exec upgrade 406 (main sends an "
+                   "Accept header); fixed on branch kube-backend (a195d1f)"),
+}
+
+
+def broken_until_merged(backend: str, exc: BaseException) -> str:
+    """Why ``exc`` is BROKEN_UNTIL_MERGED's known breakage of ``backend``, else ""."""
+    text, why = BROKEN_UNTIL_MERGED.get(backend, ("", ""))
+    seen: BaseException | None = exc
+    while text and seen is not None:
+        if text in str(seen):
+            return why
+        seen = seen.__cause__ or seen.__context__
+    return ""
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=NAMES)
 async def harness(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Harness]:
