@@ -34,6 +34,7 @@ from ._constants import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_USER,
 )
+from ._contract import *  # noqa: F403 (re-exported: check_backend, CHECKS, the harness)
 from ._errors import (
     CheckpointFailed,
     SandboxError,

@@ -380,25 +380,14 @@ _AS_NOBODY = textwrap.dedent("""
                 r = await sb.execute_command(Command(executable="python3",
                                                      args=("-c", script), timeout=300))
                 out[name] = [r.exit_code, r.stdout, r.stderr[-300:]]
-        # The contract suite's tests, on a sandbox this unprivileged user made.
-        import inspect
-        from tests.integration import test_contract as contract
-        contract.make = lambda kind, kube=None: Sandbox(SandboxConfig(
-            type="process", image=sys.argv[1], environment={"BASE": "1"}, security=RO,
-            resources=CPU))
-        out["contract"] = []
-        for name, test in vars(contract).items():
-            params = list(inspect.signature(test).parameters) if name.startswith("test_") \
-                else None
-            if params == ["sb"]:
-                async with contract.make("process") as sb:
-                    await test(sb)
-            elif params and params[0] == "kind" and "docker" not in name:
-                # (kind, request): the request serves only the Kubernetes case.
-                await test("process", *[None] * (len(params) - 1))
-            else:
-                continue
-            out["contract"].append(name)
+        # The behaviour suite (sandbox.testing.check_backend), on sandboxes this unprivileged
+        # user makes.
+        from sandbox.testing import CAPABILITIES, check_backend
+        report = await check_backend(
+            config=SandboxConfig(type="process", image=sys.argv[1], security=RO, resources=CPU),
+            supports=CAPABILITIES - {"command_user", "pool_reuse", "checkpoint"},
+            raise_on_failure=False)
+        out["contract"] = {o.check: [o.status, o.detail] for o in report.outcomes}
         print(json.dumps(out))
 
     asyncio.run(main())
@@ -447,7 +436,13 @@ async def test_an_unprivileged_user_gets_a_sandbox_and_refusals() -> None:
     assert err == EMFILE and count < DEFAULT_FILE_LIMIT
     code, stdout, stderr = out["hog"]  # before: "survived", 2.5 GiB of the host's memory
     assert code == 1 and "MemoryError" in stderr and "survived" not in stdout
-    assert len(out["contract"]) >= 8, out["contract"]
+    failed = {name: why for name, (status, why) in out["contract"].items()
+              if status != "passed"}
+    # A finding (issue 27): sandbox.gc() always asks the Docker engine first, so a user of the
+    # process backend who may not use the engine cannot collect even its own leftovers.
+    gc_needs_docker = {"cleanup_leaves_nothing", "gc_spares_a_live_sandbox"}
+    assert len(out["contract"]) >= 30 and set(failed) == gc_needs_docker, failed
+    assert all(why.startswith("EngineUnavailable") for why in failed.values()), failed
     left = Path(tempfile.gettempdir()) / "sandbox-sdk-process-65534"
     assert not left.exists() or not list(left.iterdir())  # its cleanup removed its state
 

@@ -1,0 +1,108 @@
+"""The backends the behaviour suite (`sandbox.testing.CHECKS`) runs on here, what each claims,
+and how each is looked at from the host after cleanup."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
+from sandbox._contract import CAPABILITIES, BackendUnderTest
+from sandbox.process._state import base_dir
+from sandbox.testing import FakeSandbox
+from tests.conftest import docker_cli
+from tests.kubernetes._cluster import Target
+
+#: Where the kube-infra helper's real cluster announces itself (scripts/kube.sh).
+KUBE_RUN = Path(os.environ.get("SANDBOX_KUBE_RUN", "/var/cache/sandbox-sdk/kube/run"))
+
+#: Every backend of the suite, in the order the tests run.
+NAMES = ("fake", "docker", "docker+gvisor", "process", "kubernetes-fake-api", "kubernetes")
+
+
+def _host_processes(marker: str) -> list[str]:
+    """Host processes whose argv holds ``marker`` (a sandbox's processes are host processes
+    for runc, bubblewrap and containerd; gVisor keeps them inside its sentry)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in argv:
+            found.append(f"pid {entry.name}: {b' '.join(argv).decode(errors='replace')}")
+    return found
+
+
+async def _docker_leftovers(sb: Sandbox, marker: str) -> list[str]:
+    ids = await anyio.to_thread.run_sync(lambda: docker_cli(
+        "ps", "-aq", "--filter", f"label=io.sandbox.id={sb.id}").split())
+    return [f"container {i}" for i in ids] + _host_processes(marker)
+
+
+async def _process_leftovers(sb: Sandbox, marker: str) -> list[str]:
+    states = [f"state dir {p}" for p in base_dir().glob(f"*{sb.id}*")] \
+        if base_dir().exists() else []
+    return states + _host_processes(marker)
+
+
+def _kube_leftovers(target: Target, *, host_visible: bool):
+    async def probe(sb: Sandbox, marker: str) -> list[str]:
+        pod = await target.pod(sb.backend.pod_name)
+        found = [f"pod {sb.backend.pod_name}"] if pod is not None else []
+        return found + (_host_processes(marker) if host_visible else [])
+    return probe
+
+
+def real_cluster(config: pytest.Config) -> Target | None:
+    """``--kubeconfig``'s cluster, else the kube-infra helper's local one (scripts/kube.sh)
+    once it wrote READY: its namespace ``sandboxes``, the SDK's images imported as
+    ``NAME:local`` and never pulled."""
+    given = config.getoption("kubeconfig")
+    if given == "fake":
+        return None
+    if given:
+        return Target(given, config.getoption("kube_namespace"), config.getoption("kube_image"),
+                      None)
+    if (KUBE_RUN / "READY").exists() and (KUBE_RUN / "kubeconfig").exists():
+        return Target(str(KUBE_RUN / "kubeconfig"), "sandboxes", "sandbox-busybox:local", None)
+    return None
+
+
+def subject(name: str, *, kube: Target | None = None) -> BackendUnderTest:
+    """The `BackendUnderTest` for ``name`` (a Kubernetes one needs its ``kube`` target)."""
+    busybox = SandboxConfig(image=IMAGE_BUSYBOX)
+    if name == "fake":
+        return BackendUnderTest(name=name, config=SandboxConfig(type="fake"),
+                                make=FakeSandbox, supports=frozenset(), refusal_name="fake")
+    if name == "docker":
+        return BackendUnderTest(name=name, config=busybox, leftovers=_docker_leftovers)
+    if name == "docker+gvisor":
+        # A reset cannot look into gVisor from the host: its sandboxes are never reused.
+        return BackendUnderTest(name=name, config=SandboxConfig(image=IMAGE_BUSYBOX,
+                                                                runtime="runsc"),
+                                supports=CAPABILITIES - {"pool_reuse"}, refusal_name="runsc",
+                                leftovers=_docker_leftovers)
+    if name == "process":
+        return BackendUnderTest(
+            name=name, config=SandboxConfig(type="process", image=IMAGE_BUSYBOX),
+            supports=CAPABILITIES - {"command_user", "pool_reuse", "checkpoint"},
+            leftovers=_process_leftovers)
+    assert kube is not None
+    local = kube.image.endswith(":local")  # the local cluster: its images are never pulled
+    return BackendUnderTest(
+        # Half a core each: the default limit (2 cores) is also the Pod's request, so one
+        # default sandbox fills the 2-core node and the shared sandbox would leave no room for
+        # the fresh ones (they stay Pending).
+        name=name, config=SandboxConfig(type="kubernetes", image=kube.image,
+                                        pull_policy="never" if local else "",
+                                        resources=ResourceLimits(cpu_limit=0.5,
+                                                                 memory_limit=256 << 20)),
+        make=lambda cfg: Sandbox(backend=kube.backend(cfg)),
+        supports=CAPABILITIES - {"command_user", "pool_reuse", "checkpoint"},
+        leftovers=_kube_leftovers(kube, host_visible=kube.fake is None))
