@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # and LangChain's conformance suite: the tests run Inspect's and LangChain's own checks.
 EXTRAS    := kubernetes,mcp,inspect,langchain,pytest,conformance
 
-.PHONY: all venv engine images test-tools test demo lint bench clean
+.PHONY: all venv engine images kube test-tools test demo lint bench clean
 all: test
 
 # `python3 -m venv` needs Debian's python3-venv (ensurepip); it is installed, as root, only
@@ -40,7 +40,12 @@ test-tools:
 	@command -v tmux >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools tmux
 	@command -v bwrap >/dev/null 2>&1 || bash scripts/apt-install.sh test-tools bubblewrap
 
-test: venv engine images test-tools
+# A real single-node Kubernetes 1.20 on loopback for tests/kubernetes (scripts/kube.sh: built
+# once into /var/cache/sandbox-sdk/kube, kept between runs; `make clean` stops it).
+kube: images
+	bash scripts/kube.sh start
+
+test: venv engine images test-tools kube
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: venv engine images
@@ -57,14 +62,16 @@ BENCH_VENV ?= .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml | venv
 	python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e . docker llm-sandbox openai-agents
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[kubernetes]' docker llm-sandbox openai-agents
 	touch $@
 
-bench: $(BENCH_VENV)/.installed engine images test-tools
+bench: $(BENCH_VENV)/.installed engine images test-tools kube
 	$(BENCH_VENV)/bin/python bench/run.py
 	$(BENCH_VENV)/bin/python bench/backends.py
 
-# Removes the virtualenvs and every container, network and volume carrying our label; nothing else.
+# Stops the local Kubernetes; removes the virtualenvs and every container, network and volume
+# carrying our label; nothing else.
 clean:
+	bash scripts/kube.sh stop
 	bash scripts/clean.sh
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache
