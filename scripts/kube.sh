@@ -404,7 +404,8 @@ ctr_() { ctr -a "$CTR_SOCK" -n k8s.io "$@"; }
 import_images() {
     local t; t=$(now)
     mkdir -p "$IMAGES"
-    if ! ctr_ images ls -q | grep -qx "$PAUSE_IMAGE"; then
+    local have; have=$(ctr_ images ls -q)   # (not piped into grep -q: SIGPIPE under pipefail)
+    if ! grep -qx "$PAUSE_IMAGE" <<<"$have"; then
         ctr_ images import "$IMAGES/pause.tar" >/dev/null
     fi
     local img id ref n=0
@@ -412,7 +413,7 @@ import_images() {
         id=$(docker image inspect --format '{{.Id}}' "$img:latest" 2>/dev/null) || {
             say "note: Docker has no $img:latest (make images); not imported"; continue; }
         ref=docker.io/library/$img
-        if [ "$(cat "$IMAGES/$img.id" 2>/dev/null)" = "$id" ] && ctr_ images ls -q | grep -qx "$ref:local"; then
+        if [ "$(cat "$IMAGES/$img.id" 2>/dev/null)" = "$id" ] && grep -qx "$ref:local" <<<"$have"; then
             continue
         fi
         docker save "$img:latest" | ctr_ images import - >/dev/null
@@ -544,7 +545,7 @@ stop() {
     for comp in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop1 "$comp"; done
     # Mounts the kubelet and containerd left under our state dir (volumes, rootfs, netns).
     local m
-    awk '{print $2}' /proc/self/mounts | grep "^$STATE/" | sort -r | while read -r m; do
+    awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
     ip link del sbxkube0 2>/dev/null || true

@@ -281,6 +281,7 @@ def test_no_connection_leaves_loopback_while_pods_run_and_pull(namespace: str,
         for name in ("hub", "elsewhere"):
             # containerd tried the dead loopback registry, not the image's own host.
             failure = _pull_failure(namespace, name)
+            assert f'"http://{DEAD_REGISTRY}/v2/' in failure, failure
             assert f"dial tcp {DEAD_REGISTRY}: connect: connection refused" in failure, failure
     finally:
         strace.send_signal(signal.SIGINT)
