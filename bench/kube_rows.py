@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig, SandboxPool
+from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig, SandboxPool
 
 KUBE_CACHE = Path(os.environ.get("KUBE_CACHE", "/var/cache/sandbox-sdk/kube"))
 KUBECONFIG = KUBE_CACHE / "run" / "kubeconfig"
@@ -34,8 +34,11 @@ def configs() -> dict[str, SandboxConfig]:
         # The backend reads KUBECONFIG (namespace "default"); the pool makes its sandboxes the
         # same way, so every Kubernetes sandbox here is alike.
         os.environ["KUBECONFIG"] = str(KUBECONFIG)
-        out["kubernetes"] = SandboxConfig(type="kubernetes", image=KUBE_IMAGE,
-                                          pull_policy="never")
+        # Requests stated: with only limits (2 CPUs by default) Kubernetes reserves the limit,
+        # and the 2-core node would schedule one sandbox at a time.
+        out["kubernetes"] = SandboxConfig(
+            type="kubernetes", image=KUBE_IMAGE, pull_policy="never",
+            resources=ResourceLimits(cpu_request=0.01, memory_request=16 * 1024 * 1024))
     return out
 
 
