@@ -442,6 +442,8 @@ start() {
     command -v docker >/dev/null 2>&1 || die "docker is needed to move the SDK's images in (make engine images)"
     local t; t=$(now)
     mkdir -p "$STATE/etcd"
+    # From here on the host carries our bridge, kubepods cgroups and shims: stop cleans them.
+    date -u +%FT%TZ >"$RUN/started"
     launch etcd etcd --name sandbox-sdk --data-dir "$STATE/etcd" \
         --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
         --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
@@ -536,11 +538,6 @@ stop() {
         for c in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers rm "$c" >/dev/null 2>&1 || true; done
     fi
     stop1 containerd
-    # Shims of our containerd still alive (their command line names our socket): by pid.
-    local pid
-    for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CTR_SOCK" 2>/dev/null || true); do
-        kill -9 "$pid" 2>/dev/null || true
-    done
     local comp
     for comp in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop1 "$comp"; done
     # Mounts the kubelet and containerd left under our state dir (volumes, rootfs, netns).
@@ -548,12 +545,22 @@ stop() {
     awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
-    ip link del sbxkube0 2>/dev/null || true
-    # The kubelet's pod cgroups (cgroup v1: one tree per controller; v2: one).
-    local h
-    for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
-        [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-    done
+    # What a cluster of THIS cache left on the host; never touched when this cache started
+    # nothing (another KUBE_CACHE's cluster may be running).
+    if [ -e "$RUN/started" ]; then
+        # Shims of our containerd still alive (their command line names our socket): by pid.
+        local pid
+        for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CTR_SOCK" 2>/dev/null || true); do
+            kill -9 "$pid" 2>/dev/null || true
+        done
+        ip link del sbxkube0 2>/dev/null || true
+        # The kubelet's pod cgroups (cgroup v1: one tree per controller; v2: one).
+        local h
+        for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+            if [ -d "$h" ]; then find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
+        done
+        rm -f "$RUN/started"
+    fi
     rm -rf "$STATE"
     say "stopped in $(since "$t") s"
 }
