@@ -16,7 +16,8 @@
 # provider; every component listens and connects on 127.0.0.1; images come only from local imports
 # (never a registry); containerd's CRI plugin sends every registry (docker.io, registry.k8s.io, "*")
 # to a dead loopback port and runs with an empty resolver; the pod bridge has no gateway and no
-# masquerade. tests/kubernetes/test_kube_network_safety.py checks it on the running cluster.
+# masquerade, and the host has no address on it (IPv6 off there). tests/kubernetes/
+# test_kube_network_safety.py checks it on the running cluster.
 #
 # Cache (outside the clone, kept between runs): $KUBE_CACHE, default /var/cache/sandbox-sdk/kube.
 # The kubeconfig is $KUBE_CACHE/run/kubeconfig once `start` succeeded.
@@ -480,6 +481,7 @@ start() {
     t=$(now)
     wait_for 60 ctr -a "$CTR_SOCK" version || fail containerd
     import_images
+    pod_bridge
     t=$(now)
     mkdir -p "$STATE/kubelet"
     # No --cloud-provider (none is linked in anyway); --docker names no socket so cAdvisor does
@@ -497,6 +499,15 @@ start() {
     kubeconfig admin >"$RUN/kubeconfig.tmp" && mv -f "$RUN/kubeconfig.tmp" "$RUN/kubeconfig"
     write_ready
     say "cluster up in $(since "$T0") s: kubeconfig $RUN/kubeconfig, namespace sandboxes, images *:local"
+}
+
+# The pods' bridge, made before the CNI plugin would (it reuses it): no IPv4 address (the CNI
+# config has no gateway) and IPv6 off, so the host has no address on it (no link-local fe80::
+# either) and a pod reaches no host service, not even one listening on [::].
+pod_bridge() {
+    ip link show sbxkube0 >/dev/null 2>&1 || ip link add sbxkube0 type bridge
+    echo 1 >/proc/sys/net/ipv6/conf/sbxkube0/disable_ipv6
+    ip link set sbxkube0 up
 }
 
 write_ready() { echo READY >"$RUN/READY"; }

@@ -295,6 +295,17 @@ def test_no_connection_leaves_loopback_while_pods_run_and_pull(namespace: str,
     assert f'htons({DEAD_REGISTRY.split(":")[1]})' in trace
 
 
+def test_pod_bridge_gives_the_host_no_address() -> None:
+    """The pods' bridge carries no host address, IPv4 or IPv6 (the kernel's automatic fe80::
+    link-local would let a pod reach host services listening on [::])."""
+    _kubeconfig()
+    out = subprocess.run(["ip", "-j", "addr", "show", "dev", "sbxkube0"], capture_output=True,
+                         text=True, check=True).stdout
+    (bridge,) = json.loads(out)
+    assert bridge["addr_info"] == []
+    assert Path("/proc/sys/net/ipv6/conf/sbxkube0/disable_ipv6").read_text().strip() == "1"
+
+
 def test_dead_registry_answers_nobody() -> None:
     """Nothing listens on the dead registry port (else a pull could reach a real service)."""
     _kubeconfig()
