@@ -590,10 +590,13 @@ status() {
     return "$rc"
 }
 
+# One kube.sh at a time per cache (two `make test` at once must not start two clusters).
+lock() { mkdir -p "$K"; exec 9>"$K/.lock"; flock 9; }
+
 case "${1:-}" in
-    build) build ;;
-    start) start ;;
-    stop) stop ;;
+    build) lock; build ;;
+    start) lock; start ;;
+    stop) lock; stop ;;
     status) status ;;
     *) echo "usage: $0 build|start|stop|status" >&2; exit 2 ;;
 esac
