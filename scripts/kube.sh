@@ -377,13 +377,14 @@ alive() {
     [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$K/"
 }
 
-# Start $1 detached (own session: a Ctrl-C of make does not reach it), log to $LOGS/$1.log.
+# Start $1 detached (own session: a Ctrl-C of make does not reach it; without our lock fd),
+# log to $LOGS/$1.log.
 launch() {
     local name=$1; shift
     : >"$LOGS/$name.log"
     setsid env AWS_EC2_METADATA_DISABLED=true HTTP_PROXY=$DEAD_REGISTRY HTTPS_PROXY=$DEAD_REGISTRY \
         http_proxy=$DEAD_REGISTRY https_proxy=$DEAD_REGISTRY NO_PROXY= no_proxy= \
-        "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+        "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 9>&- &
     echo $! >"$RUN/$name.pid"
 }
 
