@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import pytest
 
-from sandbox import SandboxConfig
+from sandbox import ResourceLimits, SandboxConfig
 from sandbox.kubernetes import KubernetesBackend
 from sandbox.kubernetes._gateway import Cluster, KubeNotFound
 from tests.kubernetes._fake_apiserver import FakeApiServer
@@ -29,6 +29,8 @@ LOCAL_NAMESPACE = "sandboxes"
 LOCAL_IMAGE = "sandbox-busybox:local"
 """The SDK's busybox image as scripts/kube.sh imports it (a non-latest tag: never pulled)."""
 LOCAL_PYTHON_IMAGE = "sandbox-python:local"
+LOCAL_CPU_REQUEST = 0.01
+LOCAL_MEMORY_REQUEST = 16 << 20
 
 
 def local_kubeconfig() -> Path | None:
@@ -56,6 +58,14 @@ class Target:
         fields.setdefault("image", self.image)
         if self.pull_policy:
             fields.setdefault("pull_policy", self.pull_policy)
+        if self.local:
+            # Limits alone make Kubernetes reserve the limit (2 CPUs by default): the 2-core
+            # node would run one sandbox at a time, and concurrent test runs would wait on
+            # each other. Small requests, unless the test states its own.
+            res = fields.get("resources") or ResourceLimits()
+            fields["resources"] = attrs.evolve(
+                res, cpu_request=res.cpu_request or LOCAL_CPU_REQUEST,
+                memory_request=res.memory_request or LOCAL_MEMORY_REQUEST)
         return SandboxConfig(type="kubernetes", **fields)
 
     def backend(self, config: SandboxConfig | None = None, **options: Any) -> KubernetesBackend:
