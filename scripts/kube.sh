@@ -12,12 +12,13 @@
 #
 # Network safety (nothing may send a packet anywhere but loopback, unix sockets and the pods we
 # create): every in-tree cloud credential provider is removed from the kubelet before it is built
-# (and all is built with upstream's `providerless` tag); the kubelet runs with AWS_EC2_METADATA_DISABLED=true and no cloud
-# provider; every component listens and connects on 127.0.0.1; images come only from local imports
-# (never a registry); containerd's CRI plugin sends every registry (docker.io, registry.k8s.io, "*")
-# to a dead loopback port and runs with an empty resolver; the pod bridge has no gateway and no
-# masquerade, and the host has no address on it (IPv6 off there). tests/kubernetes/
-# test_kube_network_safety.py checks it on the running cluster.
+# (and everything is built with upstream's `providerless` tag); the kubelet runs with
+# AWS_EC2_METADATA_DISABLED=true and no cloud provider; every component listens and connects on
+# 127.0.0.1, with HTTP(S)_PROXY a dead loopback port; the kubelet leaves host sysctls alone;
+# images come only from local imports; containerd's CRI plugin sends every registry (hosts.toml
+# for docker.io, registry.k8s.io, ... and `_default` for any other name) to a dead loopback port,
+# so no pull resolves or reaches a registry; the pods' bridge has no gateway, no masquerade and
+# no host address (IPv6 off there). tests/kubernetes/test_kube_network_safety.py checks it.
 #
 # Cache (outside the clone, kept between runs): $KUBE_CACHE, default /var/cache/sandbox-sdk/kube.
 # The kubeconfig is $KUBE_CACHE/run/kubeconfig once `start` succeeded.
