@@ -7,8 +7,8 @@ PYTEST_ARGS ?=
 # documentation site's toolchain (the suite builds the site with --strict).
 EXTRAS    := kubernetes,mcp,inspect,langchain,pytest,conformance,docs
 
-.PHONY: all venv venv-core engine engine-stop images test-tools docs-tools test demo docs lint \
-	bench clean
+.PHONY: all venv venv-core engine engine-stop images kube test-tools docs-tools test demo docs \
+	lint bench clean
 all: test
 
 # `python3 -m venv` needs Debian's python3-venv (ensurepip); it is installed, as root, only
@@ -56,7 +56,12 @@ test-tools:
 docs-tools:
 	@command -v chromium >/dev/null 2>&1 || bash scripts/apt-install.sh docs-tools chromium
 
-test: venv engine images test-tools docs-tools
+# A real single-node Kubernetes 1.20 on loopback for tests/kubernetes (scripts/kube.sh: built
+# once into /var/cache/sandbox-sdk/kube, kept between runs; `make clean` stops it).
+kube: images
+	bash scripts/kube.sh start
+
+test: venv engine images test-tools docs-tools kube
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: venv-core engine images
@@ -79,14 +84,16 @@ BENCH_VENV ?= .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml | venv
 	python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e . docker llm-sandbox openai-agents
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[kubernetes]' docker llm-sandbox openai-agents
 	touch $@
 
-bench: $(BENCH_VENV)/.installed engine images test-tools
+bench: $(BENCH_VENV)/.installed engine images test-tools kube
 	$(BENCH_VENV)/bin/python bench/run.py
 	$(BENCH_VENV)/bin/python bench/backends.py
 
-# Removes the virtualenvs and every container, network and volume carrying our label; nothing else.
+# Stops the local Kubernetes; removes the virtualenvs and every container, network and volume
+# carrying our label; nothing else.
 clean:
+	bash scripts/kube.sh stop
 	bash scripts/clean.sh
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache site

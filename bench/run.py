@@ -10,6 +10,7 @@ ratio to raw aiodocker, and writes bench/results/latest.json.
     python bench/run.py --only exec,stream
     python bench/run.py --only pool,checkpoint   # SDK only: warm pool, checkpoints, forks
     python bench/run.py --only rsshostile        # SDK only: memory against hostile content
+    python bench/run.py --only kube              # Kubernetes (make kube), Docker, process
 
 It measures; it asserts nothing about the numbers.
 """
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import kube_rows
 from common import BENCH_LABEL, KEEPALIVE, MIB, Box, make_small_tree, median, p95
 from impl_aiodocker import RawAiodocker
 from impl_cli import DockerCLI
@@ -53,7 +55,7 @@ from sandbox import (
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers")
+             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers", "kube")
 BASELINE = "aiodocker"
 
 
@@ -520,6 +522,10 @@ class Bench:
         from scenario_session import peers_scenario
 
         await peers_scenario(self)
+
+    async def s_kube(self) -> None:
+        """Kubernetes (the local cluster), Docker and process side by side: bench/kube_rows.py."""
+        await kube_rows.run(self, Row)
 
     # -- report -------------------------------------------------------------------------------
 
