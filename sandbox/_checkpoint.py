@@ -43,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import attrs
 
+from ._backend import checkpoints_of
 from ._constants import (
     LABEL_CREATED,
     LABEL_MANAGED_BY,
@@ -225,7 +226,7 @@ async def create_checkpoint(sb: Sandbox, name: str, *, memory: bool = False,
                     "checkpoint(name) for a filesystem checkpoint")
     image = f"{CHECKPOINT_REPOSITORY}:{name}"
     labels = checkpoint_labels(sb, name, memory=memory, fork=fork, owned=owned)
-    image_id = await sb.backend.checkpoint(image, labels, memory=memory)
+    image_id = await checkpoints_of(sb.backend).checkpoint(image, labels, memory=memory)
     return Checkpoint(name=name, image=image, image_id=image_id, source_id=sb.id,
                       created=datetime.fromisoformat(labels[LABEL_CREATED]), memory=memory,
                       source_config=attrs.evolve(sb.config, name=""))

@@ -1,31 +1,49 @@
-"""Which backend serves which ``SandboxConfig.type``: one table, imported lazily.
+"""Which backend serves which ``SandboxConfig.type``: one typed table, imported lazily.
 
-A new backend adds a line here (and nothing to `Sandbox`); its class is built as
-``cls(config, on_sample=...)``, so its own options stay on its constructor. Importing is
-lazy so that ``import sandbox`` loads no engine client.
+A new backend adds a loader here (and nothing to `Sandbox`); its class is built as
+``cls(config, on_sample=...)`` (`BackendFactory`), so its own options stay on its
+constructor. Each loader returns the class as a `BackendFactory`, so ``mypy --strict``
+checks that every registered class has every member of `Backend` and that constructor.
+Importing is lazy so that ``import sandbox`` loads no engine client; this is the one core
+module that names the backends.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
+from ._backend import Backend, BackendFactory
 from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
 
-if TYPE_CHECKING:
-    from ._backend import Backend
+__all__ = ["BACKENDS", "backend_class", "backend_for", "check_type"]
 
-__all__ = ["BACKENDS", "backend_for", "check_type"]
 
-#: ``config.type`` -> "module:class" of its backend.
-BACKENDS: dict[str, str] = {
-    "docker": "sandbox.docker:DockerBackend",
-    "kubernetes": "sandbox.kubernetes:KubernetesBackend",
-    "process": "sandbox.process:ProcessBackend",
+def _docker() -> BackendFactory:
+    from .docker import DockerBackend
+
+    return DockerBackend
+
+
+def _kubernetes() -> BackendFactory:
+    from .kubernetes import KubernetesBackend
+
+    return KubernetesBackend
+
+
+def _process() -> BackendFactory:
+    from .process import ProcessBackend
+
+    return ProcessBackend
+
+
+#: ``config.type`` -> a loader of the class of its backend.
+BACKENDS: Mapping[str, Callable[[], BackendFactory]] = {
+    "docker": _docker,
+    "kubernetes": _kubernetes,
+    "process": _process,
     # A VM-isolated OCI runtime the engine lists (kata, firecracker), else refused by name.
-    "vm": "sandbox.docker:DockerBackend",
+    "vm": _docker,
 }
 
 
@@ -36,11 +54,13 @@ def check_type(kind: str) -> None:
                                 details=f"available types: {', '.join(sorted(BACKENDS))}")
 
 
+def backend_class(kind: str) -> BackendFactory:
+    """The class (a `BackendFactory`) of the backend that serves ``kind``."""
+    check_type(kind)
+    return BACKENDS[kind]()
+
+
 def backend_for(config: SandboxConfig, *,
                 on_sample: Callable[[ResourceUsage], object] | None = None) -> Backend:
     """A new backend object for ``config.type``."""
-    check_type(config.type)
-    module, _, name = BACKENDS[config.type].partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    backend: Backend = cls(config, on_sample=on_sample)
-    return backend
+    return backend_class(config.type)(config, on_sample=on_sample)

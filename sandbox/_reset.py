@@ -40,7 +40,13 @@ from collections.abc import Mapping
 import anyio
 import attrs
 
-from ._backend import ProcessSpec
+from ._backend import (
+    ProcessSpec,
+    SupportsFilesystemChanges,
+    SupportsHealth,
+    SupportsHostInspector,
+    backend_name,
+)
 from ._errors import ConfigError
 from ._hostview import HostInspector, Identity, Meta, identity_of_status
 from ._models import SandboxConfig
@@ -153,6 +159,9 @@ async def record_baseline(sb: Sandbox) -> Baseline:
     backend = sb.backend
     base = Baseline(changes=frozenset(), cwd=sb.get_working_directory(),
                     env=tuple(sorted(sb.get_environment().items())), user=backend.user)
+    if not isinstance(backend, SupportsFilesystemChanges):
+        return attrs.evolve(base, unverifiable=f"{backend_name(backend)} keeps no image to "
+                                               "compare it with")
     changes: list[tuple[str, str]] = []
 
     async def list_changes() -> None:
@@ -198,10 +207,9 @@ async def _look_from_outside(sb: Sandbox) -> tuple[HostInspector, Identity] | st
     """The backend's view of ``sb`` from outside and the sandbox user's ids, or why a reset
     cannot verify ``sb``."""
     backend = sb.backend
-    finder = getattr(backend, "host_inspector", None)
-    if finder is None:
+    if not isinstance(backend, SupportsHostInspector):
         return "its backend cannot show it from outside"
-    found: HostInspector | str = await finder()
+    found = await backend.host_inspector()
     if isinstance(found, str):
         return found
     result = await backend.run_process(ProcessSpec(
@@ -255,10 +263,12 @@ async def reset(sb: Sandbox, baseline: Baseline) -> str:
 
 async def _reset(sb: Sandbox, baseline: Baseline) -> str:
     backend = sb.backend
-    if await backend.health():
+    if isinstance(backend, SupportsHealth) and await backend.health():
         return "it is not running"
     if baseline.unverifiable:
         return f"a reset cannot verify it: {baseline.unverifiable}"
+    if not isinstance(backend, SupportsFilesystemChanges):
+        return f"{backend_name(backend)} keeps no image to compare it with"
     inspector, identity = baseline.inspector, baseline.identity
     assert inspector is not None and identity is not None
     others = sorted(u for u in sb.command_users() if u != baseline.user)

@@ -35,7 +35,6 @@ from ._constants import (
     DEFAULT_USER,
 )
 from ._errors import (
-    CheckpointFailed,
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
@@ -55,7 +54,7 @@ from ._models import (
     as_config,
 )
 from ._protocol import CommandLike, OutputCallback, to_command
-from ._sandbox import Sandbox
+from ._sandbox import Sandbox, session_host
 from ._session import Callback, Session, SessionJob
 from ._signals import parse_signal, signal_name
 from ._tty import check_terminal_size
@@ -312,17 +311,6 @@ class FakeBackend:
         status = self._life.status
         return "" if status is SandboxStatus.RUNNING else f"the sandbox is {status.value}"
 
-    async def filesystem_changes(self) -> list[tuple[str, str]]:
-        """Refused: the fake has no image to compare with, so a pool cannot reset it."""
-        raise SandboxError("the fake backend keeps no image to compare files with",
-                           details="use max_uses=1 with a pool of fake sandboxes")
-
-    async def checkpoint(self, image: str, labels: Mapping[str, str], *,
-                         memory: bool = False) -> str:
-        """Refused: the fake has no engine to keep an image in."""
-        raise CheckpointFailed("the fake backend cannot checkpoint: it has no engine to keep "
-                               "images in", details="checkpoint a Docker sandbox instead")
-
     async def get_info(self) -> SandboxInfo:
         return SandboxInfo(id=self.id, name=self.id, type=self._config.type,
                            status=self._life.status, created_at=self._created_at,
@@ -502,7 +490,7 @@ class FakeSession(Session):
     no state carries over, and ``start`` always returns the finished result."""
 
     def __init__(self, fake: FakeSandbox) -> None:
-        super().__init__(fake, shell=None, restart=True)
+        super().__init__(session_host(fake), shell=None, restart=True)
         self._fake_sandbox = fake
         self._kind = "sh"
 

@@ -25,7 +25,7 @@ import anyio
 
 from .. import _constants
 from .._audit import Auditor
-from .._backend import NoSnapshots, ProcessSpec
+from .._backend import ProcessSpec
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
 from .._deadline import HelperDeadline
 from .._errors import (
@@ -81,7 +81,7 @@ def quantity(text: str) -> float:
         return 0.0
 
 
-class KubernetesSandbox(NoSnapshots):
+class KubernetesSandbox:
     """A sandbox backed by one Pod; use it through `sandbox.Sandbox`.
 
     ``on_sample`` is called with each usage sample; samples are taken when asked for

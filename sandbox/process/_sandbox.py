@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from .._audit import Auditor
-from .._backend import NoSnapshots, ProcessSpec
+from .._backend import ProcessSpec
 from .._constants import LABEL_SANDBOX_ID
 from .._errors import CleanupIncomplete, CommandStartFailed, SandboxInitFailed
 from .._gc import owner_labels
@@ -63,7 +63,7 @@ HOST_NOBODY = (65534, 65534)
 HOST_HOLDER = 65533
 
 
-class ProcessSandbox(NoSnapshots, HelperFiles):
+class ProcessSandbox(HelperFiles):
     """The process (bubblewrap) implementation of `Backend`; use it through `Sandbox`."""
 
     def __init__(self, config: SandboxConfig | None = None, *,
