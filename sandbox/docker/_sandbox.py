@@ -14,6 +14,7 @@ import attrs
 from .._audit import Auditor
 from .._backend import ProcessSpec
 from .._constants import DEFAULT_CLEANUP_TIMEOUT, GVISOR_CLEANUP_TIMEOUT, LABEL_SANDBOX_ID
+from .._egress_stats import EgressStats
 from .._errors import (
     ConfigError,
     EngineUnavailable,
@@ -248,7 +249,6 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         await self._workspace.prepare(body, sandbox_user=self._user)
         self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels,
                                        audit=lambda: self._audit, facts=self._facts)
-        self.egress_stats = self._network.egress_stats  # what Sandbox.egress_stats reads
         await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
 
@@ -387,6 +387,10 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
 
     async def command_finalizer(self) -> Finalizer:  # usage and OOM for a session's results
         return await cast(ResultFinisher, self._finisher).finalizer()
+
+    def egress_stats(self) -> EgressStats:
+        """What the sandbox's egress proxy decided so far (``enforced=False`` without one)."""
+        return self._network.egress_stats() if self._network is not None else EgressStats()
 
     def _helper(self, what: str, *, rate: float | None = None,
                 max_time: float | None = None) -> HelperRunner:
