@@ -26,8 +26,8 @@ from pathlib import Path
 import attrs
 
 from ._archive import check_limits
-from ._audit import Auditor
 from ._backend import Process, ProcessSpec
+from ._backend_base import BackendBase
 from ._constants import (
     DEFAULT_COPY_MAX_BYTES,
     DEFAULT_COPY_MAX_ENTRIES,
@@ -51,7 +51,6 @@ from ._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
-    as_config,
 )
 from ._protocol import CommandLike, OutputCallback, to_command
 from ._sandbox import Sandbox, session_host
@@ -146,7 +145,7 @@ def _text(command: Command) -> str:
     return " ".join((command.executable, *command.args))
 
 
-class FakeBackend:
+class FakeBackend(BackendBase):
     """An in-memory `Backend`: files and directories in dicts, commands answered by a function.
 
     No policy lives here: `Sandbox` decides every command and resolves every path, exactly as
@@ -155,22 +154,13 @@ class FakeBackend:
 
     def __init__(self, config: SandboxConfig | None = None, *,
                  respond: Callable[[ProcessSpec], CommandResult] | None = None) -> None:
-        self.id = "fake"
-        self._config = as_config(config)
-        self._life = Lifecycle()
+        super().__init__(config, sandbox_id="fake")
         self._respond = respond or (lambda spec: CommandResult(exit_code=0, success=True))
         self.files: dict[str, tuple[bytes, int]] = {}
         self.dirs: set[str] = {"/", self._config.working_dir}
         self.usage = ResourceUsage()
-        self._audit = Auditor(self.id, self._config.security)
-        self._env: dict[str, str] = dict(self._config.environment)
-        self._created_at: datetime | None = None
 
     # -- state ----------------------------------------------------------------------
-
-    @property
-    def config(self) -> SandboxConfig:
-        return self._config
 
     @property
     def lifecycle(self) -> Lifecycle:
@@ -191,17 +181,6 @@ class FakeBackend:
         """The ids `user` names, when numeric."""
         return identity_of(self.user)
 
-    @property
-    def audit(self) -> Auditor:
-        return self._audit
-
-    @property
-    def working_dir(self) -> str:
-        return self._config.working_dir
-
-    def environment(self) -> dict[str, str]:
-        return dict(self._env)
-
     def require_running(self) -> None:
         """Raise why the sandbox cannot run commands now, if it cannot."""
         self._life.require_running()
@@ -210,14 +189,7 @@ class FakeBackend:
 
     async def create(self, lifecycle: Lifecycle, config: SandboxConfig | None = None, *,
                      environment: Mapping[str, str] | None = None) -> None:
-        self._life = lifecycle
-        if config is not None:
-            self._config = config = as_config(config)
-            self._env = dict(config.environment)
-            self._audit = Auditor(self.id, config.security)
-            self.dirs.add(config.working_dir)
-        elif environment is not None:
-            self._env = dict(environment)
+        self.dirs.add(self.begin_create(lifecycle, config, environment).working_dir)
         self._created_at = datetime.now(UTC)
         lifecycle.advance(SandboxStatus.RUNNING)
 

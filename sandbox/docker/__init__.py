@@ -9,6 +9,6 @@ Example:
 ``Sandbox(config)`` (and its ``docker=`` keyword, kept as a convenience) builds one for you.
 """
 
-from ._sandbox import DockerSandbox as DockerBackend
+from ._sandbox import DockerBackend
 
 __all__ = ["DockerBackend"]

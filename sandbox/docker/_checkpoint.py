@@ -281,18 +281,18 @@ async def filesystem_changes(engine: Engine, container_id: str) -> list[tuple[st
 
 class PoolPrimitives:
     """`Backend.health`, `filesystem_changes`, `checkpoint` and the pool reset's
-    `host_inspector` for `DockerSandbox`, which mixes this in (its own module stays within
+    `host_inspector` for `DockerBackend`, which mixes this in (its own module stays within
     the size bound)."""
 
     _life: Lifecycle
     _background: Background
     _user: str
-    #: The container's main command (DockerSandbox's), which the host view expects to find.
+    #: The container's main command (DockerBackend's), which the host view expects to find.
     keepalive: tuple[str, ...] = ()
     _gate: ExecGate
 
     def _running(self) -> tuple[Engine, str]:
-        raise NotImplementedError  # DockerSandbox's
+        raise NotImplementedError  # DockerBackend's
 
     async def host_inspector(self) -> HostInspector | str:
         """The container seen from the host (its cgroup and its init's root), for a pool's

@@ -13,6 +13,6 @@ namespace "default". Needs the extra: ``pip install 'sandbox[kubernetes]'``.
 """
 
 from ._gc import gc
-from ._sandbox import KubernetesSandbox as KubernetesBackend
+from ._sandbox import KubernetesBackend
 
 __all__ = ["KubernetesBackend", "gc"]

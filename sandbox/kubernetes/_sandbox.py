@@ -1,4 +1,4 @@
-"""KubernetesSandbox: one Pod (and one NetworkPolicy) per sandbox, driven through the API server.
+"""KubernetesBackend: one Pod (and one NetworkPolicy) per sandbox, driven through the API server.
 
 The Pod is planned by `_plan` (every field mapped or refused), its commands run by `_exec`
 over the exec websocket, and files move by the same exec'd POSIX tools as on Docker
@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -24,8 +23,8 @@ from urllib.parse import quote
 import anyio
 
 from .. import _constants
-from .._audit import Auditor
 from .._backend import ProcessSpec
+from .._backend_base import BackendBase
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
 from .._deadline import HelperDeadline
 from .._errors import (
@@ -37,7 +36,6 @@ from .._errors import (
     SandboxNotFound,
 )
 from .._gc import owner_labels
-from .._ids import Identity, identity_of
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -47,7 +45,6 @@ from .._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
-    as_config,
 )
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
@@ -81,7 +78,7 @@ def quantity(text: str) -> float:
         return 0.0
 
 
-class KubernetesSandbox:
+class KubernetesBackend(BackendBase):
     """A sandbox backed by one Pod; use it through `sandbox.Sandbox`.
 
     ``on_sample`` is called with each usage sample; samples are taken when asked for
@@ -93,7 +90,7 @@ class KubernetesSandbox:
                  namespace: str = "default", runtime_classes: Mapping[str, str] | None = None,
                  start_timeout: float = 300.0,
                  on_sample: Callable[[ResourceUsage], object] | None = None) -> None:
-        self._config = as_config(config)
+        super().__init__(config)
         if in_cluster is None:
             in_cluster = kubeconfig is None and not os.environ.get("KUBECONFIG") and \
                 bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
@@ -102,48 +99,20 @@ class KubernetesSandbox:
         self.runtime_classes = dict(runtime_classes or {})
         self.start_timeout = start_timeout
         self._on_sample = on_sample
-        self.id = uuid.uuid4().hex[:12]
-        self._name = self._config.name or f"sandbox-{self.id}"
         self._cluster: Cluster | None = None
-        self._life = Lifecycle()
         ns = quote(namespace)
         self._paths = {"Pod": f"/api/v1/namespaces/{ns}/pods",
                        "NetworkPolicy": f"/apis/networking.k8s.io/v1/namespaces/{ns}/"
                                         "networkpolicies"}
         self._attempted: set[str] = set()  # kinds whose create was sent
         self._made: dict[str, str] = {}  # kind -> uid of what the create made
-        self._user = ""
-        self._env: dict[str, str] = dict(self._config.environment)
-        self._audit = Auditor(self.id, self._config.security)
         self._protocol = ""  # the exec subprotocol the server chose, once known
         self._plan: PodPlan | None = None
         self._pod: dict[str, Any] = {}
         self._samples: deque[ResourceUsage] = deque(maxlen=600)
         self._started = time.monotonic()
-        self._created_at: datetime | None = None
 
     # -- state -------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> SandboxConfig:
-        return self._config
-
-    @property
-    def user(self) -> str:
-        return self._user
-
-    @property
-    def identity(self) -> Identity | None:
-        """The Pod's numeric runAsUser and runAsGroup."""
-        return identity_of(self._user)
-
-    @property
-    def audit(self) -> Auditor:
-        return self._audit
-
-    @property
-    def working_dir(self) -> str:
-        return self._config.working_dir
 
     @property
     def pod_name(self) -> str:
@@ -154,9 +123,6 @@ class KubernetesSandbox:
     def exec_protocol(self) -> str:
         """The exec subprotocol the API server chose ("" before the first exec)."""
         return self._protocol
-
-    def environment(self) -> dict[str, str]:
-        return dict(self._env)
 
     def _cluster_or_raise(self) -> Cluster:
         self._life.require_running()
@@ -169,14 +135,7 @@ class KubernetesSandbox:
                      environment: Mapping[str, str] | None = None) -> None:
         """Create the NetworkPolicy and the Pod, wait for it to run, moving ``lifecycle`` to
         RUNNING; on failure `Sandbox` calls `remove`."""
-        self._life = lifecycle
-        if config is not None:
-            self._config = config = as_config(config)
-            self._name = config.name or self._name
-            self._env = dict(config.environment)
-            self._audit = Auditor(self.id, config.security)
-        elif environment is not None:
-            self._env = dict(environment)
+        self.begin_create(lifecycle, config, environment)
         await self._initialize()
 
     async def _initialize(self) -> None:

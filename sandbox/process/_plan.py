@@ -196,7 +196,7 @@ def _tmpfs(entries: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
 class Limits:
     """How one sandbox's limits are held: a cgroup, per-command rlimits (a fork sets them),
     sandbox rlimits (the zygote takes them, every command inherits them) and, per defaulted
-    limit, what holds it (`ProcessSandbox.limits`)."""
+    limit, what holds it (`ProcessBackend.limits`)."""
 
     cgroup: ResourceLimits | None
     rlimits: tuple[tuple[int, int, int], ...]
