@@ -56,6 +56,7 @@ from ._constants import (
 )
 from ._errors import CheckpointFailed, ConfigError, SandboxError
 from ._models import SandboxConfig
+from ._wire_time import engine_time
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
@@ -325,7 +326,6 @@ def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
     a name that is not a checkpoint name, or a config that does not parse, is not trusted.
     """
     from ._json import from_json
-    from .docker._wire import engine_time
 
     labels = image.get("Labels") or {}
     if not isinstance(labels, Mapping) or labels.get(LABEL_MANAGED_BY) != LABEL_MANAGED_BY_VALUE:

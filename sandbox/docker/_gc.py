@@ -16,8 +16,8 @@ import attrs
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import SandboxError
+from .._wire_time import engine_time
 from ._gateway import Engine, EngineNotFound
-from ._wire import engine_time
 
 Kind = Literal["container", "network", "volume"]
 

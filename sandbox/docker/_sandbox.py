@@ -21,6 +21,7 @@ from .._errors import (
     SandboxInitFailed,
 )
 from .._gc import owner_labels
+from .._helper_files import HelperFiles
 from .._ids import Identity
 from .._image_ref import parse_image_ref
 from .._lifecycle import Lifecycle
@@ -34,6 +35,7 @@ from .._models import (
 )
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
+from .._workspace import Workspace, live_mount_user
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
@@ -41,7 +43,6 @@ from ._exec import ExecProcess, Finalizer, open_exec
 from ._exec_gate import ExecGate
 from ._exec_kill import kill_marked
 from ._facts import EngineFacts
-from ._files import HelperFiles
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, new_client
 from ._helpers import HelperRunner, Helpers
@@ -52,7 +53,6 @@ from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
 from ._workdir import give_workdir_before_start, settle_user
-from ._workspace import Workspace, live_mount_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")

@@ -14,7 +14,7 @@ import attrs
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import ConfigError, SandboxError
 from .._gc import GcItem, GcReport, _Here, owner_verdict
-from ..docker._wire import engine_time
+from .._wire_time import engine_time
 from ._gateway import Cluster, KubeNotFound
 
 __all__ = ["gc"]

@@ -2,7 +2,7 @@
 
 The Pod is planned by `_plan` (every field mapped or refused), its commands run by `_exec`
 over the exec websocket, and files move by the same exec'd POSIX tools as on Docker
-(``sandbox.docker._files``, which only needs a runner), so a hostile tar or listing meets the
+(``sandbox._helper_files``, which only needs a runner), so a hostile tar or listing meets the
 same checks.
 """
 
@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import anyio
 
-from .. import _constants
+from .. import _constants, _helper_files
 from .._backend import ProcessSpec
 from .._backend_base import BackendBase
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
@@ -48,8 +48,7 @@ from .._models import (
 )
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
-from ..docker import _files
-from ..docker._wire import engine_time
+from .._wire_time import engine_time
 from . import _exec
 from ._gateway import Cluster, ExecSocket, KubeApiError, KubeConflict, KubeNotFound
 from ._plan import CONTAINER, PodPlan, plan_pod
@@ -428,25 +427,25 @@ class KubernetesBackend(BackendBase):
     # -- files: tar and POSIX tools over exec, the Docker backend's hostile-input checks ------
 
     async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
-        await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
+        await _helper_files.write_file(self._helper(f"write {target!r}"), target, content, mode)
 
     async def read_file(self, target: str, max_bytes: int | None = None) -> bytes:
-        return await _files.read_file(self._helper(f"read {target!r}"), target,
+        return await _helper_files.read_file(self._helper(f"read {target!r}"), target,
                                       max_bytes=max_bytes)
 
     async def list_files(self, target: str) -> list[FileInfo]:
-        return await _files.list_files(self._helper(f"list {target!r}"), target)
+        return await _helper_files.list_files(self._helper(f"list {target!r}"), target)
 
     async def copy_in(self, source: Path, target: str) -> None:
-        await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
+        await _helper_files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
 
     async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
                        max_entries: int) -> None:
-        await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
+        await _helper_files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
                                        max_bytes=max_bytes, max_entries=max_entries)
 
     async def path_kind(self, target: str) -> str:
-        return await _files.path_kind(self._helper(f"inspect {target!r}"), target)
+        return await _helper_files.path_kind(self._helper(f"inspect {target!r}"), target)
 
     # -- info --------------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ from .._ids import names_root
 from .._limits import host_size, with_defaults
 from .._models import ResourceLimits, SandboxConfig
 from .._policy import is_networked
-from ..docker._security import seccomp_options
+from .._privileges import seccomp_options
 
 __all__ = ["ProcessPlan", "plan_sandbox"]
 

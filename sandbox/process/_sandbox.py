@@ -25,6 +25,7 @@ from .._backend_base import BackendBase
 from .._constants import LABEL_SANDBOX_ID
 from .._errors import CleanupIncomplete, CommandStartFailed, SandboxInitFailed
 from .._gc import owner_labels
+from .._helper_files import HelperFiles
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -36,8 +37,7 @@ from .._models import (
 from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
-from ..docker._files import HelperFiles
-from ..docker._workspace import Workspace
+from .._workspace import Workspace
 from . import _seccomp, _usage
 from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, prepare_state
 from ._cgroup import SandboxCgroup, available
