@@ -56,6 +56,7 @@ from ._constants import (
 )
 from ._errors import CheckpointFailed, ConfigError, SandboxError
 from ._models import SandboxConfig
+from ._owner import owner_labels
 from ._wire_time import engine_time
 
 if TYPE_CHECKING:
@@ -182,7 +183,6 @@ def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool,
     Every key is set, blank when unused: the source may itself run a checkpoint's image,
     whose labels the commit would otherwise carry over.
     """
-    from ._gc import owner_labels
     from ._json import to_json
 
     config, withheld = shareable(sb.config)

@@ -25,8 +25,8 @@ from ._constants import (
     LABEL_OWNER_PID,
     LABEL_SANDBOX_ID,
 )
-from ._gc import _created, _Here, owner_verdict
 from ._models import ResourceUsage
+from ._owner import Here, created_at, owner_verdict
 
 __all__ = ["SandboxRow", "TopRow", "list_sandboxes", "watch"]
 
@@ -87,7 +87,7 @@ class TopRow:
         return data
 
 
-def _owner(labels: Mapping[str, str], here: _Here) -> str:
+def _owner(labels: Mapping[str, str], here: Here) -> str:
     host, pid = labels.get(LABEL_OWNER_HOST, ""), labels.get(LABEL_OWNER_PID, "")
     if not host or not pid.isdigit() or host != here.host:
         return "unknown"
@@ -101,14 +101,14 @@ def _text(value: Any, limit: int = 256) -> str:
     return "".join(c if c.isprintable() else "?" for c in text[:limit])
 
 
-def row_of(container: Mapping[str, Any], *, here: _Here, now: datetime) -> SandboxRow:
+def row_of(container: Mapping[str, Any], *, here: Here, now: datetime) -> SandboxRow:
     """A `SandboxRow` from one entry of the engine's container list."""
     labels = container.get("Labels") or {}
     labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
     engine_created = None
     if isinstance(container.get("Created"), int | float):
         engine_created = datetime.fromtimestamp(container["Created"], UTC)
-    created = _created(labels, engine_created)
+    created = created_at(labels, engine_created)
     names = container.get("Names") or []
     name = names[0].lstrip("/") if isinstance(names, list) and names and \
         isinstance(names[0], str) else ""
@@ -126,7 +126,7 @@ def row_of(container: Mapping[str, Any], *, here: _Here, now: datetime) -> Sandb
 async def _list(engine: Any, owner: int | None = None) -> list[SandboxRow]:
     found = await engine.query_json("list the SDK's containers", "containers/json",
                                     params={"all": "1", "filters": _FILTERS})
-    here, now = _Here.current(), datetime.now(UTC)
+    here, now = Here.current(), datetime.now(UTC)
     rows = [row_of(c, here=here, now=now) for c in found if isinstance(c, Mapping)]
     if owner is not None:
         rows = [r for r in rows if r.owner_pid == owner and r.owner_host == here.host]

@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from ._backend import Backend, BackendFactory
 from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
+from ._owner import HostCollector
 
-__all__ = ["BACKENDS", "backend_class", "backend_for", "check_type"]
+__all__ = ["BACKENDS", "backend_class", "backend_for", "check_type", "host_collectors"]
 
 
 def _docker() -> BackendFactory:
@@ -64,3 +65,13 @@ def backend_for(config: SandboxConfig, *,
                 on_sample: Callable[[ResourceUsage], object] | None = None) -> Backend:
     """A new backend object for ``config.type``."""
     return backend_class(config.type)(config, on_sample=on_sample)
+
+
+def host_collectors() -> list[HostCollector]:
+    """Each backend's gc of what dead owners left on this host, in the order `sandbox.gc`
+    runs them (a cluster's objects are `sandbox.kubernetes.gc`'s: they are not on this
+    host)."""
+    from .docker._gc import collect as docker_collect
+    from .process._gc import collect as process_collect
+
+    return [process_collect, docker_collect]

@@ -20,7 +20,6 @@ from .._errors import (
     SandboxError,
     SandboxInitFailed,
 )
-from .._gc import owner_labels
 from .._helper_files import HelperFiles
 from .._ids import Identity
 from .._image_ref import parse_image_ref
@@ -33,6 +32,7 @@ from .._models import (
     SandboxInfo,
     SandboxStatus,
 )
+from .._owner import owner_labels
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
 from .._workspace import Workspace, live_mount_user

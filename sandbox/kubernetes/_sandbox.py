@@ -35,7 +35,6 @@ from .._errors import (
     SandboxInitFailed,
     SandboxNotFound,
 )
-from .._gc import owner_labels
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -46,6 +45,7 @@ from .._models import (
     SandboxInfo,
     SandboxStatus,
 )
+from .._owner import owner_labels
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
 from .._wire_time import engine_time

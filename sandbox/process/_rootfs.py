@@ -23,8 +23,8 @@ import anyio
 import attrs
 
 from .._errors import EngineUnavailable, SandboxError, SandboxInitFailed
-from .._gc import owner_labels
 from .._image_ref import parse_image_ref
+from .._owner import owner_labels
 from .._rmtree import remove_tree
 
 __all__ = ["Rootfs", "cache_dir", "resolve_rootfs"]

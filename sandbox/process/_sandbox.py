@@ -24,7 +24,6 @@ from .._backend import ProcessSpec
 from .._backend_base import BackendBase
 from .._constants import LABEL_SANDBOX_ID
 from .._errors import CleanupIncomplete, CommandStartFailed, SandboxInitFailed
-from .._gc import owner_labels
 from .._helper_files import HelperFiles
 from .._lifecycle import Lifecycle
 from .._models import (
@@ -34,6 +33,7 @@ from .._models import (
     SandboxInfo,
     SandboxStatus,
 )
+from .._owner import owner_labels
 from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
