@@ -1,4 +1,4 @@
-"""``sandbox ps`` and ``sandbox top``: which sandboxes run, and what they use (``sandbox._ps``)."""
+"""``sandbox ps`` and ``sandbox top``: which sandboxes run, what they use (``docker._ps``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .._progress import human_bytes
 
 if TYPE_CHECKING:
-    from .._ps import SandboxRow, TopRow
+    from ..docker._ps import SandboxRow, TopRow
 
 __all__ = ["add_ps", "add_top", "format_age", "ps_table", "top_table"]
 
@@ -96,7 +96,7 @@ def top_table(rows: Sequence[TopRow]) -> str:
 
 
 def run_ps(args: argparse.Namespace) -> int:
-    from .._ps import list_sandboxes
+    from ..docker._ps import list_sandboxes
 
     rows = asyncio.run(list_sandboxes(owner=args.owner))
     if args.json:
@@ -109,7 +109,7 @@ def run_ps(args: argparse.Namespace) -> int:
 
 
 async def _top(args: argparse.Namespace) -> None:
-    from .._ps import watch
+    from ..docker._ps import watch
 
     tty = sys.stdout.isatty()
     shown = 0

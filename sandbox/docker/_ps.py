@@ -18,15 +18,15 @@ from typing import Any
 
 import attrs
 
-from ._constants import (
+from .._constants import (
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
     LABEL_OWNER_HOST,
     LABEL_OWNER_PID,
     LABEL_SANDBOX_ID,
 )
-from ._models import ResourceUsage
-from ._owner import Here, created_at, owner_verdict
+from .._models import ResourceUsage
+from .._owner import Here, created_at, owner_verdict
 
 __all__ = ["SandboxRow", "TopRow", "list_sandboxes", "watch"]
 
@@ -136,7 +136,7 @@ async def _list(engine: Any, owner: int | None = None) -> list[SandboxRow]:
 async def list_sandboxes(*, owner: int | None = None) -> list[SandboxRow]:
     """Every container the SDK labelled on the engine at DOCKER_HOST, oldest first; with
     ``owner``, only those the process with that pid (on this host) created."""
-    from .docker._gateway import Engine, new_client
+    from ._gateway import Engine, new_client
 
     client = new_client()
     try:
@@ -152,8 +152,8 @@ async def watch(interval: float = 1.0, *, owner: int | None = None,
     One `StatsSampler` (the SDK's own) follows each running sandbox; sandboxes that appear
     or go between refreshes gain or lose theirs. Everything stops when the iteration ends.
     """
-    from .docker._gateway import Engine, new_client
-    from .docker._stats import StatsSampler
+    from ._gateway import Engine, new_client
+    from ._stats import StatsSampler
 
     client = new_client()
     engine = Engine(client)
