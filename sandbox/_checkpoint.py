@@ -57,11 +57,13 @@ from ._constants import (
 from ._errors import CheckpointFailed, ConfigError, SandboxError
 from ._models import SandboxConfig
 from ._owner import owner_labels
+from ._registry import checkpoint_store
 from ._wire_time import engine_time
 
 if TYPE_CHECKING:
+    from aiodocker import Docker as DockerClient
+
     from ._sandbox import Sandbox
-    from .docker._gateway import DockerClient
 
 __all__ = ["Checkpoint", "checkpoints", "remove_checkpoint"]
 
@@ -256,18 +258,7 @@ class _ForkImage:
         if self.removed:
             return
         self.removed = True
-        from .docker._checkpoint import remove_image
-        from .docker._gateway import Engine, new_client
-        from .docker._images import inspect_image
-
-        client = new_client()
-        try:
-            engine = Engine(client)
-            found = await inspect_image(engine, self.image)
-            if found is not None and found.get("Id") == self.image_id:
-                await remove_image(engine, self.image)
-        finally:
-            await client.close()
+        await checkpoint_store().remove_if_same(self.image, self.image_id)
 
 
 async def fork(sb: Sandbox, n: int, *, name: str = "", keep: bool = False) -> list[Sandbox]:
@@ -364,15 +355,7 @@ async def checkpoints(*, docker: DockerClient | None = None) -> list[Checkpoint]
         docker: An aiodocker client to use (yours to close); by default one is opened and
             closed before returning.
     """
-    from .docker._checkpoint import list_checkpoint_images
-    from .docker._gateway import Engine, new_client
-
-    client = docker if docker is not None else new_client()
-    try:
-        images = await list_checkpoint_images(Engine(client))
-    finally:
-        if docker is None:
-            await client.close()
+    images = await checkpoint_store().list_entries(docker)
     found = [c for c in map(parse_checkpoint, images) if c is not None]
     return sorted(found, key=lambda c: (c.created or datetime.min.replace(tzinfo=UTC), c.name))
 
@@ -383,13 +366,5 @@ async def remove_checkpoint(name: str, *, docker: DockerClient | None = None) ->
     Raises:
         CheckpointFailed: There is no such checkpoint, or a container still uses it.
     """
-    from .docker._checkpoint import remove_checkpoint_image
-    from .docker._gateway import Engine, new_client
-
     check_name(name)
-    client = docker if docker is not None else new_client()
-    try:
-        await remove_checkpoint_image(Engine(client), f"{CHECKPOINT_REPOSITORY}:{name}")
-    finally:
-        if docker is None:
-            await client.close()
+    await checkpoint_store().remove_entry(f"{CHECKPOINT_REPOSITORY}:{name}", docker)

@@ -11,13 +11,15 @@ module that names the backends.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from ._backend import Backend, BackendFactory
 from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
 from ._owner import HostCollector
 
-__all__ = ["BACKENDS", "backend_class", "backend_for", "check_type", "host_collectors"]
+__all__ = ["BACKENDS", "CheckpointStore", "backend_class", "backend_for", "check_type",
+           "checkpoint_store", "host_collectors"]
 
 
 def _docker() -> BackendFactory:
@@ -75,3 +77,26 @@ def host_collectors() -> list[HostCollector]:
     from .process._gc import collect as process_collect
 
     return [process_collect, docker_collect]
+
+
+class CheckpointStore(Protocol):
+    """Where checkpoints are kept as images (the Docker engine's image store)."""
+
+    async def list_entries(self, docker: Any) -> list[Mapping[str, Any]]:
+        """The image list entries labelled as checkpoints."""
+        ...
+
+    async def remove_entry(self, ref: str, docker: Any) -> None:
+        """Remove one checkpoint image; `CheckpointFailed` if it is none or in use."""
+        ...
+
+    async def remove_if_same(self, image: str, image_id: str) -> None:
+        """Remove ``image`` if it is still the image ``image_id``."""
+        ...
+
+
+def checkpoint_store() -> CheckpointStore:
+    """The store checkpoints live in (loaded lazily: listing them needs an engine client)."""
+    from .docker import _checkpoint
+
+    return _checkpoint

@@ -28,11 +28,11 @@ def add(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._cli import _usage_error
     from ..docker._image_build import build_images
+    from ._common import usage_error
 
     if args.tag and not args.only:
-        _usage_error(args, "--tag needs --only: it names one image")
+        usage_error(args, "--tag needs --only: it names one image")
     quiet = bool(getattr(args, "quiet", False))
 
     def say(line: str) -> None:

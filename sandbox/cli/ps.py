@@ -126,9 +126,9 @@ async def _top(args: argparse.Namespace) -> None:
 
 
 def run_top(args: argparse.Namespace) -> int:
-    from .._cli import _usage_error
+    from ._common import usage_error
 
     if not args.interval > 0 or args.iterations < 0:
-        _usage_error(args, "--interval must be positive and -n not negative")
+        usage_error(args, "--interval must be positive and -n not negative")
     asyncio.run(_top(args))
     return 0
