@@ -57,12 +57,10 @@ from ._constants import (
 from ._errors import CheckpointFailed, ConfigError, SandboxError
 from ._models import SandboxConfig
 from ._owner import owner_labels
-from ._registry import checkpoint_store
+from ._registry import EngineClient, checkpoint_store
 from ._wire_time import engine_time
 
 if TYPE_CHECKING:
-    from aiodocker import Docker as DockerClient
-
     from ._sandbox import Sandbox
 
 __all__ = ["Checkpoint", "checkpoints", "remove_checkpoint"]
@@ -348,7 +346,7 @@ def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
         withheld=withheld)
 
 
-async def checkpoints(*, docker: DockerClient | None = None) -> list[Checkpoint]:
+async def checkpoints(*, docker: EngineClient | None = None) -> list[Checkpoint]:
     """Every checkpoint on the engine, oldest first.
 
     Args:
@@ -360,7 +358,7 @@ async def checkpoints(*, docker: DockerClient | None = None) -> list[Checkpoint]
     return sorted(found, key=lambda c: (c.created or datetime.min.replace(tzinfo=UTC), c.name))
 
 
-async def remove_checkpoint(name: str, *, docker: DockerClient | None = None) -> None:
+async def remove_checkpoint(name: str, *, docker: EngineClient | None = None) -> None:
     """Remove the checkpoint ``name``.
 
     Raises:

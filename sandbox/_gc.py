@@ -24,16 +24,12 @@ forks (``fork(keep=False)``, the default): it carries its maker's owner labels (
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 import attrs
 
 from ._errors import ConfigError
 from ._owner import GcItem, Here, owner_labels
-from ._registry import host_collectors
-
-if TYPE_CHECKING:
-    from aiodocker import Docker as DockerClient
+from ._registry import EngineClient, host_collectors
 
 __all__ = ["GcItem", "GcReport", "gc", "owner_labels"]  # the first and last for old imports
 
@@ -118,7 +114,7 @@ class GcReport:
 
 async def gc(
     *, dry_run: bool = False, older_than: timedelta | None = None,
-    checkpoints_older_than: timedelta | None = None, docker: DockerClient | None = None,
+    checkpoints_older_than: timedelta | None = None, docker: EngineClient | None = None,
 ) -> GcReport:
     """Remove sandbox containers, networks and volumes whose owner process is gone.
 

@@ -11,15 +11,15 @@ module that names the backends.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from ._backend import Backend, BackendFactory
 from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
 from ._owner import HostCollector
 
-__all__ = ["BACKENDS", "CheckpointStore", "backend_class", "backend_for", "check_type",
-           "checkpoint_store", "host_collectors"]
+__all__ = ["BACKENDS", "CheckpointStore", "EngineClient", "backend_class", "backend_for",
+           "check_type", "checkpoint_store", "host_collectors"]
 
 
 def _docker() -> BackendFactory:
@@ -39,6 +39,10 @@ def _process() -> BackendFactory:
 
     return ProcessBackend
 
+
+#: A client of the engine a host-wide operation talks to (``aiodocker.Docker`` for the Docker
+#: engine's gc and checkpoint store), given by the caller or opened by the backend.
+EngineClient: TypeAlias = Any
 
 #: ``config.type`` -> a loader of the class of its backend.
 BACKENDS: Mapping[str, Callable[[], BackendFactory]] = {
