@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -33,6 +33,7 @@ __all__ = [
     "CAPABILITIES",
     "Backend",
     "BackendFactory",
+    "CheckpointStore",
     "Process",
     "ProcessSpec",
     "SupportsCheckpoints",
@@ -253,6 +254,24 @@ class BackendFactory(Protocol):
 
     def __call__(self, config: SandboxConfig | None = None, *,
                  on_sample: Callable[[ResourceUsage], object] | None = None) -> Backend: ...
+
+
+class CheckpointStore(Protocol):
+    """Where checkpoints are kept as images (the Docker engine's image store): what
+    `sandbox.checkpoints`, `sandbox.remove_checkpoint` and a fork's release ask of it.
+    ``docker`` is a client to use (the caller's), or None to open one."""
+
+    async def list_entries(self, docker: Any) -> list[Mapping[str, Any]]:
+        """The image list entries labelled as checkpoints."""
+        ...
+
+    async def remove_entry(self, ref: str, docker: Any) -> None:
+        """Remove one checkpoint image; `CheckpointFailed` if it is none or in use."""
+        ...
+
+    async def remove_if_same(self, image: str, image_id: str) -> None:
+        """Remove ``image`` if it is still the image ``image_id``."""
+        ...
 
 
 # -- capabilities: what some backends can do ---------------------------------------------------

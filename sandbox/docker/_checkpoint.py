@@ -12,6 +12,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from .._backend import CheckpointStore
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import CheckpointFailed, ResourceLimitExceeded, SandboxError, TimeoutExceeded
 from .._hostview import HostInspector
@@ -373,37 +374,43 @@ class PoolPrimitives:
 
 
 # -- the checkpoint store: what `sandbox.checkpoints`, `remove_checkpoint` and a fork's
-# release ask of the engine (a `sandbox._registry.CheckpointStore`) ---------------------------
+# release ask of the engine --------------------------------------------------------------------
 
 
-async def list_entries(docker: DockerClient | None) -> list[Mapping[str, Any]]:
-    """The image list entries labelled as checkpoints, over ``docker`` (or a client opened
-    and closed here)."""
-    client = docker if docker is not None else new_client()
-    try:
-        return await list_checkpoint_images(Engine(client))
-    finally:
-        if docker is None:
+class DockerCheckpointStore:
+    """Checkpoints as images of the Docker engine: the `CheckpointStore` of the registry."""
+
+    async def list_entries(self, docker: DockerClient | None) -> list[Mapping[str, Any]]:
+        """The image list entries labelled as checkpoints, over ``docker`` (or a client
+        opened and closed here)."""
+        client = docker if docker is not None else new_client()
+        try:
+            return await list_checkpoint_images(Engine(client))
+        finally:
+            if docker is None:
+                await client.close()
+
+    async def remove_entry(self, ref: str, docker: DockerClient | None) -> None:
+        """Remove the checkpoint image ``ref`` (`remove_checkpoint_image`'s checks)."""
+        client = docker if docker is not None else new_client()
+        try:
+            await remove_checkpoint_image(Engine(client), ref)
+        finally:
+            if docker is None:
+                await client.close()
+
+    async def remove_if_same(self, image: str, image_id: str) -> None:
+        """Remove ``image`` if it is still the image ``image_id`` (never a namesake made
+        since)."""
+        client = new_client()
+        try:
+            engine = Engine(client)
+            found = await inspect_image(engine, image)
+            if found is not None and found.get("Id") == image_id:
+                await remove_image(engine, image)
+        finally:
             await client.close()
 
 
-async def remove_entry(ref: str, docker: DockerClient | None) -> None:
-    """Remove the checkpoint image ``ref`` (`remove_checkpoint_image`'s checks)."""
-    client = docker if docker is not None else new_client()
-    try:
-        await remove_checkpoint_image(Engine(client), ref)
-    finally:
-        if docker is None:
-            await client.close()
-
-
-async def remove_if_same(image: str, image_id: str) -> None:
-    """Remove ``image`` if it is still the image ``image_id`` (never a namesake made since)."""
-    client = new_client()
-    try:
-        engine = Engine(client)
-        found = await inspect_image(engine, image)
-        if found is not None and found.get("Id") == image_id:
-            await remove_image(engine, image)
-    finally:
-        await client.close()
+#: What `sandbox._registry.checkpoint_store` loads.
+STORE: CheckpointStore = DockerCheckpointStore()

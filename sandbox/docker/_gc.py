@@ -17,7 +17,7 @@ import attrs
 from .._checkpoint import fork_owner, parse_checkpoint
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import SandboxError
-from .._owner import Collected, GcItem, Here, age_text, owner_verdict
+from .._owner import Collected, GcItem, Here, HostCollector, age_text, owner_verdict
 from .._wire_time import engine_time
 from ._checkpoint import list_checkpoint_images, remove_image
 from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, new_client
@@ -180,3 +180,7 @@ async def _collect_checkpoints(
                 continue
         removed.append(attrs.evolve(item, reason=reason))
     return removed, kept
+
+
+#: What `sandbox.gc` runs (see `sandbox._registry.HOST_COLLECTORS`).
+COLLECTOR: HostCollector = collect

@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._owner import Collected, GcItem, Here, owner_verdict
+from .._owner import Collected, GcItem, Here, HostCollector, owner_verdict
 from ._state import leftovers, read_owner, remove_state
 
-__all__ = ["collect"]
+__all__ = ["COLLECTOR", "collect"]
 
 
 async def collect(*, dry_run: bool, older_than: timedelta | None,
@@ -40,3 +40,7 @@ async def collect(*, dry_run: bool, older_than: timedelta | None,
         else:
             removed.append(item)
     return Collected(removed=tuple(removed), kept=tuple(kept), failed=tuple(failed))
+
+
+#: What `sandbox.gc` runs (see `sandbox._registry.HOST_COLLECTORS`).
+COLLECTOR: HostCollector = collect
