@@ -37,7 +37,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -61,9 +61,35 @@ from ._registry import EngineClient, checkpoint_store
 from ._wire_time import engine_time
 
 if TYPE_CHECKING:
-    from ._sandbox import Sandbox
+    from ._backend import Backend
 
 __all__ = ["Checkpoint", "checkpoints", "remove_checkpoint"]
+
+
+class Source(Protocol):
+    """What a checkpoint is taken of: a sandbox's id, config and backend."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def config(self) -> SandboxConfig: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+
+class Child(Protocol):
+    """A sandbox a fork starts: started, removed, and told what to do once removed."""
+
+    async def initialize(self) -> None: ...
+
+    async def cleanup(self) -> None: ...
+
+    def after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None: ...
+
+
+ChildT = TypeVar("ChildT", bound=Child)
 
 #: The local image repository every checkpoint is a tag of.
 CHECKPOINT_REPOSITORY = "sandbox-checkpoint"
@@ -171,7 +197,7 @@ def shareable(config: SandboxConfig) -> tuple[SandboxConfig, tuple[str, ...]]:
                         network=net), tuple(withheld)
 
 
-def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool,
+def checkpoint_labels(sb: Source, name: str, *, memory: bool, fork: bool,
                       owned: bool = False) -> dict[str, str]:
     """The labels a checkpoint image carries.
 
@@ -215,7 +241,7 @@ def fork_owner(labels: Mapping[str, str]) -> dict[str, str]:
     return found if found[LABEL_OWNER_PID] else {}
 
 
-async def create_checkpoint(sb: Sandbox, name: str, *, memory: bool = False,
+async def create_checkpoint(sb: Source, name: str, *, memory: bool = False,
                             fork: bool = False, owned: bool = False) -> Checkpoint:
     """Checkpoint ``sb`` (what `Sandbox.checkpoint` does)."""
     check_name(name)
@@ -242,9 +268,9 @@ class _ForkImage:
         self.users = 0
         self.removed = False
 
-    def adopt(self, child: Sandbox) -> None:
+    def adopt(self, child: Child) -> None:
         self.users += 1
-        child._after_cleanup(self._release)
+        child.after_cleanup(self._release)
 
     async def _release(self) -> None:
         self.users -= 1
@@ -259,25 +285,25 @@ class _ForkImage:
         await checkpoint_store().remove_if_same(self.image, self.image_id)
 
 
-async def fork(sb: Sandbox, n: int, *, name: str = "", keep: bool = False) -> list[Sandbox]:
-    """Checkpoint ``sb`` and start ``n`` sandboxes from it (what `Sandbox.fork` does).
+async def fork(sb: Source, n: int, make: Callable[[SandboxConfig], ChildT], *, name: str = "",
+               keep: bool = False) -> list[ChildT]:
+    """Checkpoint ``sb`` and start ``n`` sandboxes from it, each ``make(config)`` (what
+    `Sandbox.fork` does).
 
     All or nothing: if one fails to start (or the caller is cancelled), those already started
     are removed before the error goes on, and the checkpoint with them unless ``keep``.
     """
-    from ._sandbox import Sandbox
-
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"fork: n must be a positive integer, got {n!r}")
     name = check_name(name) if name else f"{sb.id}-fork-{uuid.uuid4().hex[:8]}"
     point = await create_checkpoint(sb, name, fork=True, owned=not keep)
     shared = None if keep else _ForkImage(point.image, point.image_id)
-    children: list[Sandbox] = []
+    children: list[ChildT] = []
     limiter = anyio.CapacityLimiter(FORK_CONCURRENCY)
 
     async def start() -> None:
         async with limiter:
-            child = Sandbox(point.config)
+            child = make(point.config)
             await child.initialize()
             children.append(child)  # after initialize: a failed one removed itself
             if shared is not None:
@@ -304,7 +330,7 @@ async def _quietly(action: Callable[[], Awaitable[None]]) -> None:
         await action()
 
 
-async def _quiet_cleanup(sb: Sandbox) -> None:
+async def _quiet_cleanup(sb: Child) -> None:
     await _quietly(sb.cleanup)
 
 

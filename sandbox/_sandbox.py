@@ -19,6 +19,8 @@ from ._backend import (
     SupportsEgressStats,
     checkpoints_of,
 )
+from ._checkpoint import Checkpoint, create_checkpoint
+from ._checkpoint import fork as fork_from
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._egress_stats import EgressStats
 from ._errors import (
@@ -52,7 +54,6 @@ from ._shield import finish_despite_cancel
 if TYPE_CHECKING:
     from mcp import ClientSession
 
-    from ._checkpoint import Checkpoint
 
 
 #: The most read_file returns: a whole file past it is refused, and max_bytes is at most this.
@@ -105,9 +106,9 @@ class Sandbox:
         # anything ran as another user than the sandbox's (see `_reset`).
         self._command_users: set[str] = set()
 
-    def _after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None:
-        """Run ``hook`` once this sandbox is removed (a fork's image release); its errors are
-        not cleanup's (what it leaves carries labels for gc)."""
+    def after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` once this sandbox is removed (a fork's image release); its errors
+        (`SandboxError`) are not cleanup's: what it leaves carries labels for gc."""
         self._cleanup_hooks.append(hook)
 
     async def __aenter__(self) -> Sandbox:
@@ -461,8 +462,6 @@ class Sandbox:
         """
         self._life.require_running()
         checkpoints_of(self._impl)  # refused here, naming the backend, where it has none
-        from ._checkpoint import create_checkpoint
-
         return await create_checkpoint(self, name, memory=memory)
 
     async def fork(self, n: int, *, name: str = "", keep: bool = False) -> list[Sandbox]:
@@ -478,9 +477,7 @@ class Sandbox:
         """
         self._life.require_running()
         checkpoints_of(self._impl)  # refused here, naming the backend, where it has none
-        from ._checkpoint import fork
-
-        return await fork(self, n, name=name, keep=keep)
+        return await fork_from(self, n, Sandbox, name=name, keep=keep)
 
 
 def session_host(sb: Sandbox) -> SessionHost:
