@@ -33,6 +33,7 @@ __all__ = [
     "CAPABILITIES",
     "Backend",
     "BackendFactory",
+    "Capability",
     "CheckpointStore",
     "Process",
     "ProcessSpec",
@@ -45,6 +46,7 @@ __all__ = [
     "SupportsKillMarked",
     "backend_name",
     "checkpoints_of",
+    "supports",
 ]
 
 #: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
@@ -348,16 +350,39 @@ class SupportsCommandFinalizer(Protocol):
         ...
 
 
-#: Each capability, by the name the README's backend table gives it.
-CAPABILITIES: Mapping[str, type] = {
-    "health": SupportsHealth,
-    "filesystem changes (pool reuse)": SupportsFilesystemChanges,
-    "checkpoints and forks": SupportsCheckpoints,
-    "host inspector (pool reset)": SupportsHostInspector,
-    "egress stats": SupportsEgressStats,
-    "kill from outside": SupportsKillMarked,
-    "session usage and OOM": SupportsCommandFinalizer,
-}
+@attrs.frozen
+class Capability:
+    """One optional capability: its name in the README's backend table, its protocol, and
+    what `Sandbox` (or a pool, or a session) does for a backend without it."""
+
+    name: str
+    protocol: type
+    without: str
+
+
+#: Every optional capability, in the order of the README's backend table.
+CAPABILITIES: tuple[Capability, ...] = (
+    Capability("health (asked on every pool acquire)", SupportsHealth,
+               "judged by its lifecycle state alone"),
+    Capability("filesystem changes (pool reuse, `max_uses > 1`)", SupportsFilesystemChanges,
+               "not reused between users"),
+    Capability("host inspector (pool reset checked from outside)", SupportsHostInspector,
+               "not reused between users"),
+    Capability("checkpoints and forks", SupportsCheckpoints,
+               "`CheckpointFailed` naming the backend"),
+    Capability("egress proxy counters", SupportsEgressStats,
+               "`EgressStats(enforced=False)`"),
+    Capability("session command killed from outside", SupportsKillMarked,
+               "killed by a sweep from inside the sandbox"),
+    Capability("session results with usage and OOM", SupportsCommandFinalizer,
+               "session results without usage"),
+)
+
+
+def supports(factory: object, capability: type) -> bool:
+    """Whether the backend class ``factory`` has ``capability`` (a ``Supports*`` protocol),
+    asked of the class, before any backend is made."""
+    return isinstance(factory, type) and issubclass(factory, capability)
 
 
 def backend_name(backend: Backend) -> str:

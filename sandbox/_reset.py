@@ -46,11 +46,13 @@ from ._backend import (
     SupportsHealth,
     SupportsHostInspector,
     backend_name,
+    supports,
 )
 from ._errors import ConfigError
 from ._hostview import HostInspector, Identity, Meta, identity_of_status
 from ._models import SandboxConfig
 from ._policy import is_root
+from ._registry import BACKENDS, backend_class
 from ._sandbox import Sandbox
 
 __all__ = ["Baseline", "check_reusable", "record_baseline", "reset"]
@@ -131,9 +133,11 @@ def check_reusable(config: SandboxConfig) -> None:
     """Raise `ConfigError` if a reset could not prove a sandbox of ``config`` clean."""
     sec = config.security
     why = ""
-    if config.type in ("process", "kubernetes"):
-        why = f"type={config.type!r}: a reset is verified from the Docker engine's host; " \
-              "other backends keep no image to compare with"
+    cls = backend_class(config.type) if config.type in BACKENDS else None
+    if cls is not None and not (supports(cls, SupportsFilesystemChanges)
+                                and supports(cls, SupportsHostInspector)):
+        why = f"type={config.type!r}: a reset needs the backend's list of changes to the " \
+              "image and a view from outside, which it has not"
     elif config.repository is not None:
         why = "repository: a bind-mounted repository is shared with the host, not reset"
     elif sec.read_only_root:
