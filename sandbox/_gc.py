@@ -24,6 +24,7 @@ forks (``fork(keep=False)``, the default): it carries its maker's owner labels (
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import attrs
 
@@ -32,6 +33,18 @@ from ._owner import GcItem, Here, owner_labels
 from ._registry import EngineClient, host_collectors
 
 __all__ = ["GcItem", "GcReport", "gc", "owner_labels"]  # the first and last for old imports
+
+
+class _Kind:
+    """A read-only view of a report's removed or kept items of one kind."""
+
+    def __init__(self, which: Literal["removed", "kept"], kind: str) -> None:
+        self.which, self.kind = which, kind
+
+    def __get__(self, report: GcReport | None, owner: type) -> tuple[GcItem, ...]:
+        assert report is not None, "a view of a report, not of its class"
+        items = report.removed if self.which == "removed" else report.kept
+        return tuple(item for item in items if item.kind == self.kind)
 
 
 @attrs.frozen(kw_only=True)
@@ -61,55 +74,18 @@ class GcReport:
         """The kept resources of one kind."""
         return tuple(item for item in self.kept if item.kind == kind)
 
-    @property
-    def removed_containers(self) -> tuple[GcItem, ...]:
-        """Containers (or Pods) removed."""
-        return self.removed_of("container")
-
-    @property
-    def kept_containers(self) -> tuple[GcItem, ...]:
-        """Containers (or Pods) kept."""
-        return self.kept_of("container")
-
-    @property
-    def removed_networks(self) -> tuple[GcItem, ...]:
-        """Networks (or NetworkPolicies) removed."""
-        return self.removed_of("network")
-
-    @property
-    def kept_networks(self) -> tuple[GcItem, ...]:
-        """Networks (or NetworkPolicies) kept."""
-        return self.kept_of("network")
-
-    @property
-    def removed_volumes(self) -> tuple[GcItem, ...]:
-        """Volumes removed."""
-        return self.removed_of("volume")
-
-    @property
-    def kept_volumes(self) -> tuple[GcItem, ...]:
-        """Volumes kept."""
-        return self.kept_of("volume")
-
-    @property
-    def removed_checkpoints(self) -> tuple[GcItem, ...]:
-        """Checkpoint images removed."""
-        return self.removed_of("checkpoint")
-
-    @property
-    def kept_checkpoints(self) -> tuple[GcItem, ...]:
-        """Checkpoint images kept."""
-        return self.kept_of("checkpoint")
-
-    @property
-    def removed_process(self) -> tuple[GcItem, ...]:
-        """Process sandboxes' leftovers (state directory, cgroup) removed."""
-        return self.removed_of("process")
-
-    @property
-    def kept_process(self) -> tuple[GcItem, ...]:
-        """Process sandboxes left alone."""
-        return self.kept_of("process")
+    #: Containers (or Pods), networks (or NetworkPolicies), volumes, checkpoint images and
+    #: process sandboxes' leftovers (state directory, cgroup), removed or kept.
+    removed_containers = _Kind("removed", "container")
+    kept_containers = _Kind("kept", "container")
+    removed_networks = _Kind("removed", "network")
+    kept_networks = _Kind("kept", "network")
+    removed_volumes = _Kind("removed", "volume")
+    kept_volumes = _Kind("kept", "volume")
+    removed_checkpoints = _Kind("removed", "checkpoint")
+    kept_checkpoints = _Kind("kept", "checkpoint")
+    removed_process = _Kind("removed", "process")
+    kept_process = _Kind("kept", "process")
 
 
 async def gc(
