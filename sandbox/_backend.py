@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from ._audit import Auditor
-from ._errors import CheckpointFailed, SandboxError
+from ._egress_stats import EgressStats
+from ._errors import CheckpointFailed
+from ._hostview import HostInspector
 from ._ids import Identity
 from ._lifecycle import Lifecycle
 from ._models import (
@@ -27,7 +29,25 @@ from ._models import (
     SandboxInfo,
 )
 
-__all__ = ["Backend", "NoSnapshots", "Process", "ProcessSpec"]
+__all__ = [
+    "CAPABILITIES",
+    "Backend",
+    "BackendFactory",
+    "Capability",
+    "CheckpointStore",
+    "Process",
+    "ProcessSpec",
+    "SupportsCheckpoints",
+    "SupportsCommandFinalizer",
+    "SupportsEgressStats",
+    "SupportsFilesystemChanges",
+    "SupportsHealth",
+    "SupportsHostInspector",
+    "SupportsKillMarked",
+    "backend_name",
+    "checkpoints_of",
+    "supports",
+]
 
 #: Called with each chunk of output as it arrives; may be a plain function or a coroutine.
 OutputCallback: TypeAlias = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
@@ -115,6 +135,7 @@ class Process(Protocol):
         ...
 
 
+@runtime_checkable
 class Backend(Protocol):
     """What `Sandbox` needs from an engine: a handful of primitives, no policy.
 
@@ -123,6 +144,10 @@ class Backend(Protocol):
     operations, and the lifecycle state machine (`Lifecycle`): a backend gets only decided
     `ProcessSpec` values and absolute paths, and reports what only the engine knows (the
     sandbox stopped, was removed, was paused) through the `Lifecycle` it is given at create.
+
+    What only some backends can do is a capability of its own (`SupportsHealth`,
+    `SupportsCheckpoints`, ...): `Sandbox` asks ``isinstance(backend, SupportsX)`` and answers
+    a missing one with a typed refusal naming the backend (`CAPABILITIES` lists them all).
     """
 
     #: The SDK's id of this sandbox.
@@ -224,15 +249,59 @@ class Backend(Protocol):
         """
         ...
 
-    async def health(self) -> str:
-        """Ask the engine (not cached state) whether commands can run now: "" if so, else
-        why not. Cheap: the pool calls it on every acquire."""
+
+class BackendFactory(Protocol):
+    """How the registry builds a backend: ``cls(config, on_sample=...)``; its own options
+    stay on its constructor."""
+
+    def __call__(self, config: SandboxConfig | None = None, *,
+                 on_sample: Callable[[ResourceUsage], object] | None = None) -> Backend: ...
+
+
+class CheckpointStore(Protocol):
+    """Where checkpoints are kept as images (the Docker engine's image store): what
+    `sandbox.checkpoints`, `sandbox.remove_checkpoint` and a fork's release ask of it.
+    ``docker`` is a client to use (the caller's), or None to open one."""
+
+    async def list_entries(self, docker: Any) -> list[Mapping[str, Any]]:
+        """The image list entries labelled as checkpoints."""
         ...
+
+    async def remove_entry(self, ref: str, docker: Any) -> None:
+        """Remove one checkpoint image; `CheckpointFailed` if it is none or in use."""
+        ...
+
+    async def remove_if_same(self, image: str, image_id: str) -> None:
+        """Remove ``image`` if it is still the image ``image_id``."""
+        ...
+
+
+# -- capabilities: what some backends can do ---------------------------------------------------
+
+
+@runtime_checkable
+class SupportsHealth(Protocol):
+    """The backend can ask its engine (not cached state) whether commands can run now."""
+
+    async def health(self) -> str:
+        """"" if commands can run now, else why not. Cheap: a pool calls it on every
+        acquire."""
+        ...
+
+
+@runtime_checkable
+class SupportsFilesystemChanges(Protocol):
+    """The backend keeps an image to compare the sandbox's filesystem with."""
 
     async def filesystem_changes(self) -> list[tuple[str, str]]:
         """(kind, path) for each path of the sandbox's own filesystem that differs from its
         image: "A" added, "C" changed, "D" deleted; mounts are not part of it."""
         ...
+
+
+@runtime_checkable
+class SupportsCheckpoints(Protocol):
+    """The backend can keep a sandbox's filesystem as an image (checkpoints and forks)."""
 
     async def checkpoint(self, image: str, labels: Mapping[str, str], *,
                          memory: bool = False) -> str:
@@ -244,24 +313,89 @@ class Backend(Protocol):
         ...
 
 
-class NoSnapshots:
-    """`Backend.filesystem_changes` and `checkpoint` for a backend that keeps no images of
-    its sandboxes: each refuses with a typed error naming the backend, never an
-    AttributeError (a pool or `Sandbox.checkpoint` reaches them through the protocol)."""
+@runtime_checkable
+class SupportsHostInspector(Protocol):
+    """The backend can show the sandbox from outside (what a pool's reset verifies with)."""
 
-    @property
-    def config(self) -> SandboxConfig:
-        raise NotImplementedError  # the backend's own
+    async def host_inspector(self) -> HostInspector | str:
+        """The sandbox seen from the host, or why it cannot be seen so."""
+        ...
 
-    async def filesystem_changes(self) -> list[tuple[str, str]]:
-        raise SandboxError(
-            f"type={self.config.type!r} keeps no image to compare the sandbox with",
-            details="a pool reuses such sandboxes only with max_uses=1; use type='docker' "
-                    "for max_uses > 1")
 
-    async def checkpoint(self, image: str, labels: Mapping[str, str], *,
-                         memory: bool = False) -> str:
+@runtime_checkable
+class SupportsEgressStats(Protocol):
+    """The backend runs an egress proxy and counts what it decided."""
+
+    def egress_stats(self) -> EgressStats:
+        """The proxy's counters so far (``enforced=False`` without a proxy)."""
+        ...
+
+
+@runtime_checkable
+class SupportsKillMarked(Protocol):
+    """The backend can kill a session's command from outside the sandbox."""
+
+    async def kill_marked(self, entry: str) -> bool | None:
+        """SIGKILL every process whose environment holds ``entry`` and all below them: True
+        when none is left, None where it cannot (the session then sweeps from inside)."""
+        ...
+
+
+@runtime_checkable
+class SupportsCommandFinalizer(Protocol):
+    """The backend completes a session's results (resource usage, OOM) as its own."""
+
+    async def command_finalizer(self) -> Callable[[CommandResult], Awaitable[CommandResult]]:
+        """A function that completes one command's result."""
+        ...
+
+
+@attrs.frozen
+class Capability:
+    """One optional capability: its name in the README's backend table, its protocol, and
+    what `Sandbox` (or a pool, or a session) does for a backend without it."""
+
+    name: str
+    protocol: type
+    without: str
+
+
+#: Every optional capability, in the order of the README's backend table.
+CAPABILITIES: tuple[Capability, ...] = (
+    Capability("health (asked on every pool acquire)", SupportsHealth,
+               "judged by its lifecycle state alone"),
+    Capability("filesystem changes (pool reuse, `max_uses > 1`)", SupportsFilesystemChanges,
+               "not reused between users"),
+    Capability("host inspector (pool reset checked from outside)", SupportsHostInspector,
+               "not reused between users"),
+    Capability("checkpoints and forks", SupportsCheckpoints,
+               "`CheckpointFailed` naming the backend"),
+    Capability("egress proxy counters", SupportsEgressStats,
+               "`EgressStats(enforced=False)`"),
+    Capability("session command killed from outside", SupportsKillMarked,
+               "killed by a sweep from inside the sandbox"),
+    Capability("session results with usage and OOM", SupportsCommandFinalizer,
+               "session results without usage"),
+)
+
+
+def supports(factory: object, capability: type) -> bool:
+    """Whether the backend class ``factory`` has ``capability`` (a ``Supports*`` protocol),
+    asked of the class, before any backend is made."""
+    return isinstance(factory, type) and issubclass(factory, capability)
+
+
+def backend_name(backend: Backend) -> str:
+    """How a refusal names a backend: its config's type and its class."""
+    return f"type={backend.config.type!r} ({type(backend).__name__})"
+
+
+def checkpoints_of(backend: Backend) -> SupportsCheckpoints:
+    """``backend`` as one that keeps images of its sandboxes, or `CheckpointFailed` naming
+    it."""
+    if not isinstance(backend, SupportsCheckpoints):
         raise CheckpointFailed(
-            f"type={self.config.type!r} cannot checkpoint or fork a sandbox",
+            f"{backend_name(backend)} cannot checkpoint or fork a sandbox",
             details="checkpoints and forks are images of the Docker engine: use "
                     "type='docker' for them")
+    return backend

@@ -37,12 +37,13 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import attrs
 
+from ._backend import checkpoints_of
 from ._constants import (
     LABEL_CREATED,
     LABEL_MANAGED_BY,
@@ -55,12 +56,40 @@ from ._constants import (
 )
 from ._errors import CheckpointFailed, ConfigError, SandboxError
 from ._models import SandboxConfig
+from ._owner import owner_labels
+from ._registry import EngineClient, checkpoint_store
+from ._wire_time import engine_time
 
 if TYPE_CHECKING:
-    from ._sandbox import Sandbox
-    from .docker._gateway import DockerClient
+    from ._backend import Backend
 
 __all__ = ["Checkpoint", "checkpoints", "remove_checkpoint"]
+
+
+class Source(Protocol):
+    """What a checkpoint is taken of: a sandbox's id, config and backend."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def config(self) -> SandboxConfig: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+
+class Child(Protocol):
+    """A sandbox a fork starts: started, removed, and told what to do once removed."""
+
+    async def initialize(self) -> None: ...
+
+    async def cleanup(self) -> None: ...
+
+    def after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None: ...
+
+
+ChildT = TypeVar("ChildT", bound=Child)
 
 #: The local image repository every checkpoint is a tag of.
 CHECKPOINT_REPOSITORY = "sandbox-checkpoint"
@@ -168,7 +197,7 @@ def shareable(config: SandboxConfig) -> tuple[SandboxConfig, tuple[str, ...]]:
                         network=net), tuple(withheld)
 
 
-def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool,
+def checkpoint_labels(sb: Source, name: str, *, memory: bool, fork: bool,
                       owned: bool = False) -> dict[str, str]:
     """The labels a checkpoint image carries.
 
@@ -180,7 +209,6 @@ def checkpoint_labels(sb: Sandbox, name: str, *, memory: bool, fork: bool,
     Every key is set, blank when unused: the source may itself run a checkpoint's image,
     whose labels the commit would otherwise carry over.
     """
-    from ._gc import owner_labels
     from ._json import to_json
 
     config, withheld = shareable(sb.config)
@@ -213,7 +241,7 @@ def fork_owner(labels: Mapping[str, str]) -> dict[str, str]:
     return found if found[LABEL_OWNER_PID] else {}
 
 
-async def create_checkpoint(sb: Sandbox, name: str, *, memory: bool = False,
+async def create_checkpoint(sb: Source, name: str, *, memory: bool = False,
                             fork: bool = False, owned: bool = False) -> Checkpoint:
     """Checkpoint ``sb`` (what `Sandbox.checkpoint` does)."""
     check_name(name)
@@ -225,7 +253,7 @@ async def create_checkpoint(sb: Sandbox, name: str, *, memory: bool = False,
                     "checkpoint(name) for a filesystem checkpoint")
     image = f"{CHECKPOINT_REPOSITORY}:{name}"
     labels = checkpoint_labels(sb, name, memory=memory, fork=fork, owned=owned)
-    image_id = await sb.backend.checkpoint(image, labels, memory=memory)
+    image_id = await checkpoints_of(sb.backend).checkpoint(image, labels, memory=memory)
     return Checkpoint(name=name, image=image, image_id=image_id, source_id=sb.id,
                       created=datetime.fromisoformat(labels[LABEL_CREATED]), memory=memory,
                       source_config=attrs.evolve(sb.config, name=""))
@@ -240,9 +268,9 @@ class _ForkImage:
         self.users = 0
         self.removed = False
 
-    def adopt(self, child: Sandbox) -> None:
+    def adopt(self, child: Child) -> None:
         self.users += 1
-        child._after_cleanup(self._release)
+        child.after_cleanup(self._release)
 
     async def _release(self) -> None:
         self.users -= 1
@@ -254,39 +282,28 @@ class _ForkImage:
         if self.removed:
             return
         self.removed = True
-        from .docker._checkpoint import remove_image
-        from .docker._gateway import Engine, new_client
-        from .docker._images import inspect_image
-
-        client = new_client()
-        try:
-            engine = Engine(client)
-            found = await inspect_image(engine, self.image)
-            if found is not None and found.get("Id") == self.image_id:
-                await remove_image(engine, self.image)
-        finally:
-            await client.close()
+        await checkpoint_store().remove_if_same(self.image, self.image_id)
 
 
-async def fork(sb: Sandbox, n: int, *, name: str = "", keep: bool = False) -> list[Sandbox]:
-    """Checkpoint ``sb`` and start ``n`` sandboxes from it (what `Sandbox.fork` does).
+async def fork(sb: Source, n: int, make: Callable[[SandboxConfig], ChildT], *, name: str = "",
+               keep: bool = False) -> list[ChildT]:
+    """Checkpoint ``sb`` and start ``n`` sandboxes from it, each ``make(config)`` (what
+    `Sandbox.fork` does).
 
     All or nothing: if one fails to start (or the caller is cancelled), those already started
     are removed before the error goes on, and the checkpoint with them unless ``keep``.
     """
-    from ._sandbox import Sandbox
-
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"fork: n must be a positive integer, got {n!r}")
     name = check_name(name) if name else f"{sb.id}-fork-{uuid.uuid4().hex[:8]}"
     point = await create_checkpoint(sb, name, fork=True, owned=not keep)
     shared = None if keep else _ForkImage(point.image, point.image_id)
-    children: list[Sandbox] = []
+    children: list[ChildT] = []
     limiter = anyio.CapacityLimiter(FORK_CONCURRENCY)
 
     async def start() -> None:
         async with limiter:
-            child = Sandbox(point.config)
+            child = make(point.config)
             await child.initialize()
             children.append(child)  # after initialize: a failed one removed itself
             if shared is not None:
@@ -313,7 +330,7 @@ async def _quietly(action: Callable[[], Awaitable[None]]) -> None:
         await action()
 
 
-async def _quiet_cleanup(sb: Sandbox) -> None:
+async def _quiet_cleanup(sb: Child) -> None:
     await _quietly(sb.cleanup)
 
 
@@ -324,7 +341,6 @@ def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
     a name that is not a checkpoint name, or a config that does not parse, is not trusted.
     """
     from ._json import from_json
-    from .docker._wire import engine_time
 
     labels = image.get("Labels") or {}
     if not isinstance(labels, Mapping) or labels.get(LABEL_MANAGED_BY) != LABEL_MANAGED_BY_VALUE:
@@ -356,39 +372,23 @@ def parse_checkpoint(image: Mapping[str, Any]) -> Checkpoint | None:
         withheld=withheld)
 
 
-async def checkpoints(*, docker: DockerClient | None = None) -> list[Checkpoint]:
+async def checkpoints(*, docker: EngineClient | None = None) -> list[Checkpoint]:
     """Every checkpoint on the engine, oldest first.
 
     Args:
         docker: An aiodocker client to use (yours to close); by default one is opened and
             closed before returning.
     """
-    from .docker._checkpoint import list_checkpoint_images
-    from .docker._gateway import Engine, new_client
-
-    client = docker if docker is not None else new_client()
-    try:
-        images = await list_checkpoint_images(Engine(client))
-    finally:
-        if docker is None:
-            await client.close()
+    images = await checkpoint_store().list_entries(docker)
     found = [c for c in map(parse_checkpoint, images) if c is not None]
     return sorted(found, key=lambda c: (c.created or datetime.min.replace(tzinfo=UTC), c.name))
 
 
-async def remove_checkpoint(name: str, *, docker: DockerClient | None = None) -> None:
+async def remove_checkpoint(name: str, *, docker: EngineClient | None = None) -> None:
     """Remove the checkpoint ``name``.
 
     Raises:
         CheckpointFailed: There is no such checkpoint, or a container still uses it.
     """
-    from .docker._checkpoint import remove_checkpoint_image
-    from .docker._gateway import Engine, new_client
-
     check_name(name)
-    client = docker if docker is not None else new_client()
-    try:
-        await remove_checkpoint_image(Engine(client), f"{CHECKPOINT_REPOSITORY}:{name}")
-    finally:
-        if docker is None:
-            await client.close()
+    await checkpoint_store().remove_entry(f"{CHECKPOINT_REPOSITORY}:{name}", docker)

@@ -23,22 +23,25 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import attrs
-
 from ._cli_tty import is_terminal, run_on_terminal
-from ._constants import DEFAULT_WORKING_DIR
-from ._errors import ConfigError, SandboxError
-from ._json import from_json, to_json
-from ._models import Command, CommandResult, RepositoryConfig, SandboxConfig
+from ._errors import SandboxError
+from ._json import to_json
+from ._models import Command, CommandResult, SandboxConfig
 from ._progress import PullProgress
-from ._sandbox import Sandbox
-from ._signals import cleanup_on_signals, signal_name
+from ._signals import cleanup_on_signals
 from .cli import images as cli_images
 from .cli import mcp as cli_mcp
 from .cli import ps as cli_ps
+from .cli._common import (
+    EXIT_TIMEOUT,
+    add_config_flags,
+    config_from_args,
+    parse_size,
+    sandbox_for,
+    terminated,
+)
 
 if TYPE_CHECKING:
     from ._backend import Process as ExecProcess
@@ -48,52 +51,10 @@ __all__ = [
     "parse_size", "register",
 ]
 
-#: Exit status of a command killed by ``--timeout``, like GNU timeout's.
-EXIT_TIMEOUT = 124
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)(i?b)?", re.IGNORECASE)
 _STDIN_CHUNK = 64 * 1024
 
 
-def parse_size(text: str) -> int:
-    """Parse a memory size: bytes, or a number with k, m, g or t (powers of 1024)."""
-    match = _SIZE.fullmatch(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"invalid size {text!r}: use a number with an optional unit, like 512m or 1g")
-    number, unit = float(match[1]), match[2].lower()
-    return int(number * 1024 ** "_kmgt".index(unit)) if unit else int(number)
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
 # -- arguments ----------------------------------------------------------------------------------
-
-
-def _add_config_flags(p: argparse.ArgumentParser, *, timeout: bool) -> None:
-    g = p.add_argument_group("sandbox configuration (flags override --config)")
-    g.add_argument("--config", metavar="FILE",
-                   help="a SandboxConfig as JSON (the format of `sandbox config --json`)")
-    g.add_argument("--image", help="image to run (default: the config's, sandbox-python:latest)")
-    g.add_argument("--memory", type=parse_size, metavar="SIZE",
-                   help="memory limit, e.g. 512m or 1g")
-    g.add_argument("--cpus", type=_positive, metavar="N", help="CPU limit in cores, e.g. 1.5")
-    g.add_argument("--network", action="store_true",
-                   help="give the sandbox a network (isolated by default)")
-    g.add_argument("--mount", metavar="PATH[:ro]",
-                   help=f"bind-mount a host directory at {DEFAULT_WORKING_DIR} (read-only "
-                   "with :ro); edits made inside are made to it")
-    if timeout:
-        g.add_argument("--timeout", type=_positive, metavar="SECONDS",
-                       help=f"kill the command and all it started after SECONDS; exit status "
-                       f"{EXIT_TIMEOUT}")
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser | None = None) -> None:
@@ -105,7 +66,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser | None = None) -> 
         "stdout, stderr to stderr), remove the sandbox and exit with the command's status "
         f"({EXIT_TIMEOUT} on --timeout, 1 if the sandbox failed).",
     )
-    _add_config_flags(p, timeout=True)
+    add_config_flags(p, timeout=True)
     p.add_argument("-i", "--interactive", action="store_true",
                    help="forward stdin to the command (otherwise it reads EOF at once)")
     p.add_argument("argv", nargs="+", metavar="CMD",
@@ -118,7 +79,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser | None = None) -> 
         "works with a pipe too (`echo 'ls; exit 3' | sandbox shell`). There is no terminal "
         "inside (no line editing or job control). The sandbox is removed when the shell ends.",
     )
-    _add_config_flags(p, timeout=False)
+    add_config_flags(p, timeout=False)
     p.add_argument("--shell", default="/bin/sh", help="the shell to run (default: /bin/sh)")
     p.set_defaults(run=cmd_shell, parser=p)
 
@@ -127,54 +88,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser | None = None) -> 
         description="Print the configuration the flags (and --config) describe; with no flags "
         "the default one. The output is accepted by --config.",
     )
-    _add_config_flags(p, timeout=True)
+    add_config_flags(p, timeout=True)
     p.add_argument("--json", action="store_true", help="print compact JSON on one line")
     p.set_defaults(run=cmd_config, parser=p)
-
-
-def _usage_error(args: argparse.Namespace, message: str) -> NoReturn:
-    parser: argparse.ArgumentParser = args.parser
-    parser.error(message)
-
-
-def _config(args: argparse.Namespace) -> SandboxConfig:
-    """Build the SandboxConfig: the --config file (or the defaults), then the flags."""
-    try:
-        config = SandboxConfig()
-        if args.config:
-            try:
-                text = Path(args.config).read_text()
-            except OSError as exc:
-                _usage_error(args, f"cannot read --config {args.config!r}: {exc.strerror}")
-            config = from_json(text, SandboxConfig)
-        changes: dict[str, Any] = {}
-        if args.image:
-            changes["image"] = args.image
-        limits: dict[str, Any] = {}
-        if args.memory is not None:
-            limits["memory_limit"] = args.memory
-        if args.cpus is not None:
-            limits["cpu_limit"] = args.cpus
-        if limits:
-            changes["resources"] = attrs.evolve(config.resources, **limits)
-        if args.network:
-            changes["network"] = attrs.evolve(config.network, isolated=False)
-            changes["security"] = attrs.evolve(config.security, allow_networking=True,
-                                               isolate_network=False)
-        if args.mount:
-            path, ro = args.mount, False
-            if path.endswith((":ro", ":rw")):
-                path, ro = path[:-3], path.endswith(":ro")
-            if not Path(path).is_dir():
-                _usage_error(args, f"--mount {args.mount!r}: {path!r} is not a directory")
-            changes["repository"] = RepositoryConfig(
-                local_path=str(Path(path).resolve()), mount_point=config.working_dir,
-                read_only=ro)
-        if getattr(args, "timeout", None) is not None:
-            changes["timeout"] = args.timeout
-        return attrs.evolve(config, **changes) if changes else config
-    except ConfigError as exc:
-        _usage_error(args, str(exc))
 
 
 # -- printing -------------------------------------------------------------------------------------
@@ -195,14 +111,6 @@ def _exit_status(args: argparse.Namespace, result: CommandResult) -> int:
               file=sys.stderr)
         return 1
     return result.exit_code
-
-
-def _terminated(args: argparse.Namespace, exc: SystemExit) -> int:
-    """SIGTERM or SIGHUP ended the run after cleanup: say so, exit with 128+signal."""
-    code = exc.code if isinstance(exc.code, int) else 1
-    print(f"sandbox {args.command}: {signal_name(code) or 'terminated'} received; the sandbox "
-          "was removed", file=sys.stderr)
-    return code
 
 
 # -- stdin --------------------------------------------------------------------------------------
@@ -241,20 +149,11 @@ async def _forward_stdin(proc: ExecProcess) -> None:
 # -- handlers -------------------------------------------------------------------------------------
 
 
-def _sandbox_for(config: SandboxConfig, progress: PullProgress) -> Sandbox:
-    """A sandbox for ``config``; a Docker one shows image pull progress."""
-    if config.type != "docker":
-        return Sandbox(config)
-    from .docker import DockerBackend
-
-    return Sandbox(backend=DockerBackend(config, on_pull_progress=progress))
-
-
 async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool,
                     quiet: bool = False) -> CommandResult:
     """Run argv in a fresh sandbox with output printed live; stdin forwarded if asked."""
     progress = PullProgress(quiet=quiet)
-    async with cleanup_on_signals(), _sandbox_for(config, progress) as sb:
+    async with cleanup_on_signals(), sandbox_for(config, progress) as sb:
         progress.done()
         async with sb.stream_command(Command.argv(list(argv))) as proc:
             feeder: asyncio.Task[None] | None = None
@@ -276,25 +175,25 @@ async def _attached(config: SandboxConfig, argv: Sequence[str], *, stdin: bool,
 async def _on_terminal(config: SandboxConfig, argv: Sequence[str], *,
                        quiet: bool = False) -> CommandResult:
     progress = PullProgress(quiet=quiet)
-    async with cleanup_on_signals(), _sandbox_for(config, progress) as sb:
+    async with cleanup_on_signals(), sandbox_for(config, progress) as sb:
         progress.done()
         return await run_on_terminal(sb, list(argv))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``sandbox run [flags] -- CMD...``: run one command and exit with its status."""
-    config = _config(args)
+    config = config_from_args(args)
     try:
         result = asyncio.run(_attached(config, args.argv, stdin=args.interactive,
                                        quiet=args.quiet))
     except SystemExit as exc:
-        return _terminated(args, exc)
+        return terminated(args, exc)
     return _exit_status(args, result)
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
     """``sandbox shell [flags]``: a shell with our stdin, stdout and stderr attached."""
-    config = _config(args)
+    config = config_from_args(args)
     argv = [args.shell, "-i"] if sys.stdin is not None and sys.stdin.isatty() else [args.shell]
     try:
         if is_terminal():  # a terminal of its own: keys, Ctrl-C and job control work
@@ -302,13 +201,13 @@ def cmd_shell(args: argparse.Namespace) -> int:
         else:
             result = asyncio.run(_attached(config, argv, stdin=True, quiet=args.quiet))
     except SystemExit as exc:
-        return _terminated(args, exc)
+        return terminated(args, exc)
     return _exit_status(args, result)
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     """``sandbox config [--json] [flags]``: print the configuration the flags describe."""
-    text = to_json(_config(args))
+    text = to_json(config_from_args(args))
     if not args.json:
         text = json.dumps(json.loads(text), indent=2)
     print(text)

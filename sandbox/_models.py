@@ -33,35 +33,35 @@ from ._constants import (
 )
 from ._errors import CommandExecutionFailed, ConfigError
 from ._output import LazyText, text_of
-from ._validate import (
-    _ZERO,
-    FrozenMap,
-    _aware,
-    _env,
-    _host_port,
-    _memory_bytes,
-    _name,
-    _no_nul,
-    _no_nul_items,
-    _non_negative,
-    _non_negative_int,
-    _octal,
-    _one_of,
-    _port,
-    _ports,
-    _show,
-    _to_float,
-    _to_int_tuple,
-    _to_str_map,
-    _to_str_tuple,
-    _to_timedelta,
-    _to_tuple,
-    _wrong_type,
-    named_converters,
-)
 
 # Re-exported: the SDK and its tests import these from here.
 from ._validate import MAX_DURATION as MAX_DURATION
+from ._validate import (
+    ZERO,
+    FrozenMap,
+    check_aware,
+    check_env,
+    check_host_port,
+    check_octal,
+    check_port,
+    check_ports,
+    field_name,
+    memory_bytes,
+    named_converters,
+    no_nul,
+    no_nul_items,
+    non_negative,
+    non_negative_int,
+    one_of,
+    show,
+    to_float,
+    to_int_tuple,
+    to_str_map,
+    to_str_tuple,
+    to_timedelta,
+    to_tuple,
+    wrong_type,
+)
 from ._validate import check_environment as check_environment
 
 __all__ = [
@@ -102,17 +102,17 @@ def _to_port_tuple(
     value: Iterable[PortMapping], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> tuple[PortMapping, ...]:
     """Copy an iterable of port mappings to a tuple."""
-    return _to_tuple(value, field, owner, "PortMapping", lambda item: isinstance(item, PortMapping))
+    return to_tuple(value, field, owner, "PortMapping", lambda item: isinstance(item, PortMapping))
 
 
 def _to_status(
     value: SandboxStatus | str, field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> SandboxStatus:
     """Accept a status member or its string value."""
-    name = _name(field)
+    name = field_name(field)
     allowed = ", ".join(s.value for s in SandboxStatus)
     if not isinstance(value, str):
-        raise _wrong_type(name, f"a SandboxStatus or one of {allowed}", value, owner, name,
+        raise wrong_type(name, f"a SandboxStatus or one of {allowed}", value, owner, name,
                           "a SandboxStatus, e.g. SandboxStatus.RUNNING")
     try:
         return SandboxStatus(value)
@@ -127,7 +127,7 @@ def as_config(config: object) -> SandboxConfig:
         return SandboxConfig()
     if not isinstance(config, SandboxConfig):
         raise ConfigError(
-            f"config must be a SandboxConfig, got {type(config).__name__} {_show(config)}",
+            f"config must be a SandboxConfig, got {type(config).__name__} {show(config)}",
             details="pass SandboxConfig(...); from_json(text, SandboxConfig) reads JSON",
         )
     return config
@@ -176,24 +176,24 @@ class ResourceLimits:
             create the sandbox; an explicit, audited opt-out. Docker enforces them anyway.
     """
 
-    cpu_limit: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
-    cpu_request: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
-    memory_limit: int = attrs.field(default=0, validator=_memory_bytes)
-    memory_request: int = attrs.field(default=0, validator=_memory_bytes)
-    disk_limit: int = attrs.field(default=0, validator=_non_negative_int)
-    disk_request: int = attrs.field(default=0, validator=_non_negative_int)
-    network_in_limit: int = attrs.field(default=0, validator=_non_negative_int)
-    network_out_limit: int = attrs.field(default=0, validator=_non_negative_int)
-    process_limit: int = attrs.field(default=0, validator=_non_negative_int)
-    file_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    cpu_limit: float = attrs.field(default=0.0, converter=to_float, validator=non_negative)
+    cpu_request: float = attrs.field(default=0.0, converter=to_float, validator=non_negative)
+    memory_limit: int = attrs.field(default=0, validator=memory_bytes)
+    memory_request: int = attrs.field(default=0, validator=memory_bytes)
+    disk_limit: int = attrs.field(default=0, validator=non_negative_int)
+    disk_request: int = attrs.field(default=0, validator=non_negative_int)
+    network_in_limit: int = attrs.field(default=0, validator=non_negative_int)
+    network_out_limit: int = attrs.field(default=0, validator=non_negative_int)
+    process_limit: int = attrs.field(default=0, validator=non_negative_int)
+    file_limit: int = attrs.field(default=0, validator=non_negative_int)
     wall_time_limit: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
     cpu_time_limit: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
     allow_unbounded: tuple[str, ...] = attrs.field(
-        factory=tuple, converter=_to_str_tuple, validator=_defaulted_limits
+        factory=tuple, converter=to_str_tuple, validator=_defaulted_limits
     )
 
 
@@ -236,8 +236,8 @@ class SecurityPolicy:
     read_only_root: bool = False
     no_new_privileges: bool = True
     prevent_escalation: bool = True
-    add_capabilities: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    drop_capabilities: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    add_capabilities: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    drop_capabilities: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
     selinux_context: str = ""
     apparmor_profile: str = ""
     seccomp_profile: str = ""
@@ -245,15 +245,15 @@ class SecurityPolicy:
     isolate_network: bool = True
     isolate_process: bool = True
     allow_host_pid: bool = False
-    read_only_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    masked_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    tmpfs_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    read_only_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    masked_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    tmpfs_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
     enable_audit_log: bool = False
     log_security_events: bool = False
-    allowed_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    blocked_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    allowed_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    blocked_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
     allowed_ports: tuple[int, ...] = attrs.field(
-        factory=tuple, converter=_to_int_tuple, validator=_ports
+        factory=tuple, converter=to_int_tuple, validator=check_ports
     )
 
 
@@ -271,7 +271,7 @@ class GitConfig:
     user_name: str = ""
     user_email: str = ""
     signing_key: str = ""
-    config_values: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    config_values: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=to_str_map)
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
@@ -300,9 +300,9 @@ class RepositoryConfig:
     mount_point: str = DEFAULT_WORKING_DIR
     read_only: bool = False
     git_config: GitConfig = attrs.field(factory=GitConfig)
-    include_files: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    exclude_files: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    permissions: str = attrs.field(default="", validator=_octal)
+    include_files: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    exclude_files: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    permissions: str = attrs.field(default="", validator=check_octal)
     owner: str = ""
     group: str = ""
 
@@ -318,9 +318,9 @@ class PortMapping:
         host_ip: Host address to bind; loopback by default.
     """
 
-    host_port: int = attrs.field(default=0, validator=_host_port)
-    container_port: int = attrs.field(validator=_port)
-    protocol: str = attrs.field(default="tcp", validator=_one_of(*_PROTOCOLS, empty_means="tcp"))
+    host_port: int = attrs.field(default=0, validator=check_host_port)
+    container_port: int = attrs.field(validator=check_port)
+    protocol: str = attrs.field(default="tcp", validator=one_of(*_PROTOCOLS, empty_means="tcp"))
     host_ip: str = "127.0.0.1"
 
 
@@ -346,19 +346,19 @@ class NetworkConfig:
 
     isolated: bool = True
     bridge: str = ""
-    dns_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    dns_search: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    dns_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    dns_search: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
     http_proxy: str = ""
     https_proxy: str = ""
     no_proxy: str = ""
     port_mappings: tuple[PortMapping, ...] = attrs.field(factory=tuple, converter=_to_port_tuple)
-    allowed_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    blocked_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    allowed_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    blocked_hosts: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
     allowed_ports: tuple[int, ...] = attrs.field(
-        factory=tuple, converter=_to_int_tuple, validator=_ports
+        factory=tuple, converter=to_int_tuple, validator=check_ports
     )
-    ingress_limit: int = attrs.field(default=0, validator=_non_negative_int)
-    egress_limit: int = attrs.field(default=0, validator=_non_negative_int)
+    ingress_limit: int = attrs.field(default=0, validator=non_negative_int)
+    egress_limit: int = attrs.field(default=0, validator=non_negative_int)
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
@@ -401,29 +401,29 @@ class SandboxConfig:
     runtime: str = DEFAULT_RUNTIME
     architecture: str = ""
     pull_policy: str = attrs.field(
-        default=DEFAULT_PULL_POLICY, validator=_one_of(*_PULL_POLICIES, empty_means="missing")
+        default=DEFAULT_PULL_POLICY, validator=one_of(*_PULL_POLICIES, empty_means="missing")
     )
     resources: ResourceLimits = attrs.field(factory=ResourceLimits)
     security: SecurityPolicy = attrs.field(factory=SecurityPolicy)
     repository: RepositoryConfig | None = None
     network: NetworkConfig = attrs.field(factory=NetworkConfig)
     environment: Mapping[str, str] = attrs.field(
-        factory=FrozenMap, converter=_to_str_map, validator=_env
+        factory=FrozenMap, converter=to_str_map, validator=check_env
     )
     working_dir: str = DEFAULT_WORKING_DIR
-    tools: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
-    mcp_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    tools: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
+    mcp_servers: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
     timeout: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
     cleanup_delay: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
     stats_interval: timedelta = attrs.field(
-        default=DEFAULT_STATS_INTERVAL, converter=_to_timedelta, validator=_non_negative
+        default=DEFAULT_STATS_INTERVAL, converter=to_timedelta, validator=non_negative
     )
-    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
-    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=to_str_map)
+    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=to_str_map)
     name: str = ""
 
 
@@ -449,27 +449,27 @@ class Command:
         stdin: Standard input as bytes, text or an async byte stream; never serialised.
     """
 
-    executable: str = attrs.field(default="", validator=_no_nul)
+    executable: str = attrs.field(default="", validator=no_nul)
     args: tuple[str, ...] = attrs.field(
-        factory=tuple, converter=_to_str_tuple, validator=_no_nul_items
+        factory=tuple, converter=to_str_tuple, validator=no_nul_items
     )
     working_dir: str = ""
     environment: Mapping[str, str] = attrs.field(
-        factory=FrozenMap, converter=_to_str_map, validator=_env
+        factory=FrozenMap, converter=to_str_map, validator=check_env
     )
     stdin_content: str = ""
     timeout: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
     idle_timeout: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
     user: str = ""
     allow_network: bool = False
     allow_write: bool = True
-    restrict_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=_to_str_tuple)
+    restrict_paths: tuple[str, ...] = attrs.field(factory=tuple, converter=to_str_tuple)
     max_output_bytes: int = attrs.field(
-        default=DEFAULT_MAX_OUTPUT_BYTES, validator=_non_negative_int
+        default=DEFAULT_MAX_OUTPUT_BYTES, validator=non_negative_int
     )
     stdin: bytes | str | AsyncIterable[bytes] | None = attrs.field(default=None, eq=False)
 
@@ -513,23 +513,23 @@ class ResourceUsage:
         uptime: Time since the sandbox started.
     """
 
-    timestamp: datetime | None = attrs.field(default=None, validator=_aware)
-    cpu_usage: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
+    timestamp: datetime | None = attrs.field(default=None, validator=check_aware)
+    cpu_usage: float = attrs.field(default=0.0, converter=to_float, validator=non_negative)
     cpu_time: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
-    memory_usage: int = attrs.field(default=0, validator=_non_negative_int)
-    memory_percent: float = attrs.field(default=0.0, converter=_to_float, validator=_non_negative)
-    memory_peak: int = attrs.field(default=0, validator=_non_negative_int)
-    disk_usage: int = attrs.field(default=0, validator=_non_negative_int)
-    disk_reads: int = attrs.field(default=0, validator=_non_negative_int)
-    disk_writes: int = attrs.field(default=0, validator=_non_negative_int)
-    network_in: int = attrs.field(default=0, validator=_non_negative_int)
-    network_out: int = attrs.field(default=0, validator=_non_negative_int)
-    process_count: int = attrs.field(default=0, validator=_non_negative_int)
-    thread_count: int = attrs.field(default=0, validator=_non_negative_int)
-    file_handles: int = attrs.field(default=0, validator=_non_negative_int)
-    uptime: timedelta = attrs.field(default=_ZERO, converter=_to_timedelta, validator=_non_negative)
+    memory_usage: int = attrs.field(default=0, validator=non_negative_int)
+    memory_percent: float = attrs.field(default=0.0, converter=to_float, validator=non_negative)
+    memory_peak: int = attrs.field(default=0, validator=non_negative_int)
+    disk_usage: int = attrs.field(default=0, validator=non_negative_int)
+    disk_reads: int = attrs.field(default=0, validator=non_negative_int)
+    disk_writes: int = attrs.field(default=0, validator=non_negative_int)
+    network_in: int = attrs.field(default=0, validator=non_negative_int)
+    network_out: int = attrs.field(default=0, validator=non_negative_int)
+    process_count: int = attrs.field(default=0, validator=non_negative_int)
+    thread_count: int = attrs.field(default=0, validator=non_negative_int)
+    file_handles: int = attrs.field(default=0, validator=non_negative_int)
+    uptime: timedelta = attrs.field(default=ZERO, converter=to_timedelta, validator=non_negative)
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters, repr=False)
@@ -568,16 +568,16 @@ class CommandResult:
     _stdout: str | LazyText = attrs.field(default="", alias="stdout")
     _stderr: str | LazyText = attrs.field(default="", alias="stderr")
     _combined: str | LazyText = attrs.field(default="", alias="combined")
-    start_time: datetime | None = attrs.field(default=None, validator=_aware)
-    end_time: datetime | None = attrs.field(default=None, validator=_aware)
+    start_time: datetime | None = attrs.field(default=None, validator=check_aware)
+    end_time: datetime | None = attrs.field(default=None, validator=check_aware)
     duration: timedelta = attrs.field(
-        default=_ZERO, converter=_to_timedelta, validator=_non_negative
+        default=ZERO, converter=to_timedelta, validator=non_negative
     )
     resource_usage: ResourceUsage = attrs.field(factory=ResourceUsage)
     error: str = ""
     signal: str = ""
-    process_id: int = attrs.field(default=0, validator=_non_negative_int)
-    metadata: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    process_id: int = attrs.field(default=0, validator=non_negative_int)
+    metadata: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=to_str_map)
     timed_out: bool = False
     oom_killed: bool = False
     truncated: bool = False
@@ -590,7 +590,7 @@ class CommandResult:
             # Frozen: attrs' documented way to set a field after __init__.
             object.__setattr__(self, "success", ran_ok)
         elif not isinstance(self.success, bool):
-            raise _wrong_type("success", "a bool", self.success, "CommandResult", "success",
+            raise wrong_type("success", "a bool", self.success, "CommandResult", "success",
                               "True or False, or leave it out to derive it from exit_code")
         elif self.success and not ran_ok:
             why = "it timed out" if self.timed_out else f"exit_code is {self.exit_code}"
@@ -659,9 +659,9 @@ class FileInfo:
 
     name: str
     path: str
-    size: int = attrs.field(default=0, validator=_non_negative_int)
-    mode: int = attrs.field(default=0, validator=_non_negative_int)
-    mod_time: datetime | None = attrs.field(default=None, validator=_aware)
+    size: int = attrs.field(default=0, validator=non_negative_int)
+    mode: int = attrs.field(default=0, validator=non_negative_int)
+    mod_time: datetime | None = attrs.field(default=None, validator=check_aware)
     is_dir: bool = False
     owner: str = ""
     group: str = ""
@@ -700,8 +700,8 @@ class SandboxInfo:
     name: str = ""
     type: str = DEFAULT_TYPE
     status: SandboxStatus = attrs.field(converter=_to_status)
-    created_at: datetime | None = attrs.field(default=None, validator=_aware)
-    started_at: datetime | None = attrs.field(default=None, validator=_aware)
+    created_at: datetime | None = attrs.field(default=None, validator=check_aware)
+    started_at: datetime | None = attrs.field(default=None, validator=check_aware)
     runtime: str = ""
     image: str = ""
     platform: str = ""
@@ -710,8 +710,8 @@ class SandboxInfo:
     hostname: str = ""
     allocated_resources: ResourceLimits = attrs.field(factory=ResourceLimits)
     config: SandboxConfig = attrs.field(factory=SandboxConfig)
-    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
-    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=_to_str_map)
+    labels: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=to_str_map)
+    annotations: Mapping[str, str] = attrs.field(factory=FrozenMap, converter=to_str_map)
     status_reason: str = ""
     exit_code: int | None = None
     oom_killed: bool = False
@@ -732,5 +732,5 @@ class OutputChunk:
         data: The raw bytes.
     """
 
-    stream: Literal["stdout", "stderr"] = attrs.field(validator=_one_of("stdout", "stderr"))
+    stream: Literal["stdout", "stderr"] = attrs.field(validator=one_of("stdout", "stderr"))
     data: bytes

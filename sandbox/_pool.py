@@ -43,6 +43,7 @@ import anyio
 import anyio.abc
 import attrs
 
+from ._backend import SupportsHealth
 from ._errors import ConfigError, SandboxError, SandboxInitFailed, SandboxNotRunning
 from ._models import SandboxConfig, SandboxStatus, as_config
 from ._reset import Baseline, check_reusable, record_baseline, reset
@@ -322,8 +323,9 @@ class SandboxPool:
         try:
             if lease.sb.status is not SandboxStatus.RUNNING:
                 why = f"it is {lease.sb.status.value}"
-            else:
-                why = await lease.sb.backend.health()
+            elif isinstance(backend := lease.sb.backend, SupportsHealth):
+                why = await backend.health()
+            # else: a backend that cannot ask its engine is judged by its lifecycle alone
         except SandboxError as exc:
             why = str(exc)
         except BaseException:

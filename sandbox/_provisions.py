@@ -26,7 +26,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import attrs
@@ -37,10 +37,18 @@ from ._models import Command, CommandResult, SandboxConfig, SandboxInfo
 
 if TYPE_CHECKING:
     from ._backend import Process
-    from ._sandbox import Sandbox
 
 __all__ = ["TOOL_ANNOTATION", "McpServer", "McpServerSpec", "Provisions", "check_provisions",
            "parse_mcp_server", "provision"]
+
+
+class Runner(Protocol):
+    """What the provisioning needs of a sandbox: its config, and running a command."""
+
+    @property
+    def config(self) -> SandboxConfig: ...
+
+    async def execute_command(self, cmd: Command) -> CommandResult: ...
 
 #: A tool or server name: a plain file name (no path, no spaces, no leading dash).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@-]{0,127}")
@@ -143,7 +151,7 @@ def _parse_found(stdout: str, names: Sequence[str]) -> dict[str, str]:
     return found
 
 
-async def find_executables(sb: Sandbox, names: Sequence[str]) -> dict[str, str]:
+async def find_executables(sb: Runner, names: Sequence[str]) -> dict[str, str]:
     """Where each executable is in the sandbox (names not found are left out)."""
     if not names:
         return {}
@@ -386,7 +394,7 @@ def check_provisions(config: SandboxConfig) -> dict[str, McpServerSpec]:
 
 
 async def provision(
-    sb: Sandbox, servers: Mapping[str, McpServerSpec],
+    sb: Runner, servers: Mapping[str, McpServerSpec],
     open_service: Callable[[Command], AbstractAsyncContextManager[Process]],
 ) -> Provisions:
     """Check the config's tools and start its MCP servers; return what was made.

@@ -1,32 +1,46 @@
-"""Which backend serves which ``SandboxConfig.type``: one table, imported lazily.
+"""Which backend serves which ``SandboxConfig.type``: one typed table, imported lazily.
 
 A new backend adds a line here (and nothing to `Sandbox`); its class is built as
-``cls(config, on_sample=...)``, so its own options stay on its constructor. Importing is
-lazy so that ``import sandbox`` loads no engine client.
+``cls(config, on_sample=...)`` (`BackendFactory`), so its own options stay on its
+constructor. Importing is lazy, by module name, so that ``import sandbox`` loads no engine
+client and no core module imports a backend: the backends import the core, never the other
+way (``tests/unit/test_layout.py`` checks both, and that every entry satisfies `Backend`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
+from ._backend import Backend, BackendFactory, CheckpointStore
 from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
+from ._owner import HostCollector
 
-if TYPE_CHECKING:
-    from ._backend import Backend
+__all__ = ["BACKENDS", "CHECKPOINT_STORE", "HOST_COLLECTORS", "EngineClient", "backend_class",
+           "backend_for", "check_type", "checkpoint_store", "host_collectors"]
 
-__all__ = ["BACKENDS", "backend_for", "check_type"]
 
-#: ``config.type`` -> "module:class" of its backend.
-BACKENDS: dict[str, str] = {
-    "docker": "sandbox.docker:DockerBackend",
-    "kubernetes": "sandbox.kubernetes:KubernetesBackend",
-    "process": "sandbox.process:ProcessBackend",
+#: A client of the engine a host-wide operation talks to (``aiodocker.Docker`` for the Docker
+#: engine's gc and checkpoint store), given by the caller or opened by the backend.
+EngineClient: TypeAlias = Any
+
+#: ``config.type`` -> the module whose ``FACTORY`` builds its backend. Each backend declares
+#: ``FACTORY: BackendFactory = TheClass`` in its package, where ``mypy --strict`` checks that the
+#: class has every member of `Backend` and the constructor above.
+BACKENDS: Mapping[str, str] = {
+    "docker": "sandbox.docker",
+    "kubernetes": "sandbox.kubernetes",
+    "process": "sandbox.process",
     # A VM-isolated OCI runtime the engine lists (kata, firecracker), else refused by name.
-    "vm": "sandbox.docker:DockerBackend",
+    "vm": "sandbox.docker",
 }
+#: The modules whose ``COLLECTOR`` (a `HostCollector`) `sandbox.gc` runs, in order: what dead
+#: owners left on this host (a cluster's objects are `sandbox.kubernetes.gc`'s).
+HOST_COLLECTORS = ("sandbox.process._gc", "sandbox.docker._gc")
+#: The module whose ``STORE`` (a `CheckpointStore`) keeps checkpoint images.
+CHECKPOINT_STORE = "sandbox.docker._checkpoint"
 
 
 def check_type(kind: str) -> None:
@@ -36,11 +50,26 @@ def check_type(kind: str) -> None:
                                 details=f"available types: {', '.join(sorted(BACKENDS))}")
 
 
+def backend_class(kind: str) -> BackendFactory:
+    """The class (a `BackendFactory`) of the backend that serves ``kind``."""
+    check_type(kind)
+    factory: BackendFactory = importlib.import_module(BACKENDS[kind]).FACTORY
+    return factory
+
+
 def backend_for(config: SandboxConfig, *,
                 on_sample: Callable[[ResourceUsage], object] | None = None) -> Backend:
     """A new backend object for ``config.type``."""
-    check_type(config.type)
-    module, _, name = BACKENDS[config.type].partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    backend: Backend = cls(config, on_sample=on_sample)
-    return backend
+    return backend_class(config.type)(config, on_sample=on_sample)
+
+
+def host_collectors() -> list[HostCollector]:
+    """Each backend's gc of what dead owners left on this host, in the order `sandbox.gc`
+    runs them."""
+    return [importlib.import_module(name).COLLECTOR for name in HOST_COLLECTORS]
+
+
+def checkpoint_store() -> CheckpointStore:
+    """The store checkpoints live in (loaded lazily: listing them needs an engine client)."""
+    store: CheckpointStore = importlib.import_module(CHECKPOINT_STORE).STORE
+    return store

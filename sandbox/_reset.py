@@ -40,11 +40,19 @@ from collections.abc import Mapping
 import anyio
 import attrs
 
-from ._backend import ProcessSpec
+from ._backend import (
+    ProcessSpec,
+    SupportsFilesystemChanges,
+    SupportsHealth,
+    SupportsHostInspector,
+    backend_name,
+    supports,
+)
 from ._errors import ConfigError
 from ._hostview import HostInspector, Identity, Meta, identity_of_status
 from ._models import SandboxConfig
 from ._policy import is_root
+from ._registry import BACKENDS, backend_class
 from ._sandbox import Sandbox
 
 __all__ = ["Baseline", "check_reusable", "record_baseline", "reset"]
@@ -125,9 +133,11 @@ def check_reusable(config: SandboxConfig) -> None:
     """Raise `ConfigError` if a reset could not prove a sandbox of ``config`` clean."""
     sec = config.security
     why = ""
-    if config.type in ("process", "kubernetes"):
-        why = f"type={config.type!r}: a reset is verified from the Docker engine's host; " \
-              "other backends keep no image to compare with"
+    cls = backend_class(config.type) if config.type in BACKENDS else None
+    if cls is not None and not (supports(cls, SupportsFilesystemChanges)
+                                and supports(cls, SupportsHostInspector)):
+        why = f"type={config.type!r}: a reset needs the backend's list of changes to the " \
+              "image and a view from outside, which it has not"
     elif config.repository is not None:
         why = "repository: a bind-mounted repository is shared with the host, not reset"
     elif sec.read_only_root:
@@ -153,6 +163,9 @@ async def record_baseline(sb: Sandbox) -> Baseline:
     backend = sb.backend
     base = Baseline(changes=frozenset(), cwd=sb.get_working_directory(),
                     env=tuple(sorted(sb.get_environment().items())), user=backend.user)
+    if not isinstance(backend, SupportsFilesystemChanges):
+        return attrs.evolve(base, unverifiable=f"{backend_name(backend)} keeps no image to "
+                                               "compare it with")
     changes: list[tuple[str, str]] = []
 
     async def list_changes() -> None:
@@ -198,10 +211,9 @@ async def _look_from_outside(sb: Sandbox) -> tuple[HostInspector, Identity] | st
     """The backend's view of ``sb`` from outside and the sandbox user's ids, or why a reset
     cannot verify ``sb``."""
     backend = sb.backend
-    finder = getattr(backend, "host_inspector", None)
-    if finder is None:
+    if not isinstance(backend, SupportsHostInspector):
         return "its backend cannot show it from outside"
-    found: HostInspector | str = await finder()
+    found = await backend.host_inspector()
     if isinstance(found, str):
         return found
     result = await backend.run_process(ProcessSpec(
@@ -255,10 +267,12 @@ async def reset(sb: Sandbox, baseline: Baseline) -> str:
 
 async def _reset(sb: Sandbox, baseline: Baseline) -> str:
     backend = sb.backend
-    if await backend.health():
+    if isinstance(backend, SupportsHealth) and await backend.health():
         return "it is not running"
     if baseline.unverifiable:
         return f"a reset cannot verify it: {baseline.unverifiable}"
+    if not isinstance(backend, SupportsFilesystemChanges):
+        return f"{backend_name(backend)} keeps no image to compare it with"
     inspector, identity = baseline.inspector, baseline.identity
     assert inspector is not None and identity is not None
     others = sorted(u for u in sb.command_users() if u != baseline.user)

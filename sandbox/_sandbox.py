@@ -12,7 +12,15 @@ import anyio
 import attrs
 
 from ._archive import check_limits
-from ._backend import Backend, Process, ProcessSpec
+from ._backend import (
+    Backend,
+    Process,
+    ProcessSpec,
+    SupportsEgressStats,
+    checkpoints_of,
+)
+from ._checkpoint import Checkpoint, create_checkpoint
+from ._checkpoint import fork as fork_from
 from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
 from ._egress_stats import EgressStats
 from ._errors import (
@@ -40,13 +48,12 @@ from ._policy import merge_environment, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
 from ._provisions import Provisions, check_provisions, provision
 from ._registry import backend_for, check_type
-from ._session import Session, open_session
+from ._session import Session, SessionHost, open_session
 from ._shield import finish_despite_cancel
 
 if TYPE_CHECKING:
     from mcp import ClientSession
 
-    from ._checkpoint import Checkpoint
 
 
 #: The most read_file returns: a whole file past it is refused, and max_bytes is at most this.
@@ -99,9 +106,9 @@ class Sandbox:
         # anything ran as another user than the sandbox's (see `_reset`).
         self._command_users: set[str] = set()
 
-    def _after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None:
-        """Run ``hook`` once this sandbox is removed (a fork's image release); its errors are
-        not cleanup's (what it leaves carries labels for gc)."""
+    def after_cleanup(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` once this sandbox is removed (a fork's image release); its errors
+        (`SandboxError`) are not cleanup's: what it leaves carries labels for gc."""
         self._cleanup_hooks.append(hook)
 
     async def __aenter__(self) -> Sandbox:
@@ -128,8 +135,9 @@ class Sandbox:
         return self._impl.config
 
     @property
-    def backend(self) -> Any:
-        """The backend object, for backend-specific needs (e.g. the Docker container id)."""
+    def backend(self) -> Backend:
+        """The backend object, for backend-specific needs (e.g. the Docker container id):
+        narrow it with ``isinstance`` (`DockerBackend`, a ``Supports*`` capability)."""
         return self._impl
 
     async def initialize(self, config: SandboxConfig | None = None) -> None:
@@ -300,7 +308,7 @@ class Sandbox:
                 await sh.run("cd /tmp && export X=1")
                 print((await sh.run("echo $PWD $X")).stdout)  # /tmp 1
         """
-        return open_session(self, shell=shell, restart=restart, usage=usage)
+        return open_session(session_host(self), shell=shell, restart=restart, usage=usage)
 
     # -- files: paths are resolved here, the backend moves bytes ---------------------------------
 
@@ -400,8 +408,9 @@ class Sandbox:
         """Counters of the sandbox's egress proxy: requests allowed, refused (per rule) and
         failed; ``enforced`` is False when the config names no hosts (or the backend has no
         proxy)."""
-        stats = getattr(self._impl, "egress_stats", None)
-        return stats() if callable(stats) else EgressStats()
+        if isinstance(self._impl, SupportsEgressStats):
+            return self._impl.egress_stats()
+        return EgressStats()
 
     async def get_info(self) -> SandboxInfo:
         """The sandbox's identity, state and allocated resources as the backend sees them,
@@ -438,6 +447,7 @@ class Sandbox:
 
     # -- checkpoints and forks (see _checkpoint) ---------------------------------------------
 
+
     async def checkpoint(self, name: str, *, memory: bool = False) -> Checkpoint:
         """Keep the sandbox's filesystem as the local image ``sandbox-checkpoint:<name>``.
 
@@ -451,8 +461,7 @@ class Sandbox:
             CheckpointFailed: The name is taken, or the engine refused.
         """
         self._life.require_running()
-        from ._checkpoint import create_checkpoint
-
+        checkpoints_of(self._impl)  # refused here, naming the backend, where it has none
         return await create_checkpoint(self, name, memory=memory)
 
     async def fork(self, n: int, *, name: str = "", keep: bool = False) -> list[Sandbox]:
@@ -467,6 +476,13 @@ class Sandbox:
         labels never hold environment values (see `Checkpoint.withheld`).
         """
         self._life.require_running()
-        from ._checkpoint import fork
+        checkpoints_of(self._impl)  # refused here, naming the backend, where it has none
+        return await fork_from(self, n, Sandbox, name=name, keep=keep)
 
-        return await fork(self, n, name=name, keep=keep)
+
+def session_host(sb: Sandbox) -> SessionHost:
+    """What a session of ``sb`` may use of it: its backend, its command plan, its working
+    directory and its lifecycle check (and nothing else of its internals)."""
+    return SessionHost(backend=sb._impl, plan=sb._plan,
+                       working_directory=sb.get_working_directory,
+                       require_running=sb._life.require_running)

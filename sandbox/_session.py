@@ -25,13 +25,12 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 import anyio
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._backend import Backend, ProcessSpec
+from ._backend import Backend, ProcessSpec, SupportsCommandFinalizer, SupportsKillMarked
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, KillFailed, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
@@ -52,9 +51,6 @@ from ._session_wire import (
 )
 from ._signals import signal_name
 from ._tasks import first_of, single_errors
-
-if TYPE_CHECKING:
-    from ._sandbox import Sandbox
 
 log = logging.getLogger("sandbox.session")
 
@@ -106,6 +102,18 @@ done
 exit 1"""
 
 
+@attrs.frozen(kw_only=True)
+class SessionHost:
+    """What a session needs of its sandbox: the backend its shell runs on, how the sandbox
+    plans a command (policy, user, audit of users), its working directory now, and whether
+    it runs (given by `Sandbox.session`, so a session reaches into no sandbox internals)."""
+
+    backend: Backend
+    plan: Callable[[Command], ProcessSpec]
+    working_directory: Callable[[], str]
+    require_running: Callable[[], None]
+
+
 class Session:
     """A persistent shell in the sandbox: ``cd``, ``export`` and functions carry over, and a
     command costs a pipe write instead of an exec.
@@ -120,15 +128,15 @@ class Session:
         id: A random id for this session (in each result's metadata).
     """
 
-    def __init__(self, sandbox: Sandbox, *, shell: str | None, restart: bool,
+    def __init__(self, host: SessionHost, *, shell: str | None, restart: bool,
                  usage: bool = False) -> None:
-        self._sandbox = sandbox
+        self._sandbox = host
         self._usage = usage
-        self._backend: Backend = sandbox._impl
+        self._backend: Backend = host.backend
         self._shell_cmd = shell
         self._restart = restart
         self.id = secrets.token_hex(6)
-        self._cwd = sandbox.get_working_directory()
+        self._cwd = host.working_directory()
         self._lock = anyio.Lock()
         self._shell: _Shell | None = None
         self._shells = 0
@@ -248,7 +256,7 @@ class Session:
         async with self._lock:
             self._require_open()
             await self._stop_shell()
-            self._cwd = self._sandbox.get_working_directory()
+            self._cwd = self._sandbox.working_directory()
             self._lost = ""
             await self._start_shell()
 
@@ -294,10 +302,10 @@ class Session:
             argv: tuple[str, ...] = ("/bin/sh", "-c", f"exec {self._shell_cmd}",
                                      "sandbox-session")
         else:
-            copy = await guarded_shell(self._sandbox, self._backend, fresh=fresh)
+            copy = await guarded_shell(self._backend, self._backend, fresh=fresh)
             argv = (shell_argv(copy.path) if copy.path
                     else ("/bin/sh", "-c", AUTO_SHELL, "sandbox-session"))
-        spec = self._sandbox._plan(Command.argv(list(argv)))
+        spec = self._sandbox.plan(Command.argv(list(argv)))
         # The shell itself has no time limit and keeps no output: each command has its own.
         self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
                                   max_output_bytes=0, stdin=None)
@@ -456,11 +464,9 @@ class Session:
 
     async def _finalizer(self) -> Callable[[CommandResult], Awaitable[CommandResult]] | None:
         """The backend's per-command completion (resource usage, OOM), if it has one."""
-        make = getattr(self._backend, "command_finalizer", None)
-        if make is None:
+        if not isinstance(self._backend, SupportsCommandFinalizer):
             return None
-        result: Callable[[CommandResult], Awaitable[CommandResult]] = await make()
-        return result
+        return await self._backend.command_finalizer()
 
     # -- stdin -----------------------------------------------------------------------------
 
@@ -498,7 +504,7 @@ class Session:
     async def _finish(self, run: _Run, cmd: str, time_limit: float | None,
                       idle_timeout: float | None, *, audit: bool = True) -> CommandResult:
         """Wait for ``run`` to end (killing it at its limits) and build its result."""
-        limit = time_limit if time_limit is not None else seconds(self._sandbox.config.timeout)
+        limit = time_limit if time_limit is not None else seconds(self._backend.config.timeout)
         limit = limit or None
         try:
             await self._watch(run, limit, idle_timeout)
@@ -570,11 +576,10 @@ class Session:
             assert spec is not None
             # From outside the sandbox where the backend can (nothing in it can starve that:
             # a fork bomb at the process limit leaves no pid for a sweep), else the sweep.
-            outside = getattr(self._backend, "kill_marked", None)
             gone: bool | None = None
-            if outside is not None:
+            if isinstance(self._backend, SupportsKillMarked):
                 with contextlib.suppress(SandboxError):
-                    gone = await outside(f"{COMMAND_VAR}={run.command_id}")
+                    gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}")
             if gone is None:
                 sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-kill",
                                           f"{COMMAND_VAR}={run.command_id}", run.shell.pid,
@@ -656,11 +661,11 @@ class Session:
 
 
 @contextlib.asynccontextmanager
-async def open_session(sandbox: Sandbox, *, shell: str | None = None, restart: bool = True,
+async def open_session(host: SessionHost, *, shell: str | None = None, restart: bool = True,
                        usage: bool = False) -> AsyncIterator[Session]:
     """Start a session's shell; on leaving, kill it and everything started in it."""
-    sandbox._life.require_running()
-    session = Session(sandbox, shell=shell, restart=restart, usage=usage)
+    host.require_running()
+    session = Session(host, shell=shell, restart=restart, usage=usage)
     async with single_errors(), anyio.create_task_group() as tg:
         session._tg = tg
         try:

@@ -19,7 +19,7 @@ from ._errors import ConfigError
 from ._output import LazyText
 
 _OCTAL_MODE = re.compile(r"[0-7]{3,4}")
-_ZERO = timedelta(0)
+ZERO = timedelta(0)
 _T = TypeVar("_T")
 
 
@@ -30,14 +30,14 @@ _T = TypeVar("_T")
 _INT64_MAX = 2**63 - 1
 
 
-def _name(field: attrs.Attribute[Any] | None) -> str:
+def field_name(field: attrs.Attribute[Any] | None) -> str:
     return field.name if field is not None else "value"
 
 
 _SHOW_MAX = 80
 
 
-def _show(value: object) -> str:
+def show(value: object) -> str:
     """repr() for messages; huge ints (whose repr may even fail) are described, long reprs cut."""
     if isinstance(value, int) and value.bit_length() > 128:
         return f"an int of {value.bit_length()} bits"
@@ -45,12 +45,12 @@ def _show(value: object) -> str:
     return text if len(text) <= _SHOW_MAX else f"{text[:_SHOW_MAX - 3]}..."
 
 
-def _wrong_type(
+def wrong_type(
     name: str, expected: str, value: object, owner: str, field: str, advice: str
 ) -> ConfigError:
     """Build the error for a value of the wrong type: what was expected, got, and what to do."""
     return ConfigError(
-        f"{name} must be {expected}, got {type(value).__name__} {_show(value)}",
+        f"{name} must be {expected}, got {type(value).__name__} {show(value)}",
         details=f"set {owner or 'the'}.{field} to {advice}",
     )
 
@@ -59,16 +59,16 @@ def _wrong_type(
 MAX_DURATION = timedelta(microseconds=_INT64_MAX // 1000)
 
 
-def _to_timedelta(
+def to_timedelta(
     value: timedelta | float, field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> timedelta:
     """Accept a timedelta or a finite number of seconds within Go's time.Duration range."""
-    name = _name(field)
+    name = field_name(field)
     if isinstance(value, timedelta):
         td = value
     else:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _wrong_type(name, "a timedelta or a number of seconds", value, owner, name,
+            raise wrong_type(name, "a timedelta or a number of seconds", value, owner, name,
                               "a timedelta, or an int or float of seconds")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
@@ -79,64 +79,64 @@ def _to_timedelta(
     if abs(td) > MAX_DURATION:
         raise ConfigError(
             f"{name} must be within {MAX_DURATION.total_seconds():.0f} seconds (about 292 "
-            f"years, the range of Go's time.Duration on the wire), got {_show(value)}"
+            f"years, the range of Go's time.Duration on the wire), got {show(value)}"
         )
     return td
 
 
-def _to_float(value: float, field: attrs.Attribute[Any] | None = None, owner: str = "") -> float:
+def to_float(value: float, field: attrs.Attribute[Any] | None = None, owner: str = "") -> float:
     """Accept an int or float (not bool or str)."""
-    name = _name(field)
+    name = field_name(field)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _wrong_type(name, "a number", value, owner, name, "an int or float")
+        raise wrong_type(name, "a number", value, owner, name, "an int or float")
     try:
         return float(value)
     except OverflowError:
-        raise ConfigError(f"{name} is too large for a float, got {_show(value)}") from None
+        raise ConfigError(f"{name} is too large for a float, got {show(value)}") from None
 
 
-def _to_str_tuple(
+def to_str_tuple(
     value: Iterable[str], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> tuple[str, ...]:
     """Copy an iterable of strings to a tuple, refusing a lone string."""
     if isinstance(value, str | bytes):
-        name = _name(field)
-        raise _wrong_type(name, "an iterable of str, not a single string", value, owner, name,
+        name = field_name(field)
+        raise wrong_type(name, "an iterable of str, not a single string", value, owner, name,
                           f"a list of str, e.g. [{value!r}]")
-    return _to_tuple(value, field, owner, "str", lambda item: isinstance(item, str))
+    return to_tuple(value, field, owner, "str", lambda item: isinstance(item, str))
 
 
-def _to_int_tuple(
+def to_int_tuple(
     value: Iterable[int], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> tuple[int, ...]:
     """Copy an iterable of ints to a tuple."""
-    return _to_tuple(value, field, owner, "int", _is_int)
+    return to_tuple(value, field, owner, "int", _is_int)
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _to_tuple(
+def to_tuple(
     value: Iterable[_T],
     field: attrs.Attribute[Any] | None,
     owner: str,
     item: str,
     ok: Callable[[object], bool],
 ) -> tuple[_T, ...]:
-    name = _name(field)
+    name = field_name(field)
     advice = f"a list of {item}" + ("(...)" if item[0].isupper() else "")
     if isinstance(value, Mapping):
         # Iterating a dict gives its keys, which is never what was meant.
-        raise _wrong_type(name, f"an iterable of {item}", value, owner, name, advice)
+        raise wrong_type(name, f"an iterable of {item}", value, owner, name, advice)
     try:
         items = tuple(value)
     except TypeError:
-        raise _wrong_type(name, f"an iterable of {item}", value, owner, name, advice) from None
+        raise wrong_type(name, f"an iterable of {item}", value, owner, name, advice) from None
     for i, each in enumerate(items):
         if not ok(each):
             article = "an" if item[0] in "aeiou" else "a"
-            raise _wrong_type(f"{name}[{i}]", f"{article} {item}", each, owner, name, advice)
+            raise wrong_type(f"{name}[{i}]", f"{article} {item}", each, owner, name, advice)
     return items
 
 
@@ -171,28 +171,28 @@ class FrozenMap(Mapping[str, str]):
         return repr(self._data)
 
 
-def _to_str_map(
+def to_str_map(
     value: Mapping[str, str], field: attrs.Attribute[Any] | None = None, owner: str = ""
 ) -> FrozenMap:
     """Copy a mapping of str to str into a `FrozenMap`, so the frozen instance neither
     shares it with the caller nor lets it be changed."""
-    name = _name(field)
+    name = field_name(field)
     advice = "a dict of str to str"
     if not isinstance(value, Mapping):
-        raise _wrong_type(name, "a mapping of str to str", value, owner, name, advice)
+        raise wrong_type(name, "a mapping of str to str", value, owner, name, advice)
     copy = dict(value)
     for key, val in copy.items():
         if not isinstance(key, str):
-            raise _wrong_type(f"{name} key {_show(key)}", "a str", key, owner, name, advice)
+            raise wrong_type(f"{name} key {show(key)}", "a str", key, owner, name, advice)
         if not isinstance(val, str):
-            raise _wrong_type(f"{name}[{key!r}]", "a str", val, owner, name, advice)
+            raise wrong_type(f"{name}[{key!r}]", "a str", val, owner, name, advice)
     return FrozenMap(copy)
 
 
 _FieldConverter: TypeAlias = "Callable[..., Any]"
 #: The converters above, which take the field (and class) to name them in their errors.
 FIELD_AWARE: frozenset[Any] = frozenset(
-    {_to_timedelta, _to_float, _to_str_tuple, _to_int_tuple, _to_str_map}
+    {to_timedelta, to_float, to_str_tuple, to_int_tuple, to_str_map}
 )
 
 
@@ -224,7 +224,7 @@ def _type_check(
         name = attribute.alias or attribute.name
         if owner == "ResourceLimits" and name.startswith("memory_"):  # "512m": say the unit
             advice += " of bytes (512 MiB is 512 << 20)"
-        raise _wrong_type(name, expected, value, owner, name, advice)
+        raise wrong_type(name, expected, value, owner, name, advice)
 
     return check
 
@@ -296,11 +296,11 @@ def named_converters(
 # attrs plugin only sees converters written in place.
 
 
-def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+def non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     """Require a non-negative, finite float or a non-negative timedelta."""
     name = attribute.name
     if isinstance(value, timedelta):
-        if value < _ZERO:
+        if value < ZERO:
             raise ConfigError(f"{name} must be >= 0, got {value!r}")
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -311,29 +311,29 @@ def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ConfigError(f"{name} must be >= 0, got {value!r}")
 
 
-def _non_negative_int(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+def non_negative_int(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     """Require an int (not bool or float) in 0..2**63-1, the range the engine and Go accept."""
     name = attribute.name
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < 0:
-        raise ConfigError(f"{name} must be >= 0, got {_show(value)}")
+        raise ConfigError(f"{name} must be >= 0, got {show(value)}")
     if value > _INT64_MAX:
-        raise ConfigError(f"{name} must be at most {_INT64_MAX} (int64), got {_show(value)}")
+        raise ConfigError(f"{name} must be at most {_INT64_MAX} (int64), got {show(value)}")
 
 
-_MEMORY_EXAMPLE = "the unit is bytes: 512 MiB is 512 << 20 (536870912)"
+MEMORY_EXAMPLE = "the unit is bytes: 512 MiB is 512 << 20 (536870912)"
 
 
-def _memory_bytes(obj: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+def memory_bytes(obj: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     """A memory size: a non-negative int of bytes; errors say the unit, with an example."""
     try:
-        _non_negative_int(obj, attribute, value)
+        non_negative_int(obj, attribute, value)
     except ConfigError as exc:
-        raise ConfigError(exc.message, details=_MEMORY_EXAMPLE) from None
+        raise ConfigError(exc.message, details=MEMORY_EXAMPLE) from None
 
 
-def _aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -> None:
+def check_aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -> None:
     """Require a timezone-aware datetime (or None)."""
     if value is not None and value.utcoffset() is None:
         raise ConfigError(f"{attribute.name} must be timezone-aware, got naive {value!r}")
@@ -342,23 +342,23 @@ def _aware(_: object, attribute: attrs.Attribute[Any], value: datetime | None) -
 def _check_port(name: str, value: int, *, allow_zero: bool) -> None:
     lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= 65535:
-        raise ConfigError(f"{name} must be in {lowest}..65535, got {_show(value)}")
+        raise ConfigError(f"{name} must be in {lowest}..65535, got {show(value)}")
 
 
-def _port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
+def check_port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
     _check_port(attribute.name, value, allow_zero=False)
 
 
-def _host_port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
+def check_host_port(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
     _check_port(attribute.name, value, allow_zero=True)
 
 
-def _ports(_: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
+def check_ports(_: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
     for i, port in enumerate(value):
         _check_port(f"{attribute.name}[{i}]", port, allow_zero=False)
 
 
-def _one_of(*allowed: str, empty_means: str = "") -> Any:
+def one_of(*allowed: str, empty_means: str = "") -> Any:
     """Build a validator requiring the value to be one of `allowed`, or "" (what Go writes
     for a string never set) when `empty_means` names the value it then stands for."""
 
@@ -372,12 +372,12 @@ def _one_of(*allowed: str, empty_means: str = "") -> Any:
     return check
 
 
-def _no_nul(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+def no_nul(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if "\0" in value:
         raise ConfigError(f"{attribute.name} must not contain NUL bytes")
 
 
-def _no_nul_items(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+def no_nul_items(_: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     for i, item in enumerate(value):
         if "\0" in item:
             raise ConfigError(f"{attribute.name}[{i}] must not contain NUL bytes")
@@ -393,10 +393,10 @@ def check_environment(env: Mapping[str, str], name: str = "environment") -> None
             raise ConfigError(f"{name}[{key!r}] must not contain NUL bytes")
 
 
-def _env(_: object, attribute: attrs.Attribute[Any], value: Mapping[str, str]) -> None:
+def check_env(_: object, attribute: attrs.Attribute[Any], value: Mapping[str, str]) -> None:
     check_environment(value, attribute.name)
 
 
-def _octal(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+def check_octal(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if value and not _OCTAL_MODE.fullmatch(value):
         raise ConfigError(f"{attribute.name} must be empty or octal like '0755', got {value!r}")

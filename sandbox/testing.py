@@ -26,8 +26,8 @@ from pathlib import Path
 import attrs
 
 from ._archive import check_limits
-from ._audit import Auditor
 from ._backend import Process, ProcessSpec
+from ._backend_base import BackendBase
 from ._constants import (
     DEFAULT_COPY_MAX_BYTES,
     DEFAULT_COPY_MAX_ENTRIES,
@@ -36,7 +36,6 @@ from ._constants import (
 )
 from ._contract import *  # noqa: F403 (re-exported: check_backend, CHECKS, the harness)
 from ._errors import (
-    CheckpointFailed,
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
@@ -53,10 +52,9 @@ from ._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
-    as_config,
 )
 from ._protocol import CommandLike, OutputCallback, to_command
-from ._sandbox import Sandbox
+from ._sandbox import Sandbox, session_host
 from ._session import Callback, Session, SessionJob
 from ._signals import parse_signal, signal_name
 from ._tty import check_terminal_size
@@ -148,7 +146,7 @@ def _text(command: Command) -> str:
     return " ".join((command.executable, *command.args))
 
 
-class FakeBackend:
+class FakeBackend(BackendBase):
     """An in-memory `Backend`: files and directories in dicts, commands answered by a function.
 
     No policy lives here: `Sandbox` decides every command and resolves every path, exactly as
@@ -157,22 +155,13 @@ class FakeBackend:
 
     def __init__(self, config: SandboxConfig | None = None, *,
                  respond: Callable[[ProcessSpec], CommandResult] | None = None) -> None:
-        self.id = "fake"
-        self._config = as_config(config)
-        self._life = Lifecycle()
+        super().__init__(config, sandbox_id="fake")
         self._respond = respond or (lambda spec: CommandResult(exit_code=0, success=True))
         self.files: dict[str, tuple[bytes, int]] = {}
         self.dirs: set[str] = {"/", self._config.working_dir}
         self.usage = ResourceUsage()
-        self._audit = Auditor(self.id, self._config.security)
-        self._env: dict[str, str] = dict(self._config.environment)
-        self._created_at: datetime | None = None
 
     # -- state ----------------------------------------------------------------------
-
-    @property
-    def config(self) -> SandboxConfig:
-        return self._config
 
     @property
     def lifecycle(self) -> Lifecycle:
@@ -193,17 +182,6 @@ class FakeBackend:
         """The ids `user` names, when numeric."""
         return identity_of(self.user)
 
-    @property
-    def audit(self) -> Auditor:
-        return self._audit
-
-    @property
-    def working_dir(self) -> str:
-        return self._config.working_dir
-
-    def environment(self) -> dict[str, str]:
-        return dict(self._env)
-
     def require_running(self) -> None:
         """Raise why the sandbox cannot run commands now, if it cannot."""
         self._life.require_running()
@@ -212,14 +190,7 @@ class FakeBackend:
 
     async def create(self, lifecycle: Lifecycle, config: SandboxConfig | None = None, *,
                      environment: Mapping[str, str] | None = None) -> None:
-        self._life = lifecycle
-        if config is not None:
-            self._config = config = as_config(config)
-            self._env = dict(config.environment)
-            self._audit = Auditor(self.id, config.security)
-            self.dirs.add(config.working_dir)
-        elif environment is not None:
-            self._env = dict(environment)
+        self.dirs.add(self.begin_create(lifecycle, config, environment).working_dir)
         self._created_at = datetime.now(UTC)
         lifecycle.advance(SandboxStatus.RUNNING)
 
@@ -312,17 +283,6 @@ class FakeBackend:
     async def health(self) -> str:
         status = self._life.status
         return "" if status is SandboxStatus.RUNNING else f"the sandbox is {status.value}"
-
-    async def filesystem_changes(self) -> list[tuple[str, str]]:
-        """Refused: the fake has no image to compare with, so a pool cannot reset it."""
-        raise SandboxError("the fake backend keeps no image to compare files with",
-                           details="use max_uses=1 with a pool of fake sandboxes")
-
-    async def checkpoint(self, image: str, labels: Mapping[str, str], *,
-                         memory: bool = False) -> str:
-        """Refused: the fake has no engine to keep an image in."""
-        raise CheckpointFailed("the fake backend cannot checkpoint: it has no engine to keep "
-                               "images in", details="checkpoint a Docker sandbox instead")
 
     async def get_info(self) -> SandboxInfo:
         return SandboxInfo(id=self.id, name=self.id, type=self._config.type,
@@ -503,7 +463,7 @@ class FakeSession(Session):
     no state carries over, and ``start`` always returns the finished result."""
 
     def __init__(self, fake: FakeSandbox) -> None:
-        super().__init__(fake, shell=None, restart=True)
+        super().__init__(session_host(fake), shell=None, restart=True)
         self._fake_sandbox = fake
         self._kind = "sh"
 

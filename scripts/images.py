@@ -3,7 +3,7 @@
 
 Usage: python scripts/images.py [--rebuild] [--only busybox|python]
 
-The builder ships in the package as ``python -m sandbox images`` (sandbox/_image_build.py);
+The builder ships in the package as ``python -m sandbox images`` (sandbox/docker/_image_build.py);
 this script runs it from the checkout, with the interpreter of a virtualenv that has the
 package's dependencies (``make images`` uses the project's). Idempotent: an image that exists
 is kept unless --rebuild. As root on Debian it installs busybox-static and mmdebstrap when

@@ -1,4 +1,4 @@
-"""``sandbox images``: build the SDK's default images on this machine (``sandbox._image_build``)."""
+"""``sandbox images``: build the SDK's default images here (``sandbox.docker._image_build``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["add"]
 
 
 def add(sub: Any, common: argparse.ArgumentParser) -> None:
-    from .._image_build import BUILDERS
+    from ..docker._image_build import BUILDERS
 
     p = sub.add_parser(
         "images", parents=[common], help="build the default images (no registry needed)",
@@ -28,11 +28,11 @@ def add(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._cli import _usage_error
-    from .._image_build import build_images
+    from ..docker._image_build import build_images
+    from ._common import usage_error
 
     if args.tag and not args.only:
-        _usage_error(args, "--tag needs --only: it names one image")
+        usage_error(args, "--tag needs --only: it names one image")
     quiet = bool(getattr(args, "quiet", False))
 
     def say(line: str) -> None:

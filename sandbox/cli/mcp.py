@@ -10,7 +10,7 @@ __all__ = ["add"]
 
 
 def add(sub: Any, common: argparse.ArgumentParser) -> None:
-    from .._cli import _add_config_flags
+    from ._common import add_config_flags
 
     p = sub.add_parser(
         "mcp", parents=[common], help="serve a sandbox to an MCP client (stdio or HTTP)",
@@ -20,7 +20,7 @@ def add(sub: Any, common: argparse.ArgumentParser) -> None:
         "socket only you can use. The sandbox is removed when the client goes away. "
         "Needs the mcp package: pip install 'sandbox[mcp]'.",
     )
-    _add_config_flags(p, timeout=True)
+    add_config_flags(p, timeout=True)
     p.add_argument("--http", action="store_true",
                    help="serve streamable HTTP (path /mcp) instead of stdio; every request "
                    "must send 'Authorization: Bearer <token>', a random token printed once "
@@ -41,26 +41,26 @@ def add(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._cli import _config, _terminated, _usage_error
     from .._errors import ConfigError
     from .._mcp_server import check_loopback, serve
+    from ._common import config_from_args, terminated, usage_error
 
-    config = _config(args)
+    config = config_from_args(args)
     if args.no_auth and (args.token_file or args.unix_socket):
-        _usage_error(args, "--no-auth goes with neither --token-file nor --unix-socket")
+        usage_error(args, "--no-auth goes with neither --token-file nor --unix-socket")
     if args.token_file and args.unix_socket:
-        _usage_error(args, "--token-file: a --unix-socket server uses no token")
+        usage_error(args, "--token-file: a --unix-socket server uses no token")
     if not (args.http or args.unix_socket) and (args.no_auth or args.token_file):
-        _usage_error(args, "--no-auth and --token-file apply to --http only")
+        usage_error(args, "--no-auth and --token-file apply to --http only")
     if args.http:
         try:
             check_loopback(args.host)
         except ConfigError as exc:
-            _usage_error(args, str(exc))
+            usage_error(args, str(exc))
     try:
         asyncio.run(serve(config, http=args.http, host=args.host, port=args.port,
                           auth=not args.no_auth, token_file=args.token_file,
                           unix_socket=args.unix_socket))
     except SystemExit as exc:
-        return _terminated(args, exc)
+        return terminated(args, exc)
     return 0

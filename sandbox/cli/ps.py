@@ -1,4 +1,4 @@
-"""``sandbox ps`` and ``sandbox top``: which sandboxes run, and what they use (``sandbox._ps``)."""
+"""``sandbox ps`` and ``sandbox top``: which sandboxes run, what they use (``docker._ps``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._progress import human_bytes
 
 if TYPE_CHECKING:
-    from .._ps import SandboxRow, TopRow
+    from ..docker._ps import SandboxRow, TopRow
 
 __all__ = ["add_ps", "add_top", "format_age", "ps_table", "top_table"]
 
@@ -118,7 +118,7 @@ def top_table(rows: Sequence[TopRow], width: int = 0) -> str:
 
 
 def run_ps(args: argparse.Namespace) -> int:
-    from .._ps import list_sandboxes
+    from ..docker._ps import list_sandboxes
 
     rows = asyncio.run(list_sandboxes(owner=args.owner))
     if args.json:
@@ -171,7 +171,7 @@ def _keys() -> Iterator[asyncio.Event | None]:
 
 
 async def _frames(args: argparse.Namespace) -> None:
-    from .._ps import watch
+    from ..docker._ps import watch
 
     tty = sys.stdout.isatty()
     shown = 0
@@ -209,9 +209,9 @@ async def _top(args: argparse.Namespace) -> None:
 
 
 def run_top(args: argparse.Namespace) -> int:
-    from .._cli import _usage_error
+    from ._common import usage_error
 
     if not args.interval > 0 or args.iterations < 0:
-        _usage_error(args, "--interval must be positive and -n not negative")
+        usage_error(args, "--interval must be positive and -n not negative")
     asyncio.run(_top(args))
     return 0

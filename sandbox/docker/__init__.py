@@ -9,6 +9,11 @@ Example:
 ``Sandbox(config)`` (and its ``docker=`` keyword, kept as a convenience) builds one for you.
 """
 
-from ._sandbox import DockerSandbox as DockerBackend
+from .._backend import BackendFactory
+from ._sandbox import DockerBackend
 
 __all__ = ["DockerBackend"]
+
+#: What `sandbox._registry` builds this backend with; declared as a `BackendFactory` so that
+#: ``mypy --strict`` checks the class has every member of `Backend` and that constructor.
+FACTORY: BackendFactory = DockerBackend

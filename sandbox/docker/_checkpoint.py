@@ -12,12 +12,13 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from .._backend import CheckpointStore
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import CheckpointFailed, ResourceLimitExceeded, SandboxError, TimeoutExceeded
 from .._hostview import HostInspector
 from .._tasks import single_errors
 from ._exec_gate import ExecGate
-from ._gateway import Engine, EngineConflict, EngineNotFound
+from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, new_client
 from ._host import PROC_ROOT, ContainerCgroup, find_container_cgroup, read_stat
 from ._hostview import HostView
 from ._images import inspect_image
@@ -281,18 +282,18 @@ async def filesystem_changes(engine: Engine, container_id: str) -> list[tuple[st
 
 class PoolPrimitives:
     """`Backend.health`, `filesystem_changes`, `checkpoint` and the pool reset's
-    `host_inspector` for `DockerSandbox`, which mixes this in (its own module stays within
+    `host_inspector` for `DockerBackend`, which mixes this in (its own module stays within
     the size bound)."""
 
     _life: Lifecycle
     _background: Background
     _user: str
-    #: The container's main command (DockerSandbox's), which the host view expects to find.
+    #: The container's main command (DockerBackend's), which the host view expects to find.
     keepalive: tuple[str, ...] = ()
     _gate: ExecGate
 
     def _running(self) -> tuple[Engine, str]:
-        raise NotImplementedError  # DockerSandbox's
+        raise NotImplementedError  # DockerBackend's
 
     async def host_inspector(self) -> HostInspector | str:
         """The container seen from the host (its cgroup and its init's root), for a pool's
@@ -370,3 +371,46 @@ class PoolPrimitives:
             finally:
                 self._background.checkpointing = False
         return image_id
+
+
+# -- the checkpoint store: what `sandbox.checkpoints`, `remove_checkpoint` and a fork's
+# release ask of the engine --------------------------------------------------------------------
+
+
+class DockerCheckpointStore:
+    """Checkpoints as images of the Docker engine: the `CheckpointStore` of the registry."""
+
+    async def list_entries(self, docker: DockerClient | None) -> list[Mapping[str, Any]]:
+        """The image list entries labelled as checkpoints, over ``docker`` (or a client
+        opened and closed here)."""
+        client = docker if docker is not None else new_client()
+        try:
+            return await list_checkpoint_images(Engine(client))
+        finally:
+            if docker is None:
+                await client.close()
+
+    async def remove_entry(self, ref: str, docker: DockerClient | None) -> None:
+        """Remove the checkpoint image ``ref`` (`remove_checkpoint_image`'s checks)."""
+        client = docker if docker is not None else new_client()
+        try:
+            await remove_checkpoint_image(Engine(client), ref)
+        finally:
+            if docker is None:
+                await client.close()
+
+    async def remove_if_same(self, image: str, image_id: str) -> None:
+        """Remove ``image`` if it is still the image ``image_id`` (never a namesake made
+        since)."""
+        client = new_client()
+        try:
+            engine = Engine(client)
+            found = await inspect_image(engine, image)
+            if found is not None and found.get("Id") == image_id:
+                await remove_image(engine, image)
+        finally:
+            await client.close()
+
+
+#: What `sandbox._registry.checkpoint_store` loads.
+STORE: CheckpointStore = DockerCheckpointStore()

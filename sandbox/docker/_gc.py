@@ -9,15 +9,18 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 import attrs
 
+from .._checkpoint import fork_owner, parse_checkpoint
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import SandboxError
-from ._gateway import Engine, EngineNotFound
-from ._wire import engine_time
+from .._owner import Collected, GcItem, Here, HostCollector, age_text, owner_verdict
+from .._wire_time import engine_time
+from ._checkpoint import list_checkpoint_images, remove_image
+from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, new_client
 
 Kind = Literal["container", "network", "volume"]
 
@@ -91,3 +94,93 @@ async def remove(engine: Engine, item: Managed) -> None:
                              params=params or None)
     except EngineNotFound:
         return  # already gone
+
+
+async def collect(*, dry_run: bool, older_than: timedelta | None,
+                  checkpoints_older_than: timedelta | None, here: Here, now: datetime,
+                  docker: DockerClient | None) -> Collected:
+    """The Docker side of `sandbox.gc`: containers, networks and volumes whose owner is gone,
+    and checkpoints by age (or, a fork's, by its maker); a `HostCollector`."""
+    client = docker if docker is not None else new_client()
+    try:
+        engine = Engine(client)
+        removed: dict[str, list[GcItem]] = {"container": [], "network": [], "volume": []}
+        kept: dict[str, list[GcItem]] = {"container": [], "network": [], "volume": []}
+        failed: list[GcItem] = []
+        for res in await list_managed(engine):
+            gone, reason = owner_verdict(res.labels, here=here, created=res.created,
+                                         older_than=older_than, now=now)
+            item = GcItem(kind=res.kind, id=res.id, name=res.name, reason=reason)
+            if not gone:
+                kept[res.kind].append(item)
+                continue
+            if not dry_run:
+                try:
+                    await remove(engine, res)
+                except SandboxError as exc:
+                    failed.append(attrs.evolve(item, reason=f"{reason}, but removing it "
+                                                            f"failed: {exc}"))
+                    continue
+            removed[res.kind].append(item)
+        old_checkpoints = await _collect_checkpoints(
+            engine, checkpoints_older_than, now=now, dry_run=dry_run, failed=failed,
+            here=here, older_than=older_than)
+    finally:
+        if docker is None:
+            await client.close()
+    return Collected(
+        removed=(*removed["container"], *removed["network"], *removed["volume"],
+                 *old_checkpoints[0]),
+        kept=(*kept["container"], *kept["network"], *kept["volume"], *old_checkpoints[1]),
+        failed=tuple(failed))
+
+
+async def _collect_checkpoints(
+    engine: Engine, by_age: timedelta | None, *, now: datetime, dry_run: bool,
+    failed: list[GcItem], here: Here, older_than: timedelta | None,
+) -> tuple[list[GcItem], list[GcItem]]:
+    """Remove the fork checkpoints whose maker is gone, and (``by_age`` given) the
+    checkpoints at least that old: (removed, kept); failures to ``failed``."""
+    removed: list[GcItem] = []
+    kept: list[GcItem] = []
+    for image in await list_checkpoint_images(engine):
+        point = parse_checkpoint(image)
+        if point is None:
+            continue  # labelled, but not a checkpoint the SDK can vouch for: never touched
+        item = GcItem(kind="checkpoint", id=point.image_id, name=point.name, reason="")
+        owner = fork_owner(image.get("Labels") or {})
+        if owner:  # a fork's, to go with its forks: judged by its maker, like a container
+            gone, reason = owner_verdict(owner, here=here, created=point.created,
+                                         older_than=older_than, now=now)
+            reason = f"a fork's checkpoint: {reason}"
+            if not gone:
+                if by_age is not None:  # else no checkpoint is reported, as before
+                    kept.append(attrs.evolve(item, reason=reason))
+                continue
+        elif by_age is None:
+            continue
+        elif point.created is None:
+            kept.append(attrs.evolve(item, reason="its age is unknown"))
+            continue
+        elif (age := now - point.created) < by_age:
+            kept.append(attrs.evolve(item, reason=f"it is only {age_text(age)} old (younger "
+                                                  f"than {age_text(by_age)})"))
+            continue
+        else:
+            reason = f"it is {age_text(age)} old"
+        if not dry_run:
+            try:
+                await remove_image(engine, point.image)
+            except EngineConflict:
+                kept.append(attrs.evolve(item, reason=f"{reason}, but a container uses it"))
+                continue
+            except SandboxError as exc:
+                failed.append(attrs.evolve(item, reason=f"{reason}, but removing it failed: "
+                                                        f"{exc}"))
+                continue
+        removed.append(attrs.evolve(item, reason=reason))
+    return removed, kept
+
+
+#: What `sandbox.gc` runs (see `sandbox._registry.HOST_COLLECTORS`).
+COLLECTOR: HostCollector = collect

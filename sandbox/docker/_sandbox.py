@@ -1,26 +1,26 @@
-"""DockerSandbox: one container per sandbox, driven through the Engine API."""
+"""DockerBackend: one container per sandbox, driven through the Engine API."""
 
 from __future__ import annotations
 
 import contextlib
 import posixpath
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import attrs
 
-from .._audit import Auditor
 from .._backend import ProcessSpec
+from .._backend_base import BackendBase
 from .._constants import DEFAULT_CLEANUP_TIMEOUT, GVISOR_CLEANUP_TIMEOUT, LABEL_SANDBOX_ID
+from .._egress_stats import EgressStats
 from .._errors import (
     ConfigError,
     EngineUnavailable,
     SandboxError,
     SandboxInitFailed,
 )
-from .._gc import owner_labels
+from .._helper_files import HelperFiles
 from .._ids import Identity
 from .._image_ref import parse_image_ref
 from .._lifecycle import Lifecycle
@@ -31,10 +31,11 @@ from .._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
-    as_config,
 )
+from .._owner import owner_labels
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
+from .._workspace import Workspace, live_mount_user
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
@@ -42,7 +43,6 @@ from ._exec import ExecProcess, Finalizer, open_exec
 from ._exec_gate import ExecGate
 from ._exec_kill import kill_marked
 from ._facts import EngineFacts
-from ._files import HelperFiles
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, new_client
 from ._helpers import HelperRunner, Helpers
@@ -53,7 +53,6 @@ from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
 from ._workdir import give_workdir_before_start, settle_user
-from ._workspace import Workspace, live_mount_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
@@ -61,7 +60,7 @@ KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait
 PullProgress = Callable[[Mapping[str, Any]], object]
 
 
-class DockerSandbox(HelperFiles, PoolPrimitives):
+class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
     """A sandbox backed by one Docker container: the Docker implementation of `Backend`.
 
     Use it through :class:`sandbox.Sandbox` (``Sandbox(config)`` builds one, or
@@ -75,46 +74,32 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         on_pull_progress: PullProgress | None = None,
         on_sample: Callable[[ResourceUsage], object] | None = None,
     ) -> None:
-        self._config = as_config(config)
+        super().__init__(config)
         self._docker = docker
         self._owns_docker = docker is None
         self._engine: Engine | None = None
         self._on_pull_progress = on_pull_progress
-        self.id = uuid.uuid4().hex[:12]
-        self._name = self._config.name or f"sandbox-{self.id}"
         self._container_id: str | None = None
         self._live: set[ExecProcess] = set()  # commands running now
         self._gate = ExecGate()  # keeps execs out of a checkpoint's freeze
         self._gvisor = False
         self._created_resources = False
-        # Replaced by the one `Sandbox` owns at create; this one serves a backend used alone.
-        self._life = Lifecycle()
-        self._cwd = self._config.working_dir
-        self._env: dict[str, str] = dict(self._config.environment)
         # Events, wall clock and sampler; it reports to the lifecycle (see `_background`).
         self._background = Background(self.id, life=self._life, audit=lambda: self._audit,
                                       stop_commands=self._stop_commands)
         self._facts: EngineFacts | None = None
-        self._user = ""
         self._identity: Identity | None = None
         self._root_opt_in = False
         self._workdir_given = False
         self._image_id = ""
-        self._created_at: datetime | None = None
         self._started_at: datetime | None = None
         self._helpers: Helpers | None = None
         self._finisher: ResultFinisher | None = None
         self._on_sample = on_sample
-        self._audit = Auditor(self.id, self._config.security)
         self._workspace = Workspace(None)
         self._network: SandboxNetwork | None = None
 
     # -- state -----------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> SandboxConfig:
-        """The configuration the container was (or will be) created from."""
-        return self._config
 
     @property
     def container_id(self) -> str | None:
@@ -122,28 +107,9 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         return self._container_id
 
     @property
-    def user(self) -> str:
-        """The user commands run as ("uid:gid" or a name); "" before create."""
-        return self._user
-
-    @property
     def identity(self) -> Identity | None:
         """The user's real ids and names, as the probe at create read them."""
         return self._identity
-
-    @property
-    def audit(self) -> Auditor:
-        """Where this sandbox's audit events go."""
-        return self._audit
-
-    @property
-    def working_dir(self) -> str:
-        """The working directory the set-up prepared."""
-        return self._cwd
-
-    def environment(self) -> dict[str, str]:
-        """The environment as the set-up left it (config, HOME, repository variables)."""
-        return dict(self._env)
 
     def _running(self) -> tuple[Engine, str]:
         self._life.require_running()
@@ -177,15 +143,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         the set-up adds HOME and the repository's variables; read it back from `environment`.
         On failure `Sandbox` calls `remove`.
         """
-        self._life = lifecycle
-        if config is not None:
-            self._config = config
-            self._name = config.name or self._name
-            self._cwd = config.working_dir
-            self._env = dict(config.environment)
-            self._audit = Auditor(self.id, config.security)
-        elif environment is not None:
-            self._env = dict(environment)
+        self.begin_create(lifecycle, config, environment)
         await self._create()
 
     async def _create(self) -> None:
@@ -248,7 +206,6 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         await self._workspace.prepare(body, sandbox_user=self._user)
         self._network = SandboxNetwork(engine, cfg, name=f"sandbox-{self.id}", labels=labels,
                                        audit=lambda: self._audit, facts=self._facts)
-        self.egress_stats = self._network.egress_stats  # what Sandbox.egress_stats reads
         await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
 
@@ -387,6 +344,10 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
 
     async def command_finalizer(self) -> Finalizer:  # usage and OOM for a session's results
         return await cast(ResultFinisher, self._finisher).finalizer()
+
+    def egress_stats(self) -> EgressStats:
+        """What the sandbox's egress proxy decided so far (``enforced=False`` without one)."""
+        return self._network.egress_stats() if self._network is not None else EgressStats()
 
     def _helper(self, what: str, *, rate: float | None = None,
                 max_time: float | None = None) -> HelperRunner:

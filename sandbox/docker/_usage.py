@@ -15,7 +15,7 @@ from typing import Any, Final
 import attrs
 
 from .._models import ResourceUsage
-from ._wire import engine_time
+from .._wire_time import engine_time
 
 __all__ = [
     "PROC_SCRIPT",

@@ -8,48 +8,18 @@ that only wanted one field. Go writes a time never set as its zero time
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any, Final
+from datetime import datetime
+from typing import Any
 
 import attrs
 
+from .._wire_time import engine_time
+
 __all__ = [
-    "ContainerState", "ContainerView", "container_state", "container_view", "engine_time",
+    "ContainerState", "ContainerView", "container_state", "container_view",
     "host_port", "size_rw",
 ]
-
-#: RFC 3339 as Go writes it (time.RFC3339Nano): up to nine fraction digits, "Z" or an offset.
-_RFC3339: Final = re.compile(
-    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})"
-    r"(?:\.(?P<frac>\d+))?(?P<offset>[Zz]|[+-]\d{2}:\d{2})?"
-)
-
-
-def engine_time(value: Any) -> datetime | None:
-    """An engine time: RFC 3339 text (inspect, stats) or Unix seconds (list answers).
-
-    Returns an aware datetime (UTC when the text has no offset), or None for Go's zero time,
-    a missing value or one that is not a time. Digits past microseconds are dropped.
-    """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, UTC) if value > 0 else None
-    if not isinstance(value, str):
-        return None
-    match = _RFC3339.fullmatch(value.strip())
-    if match is None or match["date"].startswith("0001-"):
-        return None
-    frac = f".{match['frac'][:6]}" if match["frac"] else ""
-    offset = match["offset"] or "Z"
-    offset = "+00:00" if offset in "Zz" else offset
-    try:
-        return datetime.fromisoformat(f"{match['date']}T{match['time']}{frac}{offset}")
-    except ValueError:
-        return None
-
 
 def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

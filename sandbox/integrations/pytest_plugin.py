@@ -192,7 +192,7 @@ def _sandbox_leak_check(pytestconfig: pytest.Config) -> Iterator[None]:
     yield
     if not pytestconfig.getini("sandbox_leak_check") or _DOCKER_MODULE not in sys.modules:
         return
-    from .._leaks import leftovers
+    from ..docker._leaks import leftovers
 
     try:
         left = asyncio.run(leftovers(since=started, remove=True))

@@ -12,7 +12,12 @@ KUBECONFIG (or ~/.kube/config), or the Pod's service account when running in a c
 namespace "default". Needs the extra: ``pip install 'sandbox[kubernetes]'``.
 """
 
+from .._backend import BackendFactory
 from ._gc import gc
-from ._sandbox import KubernetesSandbox as KubernetesBackend
+from ._sandbox import KubernetesBackend
 
 __all__ = ["KubernetesBackend", "gc"]
+
+#: What `sandbox._registry` builds this backend with; declared as a `BackendFactory` so that
+#: ``mypy --strict`` checks the class has every member of `Backend` and that constructor.
+FACTORY: BackendFactory = KubernetesBackend

@@ -13,8 +13,9 @@ import attrs
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import ConfigError, SandboxError
-from .._gc import GcItem, GcReport, _Here, owner_verdict
-from ..docker._wire import engine_time
+from .._gc import GcReport
+from .._owner import GcItem, Here, owner_verdict
+from .._wire_time import engine_time
 from ._gateway import Cluster, KubeNotFound
 
 __all__ = ["gc"]
@@ -36,7 +37,7 @@ async def gc(*, namespace: str = "default", kubeconfig: str | None = None,
         raise ConfigError(f"older_than must be >= 0, got {older_than}")
     cluster = await Cluster.connect(kubeconfig=kubeconfig, context=context,
                                     in_cluster=in_cluster)
-    here, now = _Here.current(), datetime.now(UTC)
+    here, now = Here.current(), datetime.now(UTC)
     removed: dict[str, list[GcItem]] = {"container": [], "network": []}
     kept: dict[str, list[GcItem]] = {"container": [], "network": []}
     failed: list[GcItem] = []
@@ -69,8 +70,5 @@ async def gc(*, namespace: str = "default", kubeconfig: str | None = None,
                 removed[kind].append(item)
     finally:
         await cluster.close()
-    return GcReport(dry_run=dry_run, removed_containers=tuple(removed["container"]),
-                    kept_containers=tuple(kept["container"]),
-                    removed_networks=tuple(removed["network"]),
-                    kept_networks=tuple(kept["network"]), removed_volumes=(), kept_volumes=(),
-                    failed=tuple(failed))
+    return GcReport(dry_run=dry_run, removed=(*removed["container"], *removed["network"]),
+                    kept=(*kept["container"], *kept["network"]), failed=tuple(failed))

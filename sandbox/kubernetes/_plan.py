@@ -81,7 +81,7 @@ from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
 from .._ids import go_atoi, names_root
 from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
 from .._policy import is_networked
-from ..docker._security import ESCALATING_CAPABILITIES, _capabilities
+from .._privileges import ESCALATING_CAPABILITIES, capability_names
 
 __all__ = ["CONTAINER", "KEEPALIVE", "PodPlan", "plan_pod"]
 
@@ -144,8 +144,8 @@ def plan_pod(config: SandboxConfig, *, name: str, namespace: str, labels: Mappin
     if workdir and workdir != "/" and workdir not in {m["mountPath"] for m in mounts}:
         volumes.append({"name": "workdir", "emptyDir": {}})
         mounts.append({"name": "workdir", "mountPath": workdir})
-    caps_add = _capabilities("add_capabilities", sec.add_capabilities)
-    drop = _capabilities("drop_capabilities", sec.drop_capabilities)
+    caps_add = capability_names("add_capabilities", sec.add_capabilities)
+    drop = capability_names("drop_capabilities", sec.drop_capabilities)
     both = [c for c in caps_add if c in drop]
     if both:
         raise ConfigError(f"security.add_capabilities and security.drop_capabilities both "

@@ -1,8 +1,8 @@
-"""KubernetesSandbox: one Pod (and one NetworkPolicy) per sandbox, driven through the API server.
+"""KubernetesBackend: one Pod (and one NetworkPolicy) per sandbox, driven through the API server.
 
 The Pod is planned by `_plan` (every field mapped or refused), its commands run by `_exec`
 over the exec websocket, and files move by the same exec'd POSIX tools as on Docker
-(``sandbox.docker._files``, which only needs a runner), so a hostile tar or listing meets the
+(``sandbox._helper_files``, which only needs a runner), so a hostile tar or listing meets the
 same checks.
 """
 
@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -23,9 +22,9 @@ from urllib.parse import quote
 
 import anyio
 
-from .. import _constants
-from .._audit import Auditor
-from .._backend import NoSnapshots, ProcessSpec
+from .. import _constants, _helper_files
+from .._backend import ProcessSpec
+from .._backend_base import BackendBase
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE, LABEL_SANDBOX_ID
 from .._deadline import HelperDeadline
 from .._errors import (
@@ -36,8 +35,6 @@ from .._errors import (
     SandboxInitFailed,
     SandboxNotFound,
 )
-from .._gc import owner_labels
-from .._ids import Identity, identity_of
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -47,12 +44,11 @@ from .._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
-    as_config,
 )
+from .._owner import owner_labels
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
-from ..docker import _files
-from ..docker._wire import engine_time
+from .._wire_time import engine_time
 from . import _exec
 from ._gateway import Cluster, ExecSocket, KubeApiError, KubeConflict, KubeNotFound
 from ._plan import CONTAINER, PodPlan, plan_pod
@@ -81,7 +77,7 @@ def quantity(text: str) -> float:
         return 0.0
 
 
-class KubernetesSandbox(NoSnapshots):
+class KubernetesBackend(BackendBase):
     """A sandbox backed by one Pod; use it through `sandbox.Sandbox`.
 
     ``on_sample`` is called with each usage sample; samples are taken when asked for
@@ -93,7 +89,7 @@ class KubernetesSandbox(NoSnapshots):
                  namespace: str = "default", runtime_classes: Mapping[str, str] | None = None,
                  start_timeout: float = 300.0,
                  on_sample: Callable[[ResourceUsage], object] | None = None) -> None:
-        self._config = as_config(config)
+        super().__init__(config)
         if in_cluster is None:
             in_cluster = kubeconfig is None and not os.environ.get("KUBECONFIG") and \
                 bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
@@ -102,48 +98,20 @@ class KubernetesSandbox(NoSnapshots):
         self.runtime_classes = dict(runtime_classes or {})
         self.start_timeout = start_timeout
         self._on_sample = on_sample
-        self.id = uuid.uuid4().hex[:12]
-        self._name = self._config.name or f"sandbox-{self.id}"
         self._cluster: Cluster | None = None
-        self._life = Lifecycle()
         ns = quote(namespace)
         self._paths = {"Pod": f"/api/v1/namespaces/{ns}/pods",
                        "NetworkPolicy": f"/apis/networking.k8s.io/v1/namespaces/{ns}/"
                                         "networkpolicies"}
         self._attempted: set[str] = set()  # kinds whose create was sent
         self._made: dict[str, str] = {}  # kind -> uid of what the create made
-        self._user = ""
-        self._env: dict[str, str] = dict(self._config.environment)
-        self._audit = Auditor(self.id, self._config.security)
         self._protocol = ""  # the exec subprotocol the server chose, once known
         self._plan: PodPlan | None = None
         self._pod: dict[str, Any] = {}
         self._samples: deque[ResourceUsage] = deque(maxlen=600)
         self._started = time.monotonic()
-        self._created_at: datetime | None = None
 
     # -- state -------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> SandboxConfig:
-        return self._config
-
-    @property
-    def user(self) -> str:
-        return self._user
-
-    @property
-    def identity(self) -> Identity | None:
-        """The Pod's numeric runAsUser and runAsGroup."""
-        return identity_of(self._user)
-
-    @property
-    def audit(self) -> Auditor:
-        return self._audit
-
-    @property
-    def working_dir(self) -> str:
-        return self._config.working_dir
 
     @property
     def pod_name(self) -> str:
@@ -154,9 +122,6 @@ class KubernetesSandbox(NoSnapshots):
     def exec_protocol(self) -> str:
         """The exec subprotocol the API server chose ("" before the first exec)."""
         return self._protocol
-
-    def environment(self) -> dict[str, str]:
-        return dict(self._env)
 
     def _cluster_or_raise(self) -> Cluster:
         self._life.require_running()
@@ -169,14 +134,7 @@ class KubernetesSandbox(NoSnapshots):
                      environment: Mapping[str, str] | None = None) -> None:
         """Create the NetworkPolicy and the Pod, wait for it to run, moving ``lifecycle`` to
         RUNNING; on failure `Sandbox` calls `remove`."""
-        self._life = lifecycle
-        if config is not None:
-            self._config = config = as_config(config)
-            self._name = config.name or self._name
-            self._env = dict(config.environment)
-            self._audit = Auditor(self.id, config.security)
-        elif environment is not None:
-            self._env = dict(environment)
+        self.begin_create(lifecycle, config, environment)
         await self._initialize()
 
     async def _initialize(self) -> None:
@@ -469,25 +427,25 @@ class KubernetesSandbox(NoSnapshots):
     # -- files: tar and POSIX tools over exec, the Docker backend's hostile-input checks ------
 
     async def write_file(self, target: str, content: bytes, mode: int = 0o644) -> None:
-        await _files.write_file(self._helper(f"write {target!r}"), target, content, mode)
+        await _helper_files.write_file(self._helper(f"write {target!r}"), target, content, mode)
 
     async def read_file(self, target: str, max_bytes: int | None = None) -> bytes:
-        return await _files.read_file(self._helper(f"read {target!r}"), target,
+        return await _helper_files.read_file(self._helper(f"read {target!r}"), target,
                                       max_bytes=max_bytes)
 
     async def list_files(self, target: str) -> list[FileInfo]:
-        return await _files.list_files(self._helper(f"list {target!r}"), target)
+        return await _helper_files.list_files(self._helper(f"list {target!r}"), target)
 
     async def copy_in(self, source: Path, target: str) -> None:
-        await _files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
+        await _helper_files.copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
 
     async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
                        max_entries: int) -> None:
-        await _files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
+        await _helper_files.copy_from_sandbox(self._helper(f"copy from {target!r}"), target, dest,
                                        max_bytes=max_bytes, max_entries=max_entries)
 
     async def path_kind(self, target: str) -> str:
-        return await _files.path_kind(self._helper(f"inspect {target!r}"), target)
+        return await _helper_files.path_kind(self._helper(f"inspect {target!r}"), target)
 
     # -- info --------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The SDK's own helper commands in a process sandbox (file operations), each with a deadline.
 
-The Docker backend's file operations (``docker._files``) run POSIX tools in the sandbox through
-a runner; this is that runner here, so files behave the same on both backends: the tools run
+Every backend's file operations (``sandbox._helper_files``) run POSIX tools in the sandbox
+through a runner; this is that runner here, so files behave the same on both backends: the tools run
 as the sandbox user, inside its mounts, and what they print is treated as hostile. A helper
 gets ``HELPER_TIMEOUT`` seconds plus one per MiB it moved, since the tool it runs may have
 been replaced by the code in the sandbox.
@@ -26,7 +26,7 @@ Opener = Callable[..., AbstractAsyncContextManager[SandboxProcess]]
 
 def helper_runner(opener: Opener, what: str, *, rate: float | None = None,
                   max_time: float | None = None) -> HelperRunner:
-    """A `docker._files.Runner` over ``opener`` whose deadline error names ``what``."""
+    """A `sandbox._helper_files.Runner` over ``opener`` whose deadline error names ``what``."""
     async def run(argv: Sequence[str], *, stdin: bytes | AsyncIterator[bytes] | None = None,
                   on_stdout: Callable[[bytes], object] | None = None,
                   user: str | None = None) -> CommandResult:

@@ -92,7 +92,7 @@ from .._ids import names_root
 from .._limits import host_size, with_defaults
 from .._models import ResourceLimits, SandboxConfig
 from .._policy import is_networked
-from ..docker._security import seccomp_options
+from .._privileges import seccomp_options
 
 __all__ = ["ProcessPlan", "plan_sandbox"]
 
@@ -196,7 +196,7 @@ def _tmpfs(entries: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
 class Limits:
     """How one sandbox's limits are held: a cgroup, per-command rlimits (a fork sets them),
     sandbox rlimits (the zygote takes them, every command inherits them) and, per defaulted
-    limit, what holds it (`ProcessSandbox.limits`)."""
+    limit, what holds it (`ProcessBackend.limits`)."""
 
     cgroup: ResourceLimits | None
     rlimits: tuple[tuple[int, int, int], ...]

@@ -1,6 +1,6 @@
 """A repository in a process sandbox: the Docker backend's `Workspace`, bound by bubblewrap.
 
-The same three modes as on Docker (`docker._workspace`), from the same code: a ``local_path``
+The same three modes as on Docker (`sandbox._workspace`), from the same code: a ``local_path``
 without filters is bound live at ``mount_point`` (read-only when ``read_only``); a read-only
 clone or filtered copy is made on the host and bound read-only; a writable clone or filtered
 copy is copied into the sandbox's own filesystem as its user, after start. The clone is made by
@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 
 from .._errors import SandboxInitFailed
-from ..docker._workspace import Mode, Workspace
+from .._workspace import Mode, Workspace
 
 __all__ = ["RepoBind", "prepare_repository"]
 

@@ -22,10 +22,10 @@ import anyio
 import attrs
 
 from .._errors import EngineUnavailable, SandboxError, SandboxInitFailed
-from .._gc import owner_labels
 from .._image_ref import parse_image_ref
+from .._owner import owner_labels
 from .._rmtree import remove_tree
-from ._rootfs_cache import evict, max_bytes, record_size, touch
+from ._rootfs_cache import evict, max_bytes, prune_missing, record_size, touch
 
 __all__ = ["Rootfs", "cache_dir", "resolve_rootfs"]
 
@@ -167,3 +167,22 @@ def _extract(archive: Path, dest: Path) -> None:
 
     with tarfile.open(archive) as tar:
         tar.extractall(dest, filter=keep)  # directory modes last, so 0555 ones still fill
+
+
+async def prune_cache(*, dry_run: bool, docker: Any = None) -> tuple[list[Any], list[Any], list[Any]]:
+    """Prune the rootfs cache of images the engine no longer has: (removed, kept, failed)
+    entries, each with its reason. No engine answering: nothing is pruned."""
+    from ..docker._gateway import Engine, new_client
+
+    client = docker if docker is not None else new_client()
+    try:
+        images = await Engine(client).query_json("list images", "images/json",
+                                                 params={"all": "1"})
+    except EngineUnavailable:
+        return [], [], []
+    finally:
+        if docker is None:
+            await client.close()
+    present = {str(image.get("Id", "")) for image in images}
+    return await anyio.to_thread.run_sync(
+        lambda: prune_missing(cache_dir(), present, dry_run=dry_run))

@@ -1,4 +1,4 @@
-"""ProcessSandbox: a sandbox of namespaces held by one bubblewrap process, no engine.
+"""ProcessBackend: a sandbox of namespaces held by one bubblewrap process, no engine.
 
 ``create`` starts ``bwrap`` with every namespace unshared (`_bwrap`, from the plan in
 `_plan`) running a keep-alive shell, then has the fork server make the sandbox's zygote
@@ -14,19 +14,17 @@ import contextlib
 import json
 import os
 import signal
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 
-from .._audit import Auditor
-from .._backend import NoSnapshots, ProcessSpec
+from .._backend import ProcessSpec
+from .._backend_base import BackendBase
 from .._constants import LABEL_SANDBOX_ID
 from .._errors import CleanupIncomplete, CommandStartFailed, SandboxInitFailed
-from .._gc import owner_labels
-from .._ids import Identity, identity_of
+from .._helper_files import HelperFiles
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -34,13 +32,12 @@ from .._models import (
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
-    as_config,
 )
+from .._owner import owner_labels
 from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
-from ..docker._files import HelperFiles
-from ..docker._workspace import Workspace
+from .._workspace import Workspace
 from . import _seccomp, _usage
 from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, prepare_state
 from ._cgroup import SandboxCgroup, available
@@ -63,18 +60,12 @@ HOST_NOBODY = (65534, 65534)
 HOST_HOLDER = 65533
 
 
-class ProcessSandbox(NoSnapshots, HelperFiles):
+class ProcessBackend(BackendBase, HelperFiles):
     """The process (bubblewrap) implementation of `Backend`; use it through `Sandbox`."""
 
     def __init__(self, config: SandboxConfig | None = None, *,
                  on_sample: Callable[[ResourceUsage], object] | None = None) -> None:
-        self._config = as_config(config)
-        self.id = uuid.uuid4().hex[:12]
-        self._name = self._config.name or f"sandbox-{self.id}"
-        self._life = Lifecycle()
-        self._audit = Auditor(self.id, self._config.security)
-        self._cwd = self._config.working_dir
-        self._env: dict[str, str] = dict(self._config.environment)
+        super().__init__(config)
         self._base_env: dict[str, str] = {}
         self._plan: ProcessPlan | None = None
         self._state: Path | None = None
@@ -86,42 +77,14 @@ class ProcessSandbox(NoSnapshots, HelperFiles):
         self._pid_ns = ""
         self._entry: Entry | None = None
         self._zygote: SandboxSpawner | None = None
-        self._user = ""
         self._removing = False
         self._live: set[SandboxProcess] = set()
         self._supervisor = Supervisor(self.id, self._failed)
         self._sampler = _usage.Sampler(self)
         self._on_sample = on_sample
-        self._created_at: datetime | None = None
         self._workspace = Workspace(None)
 
     # -- state -----------------------------------------------------------------------------
-
-    @property
-    def config(self) -> SandboxConfig:
-        """The configuration the sandbox was (or will be) created from."""
-        return self._config
-
-    @property
-    def user(self) -> str:
-        """"uid:gid" of commands; "" before create."""
-        return self._user
-
-    @property
-    def identity(self) -> Identity | None:
-        """The user's ids, from the plan ("uid:gid" in the sandbox's namespace)."""
-        return identity_of(self._user)
-
-    @property
-    def audit(self) -> Auditor:
-        return self._audit
-
-    @property
-    def working_dir(self) -> str:
-        return self._cwd
-
-    def environment(self) -> dict[str, str]:
-        return dict(self._env)
 
     @property
     def cgroup(self) -> SandboxCgroup | None:
@@ -145,16 +108,7 @@ class ProcessSandbox(NoSnapshots, HelperFiles):
     async def create(self, lifecycle: Lifecycle, config: SandboxConfig | None = None, *,
                      environment: Mapping[str, str] | None = None) -> None:
         """Start the holder and move ``lifecycle`` to RUNNING; on failure `Sandbox` removes."""
-        self._life = lifecycle
-        if config is not None:
-            self._config = config
-            self._name = config.name or self._name
-            self._cwd = config.working_dir
-            self._env = dict(config.environment)
-            self._audit = Auditor(self.id, config.security)
-        elif environment is not None:
-            self._env = dict(environment)
-        cfg = self._config
+        cfg = self.begin_create(lifecycle, config, environment)
         if cfg.type != "process":
             raise SandboxInitFailed(f"sandbox type {cfg.type!r} given to the process backend")
         bwrap = find_bwrap()

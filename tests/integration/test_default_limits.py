@@ -11,7 +11,7 @@ import pytest
 
 from sandbox import IMAGE_PYTHON, Command, Sandbox, SandboxConfig, SecurityPolicy
 from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
-from sandbox.process._sandbox import ProcessSandbox
+from sandbox.process import ProcessBackend
 from tests.integration._limit_attacks import (
     EAGAIN,
     EMFILE,
@@ -73,7 +73,7 @@ async def test_the_process_sandbox_says_what_holds_its_limits(
                            security=SecurityPolicy(log_security_events=True))
     async with Sandbox(config) as sb:
         backend = sb.backend
-        assert isinstance(backend, ProcessSandbox)
+        assert isinstance(backend, ProcessBackend)
         held = backend.limits
         assert held["memory_limit"].endswith("bytes for the sandbox (cgroup)")
         assert held["process_limit"] == f"{DEFAULT_PROCESS_LIMIT} processes (pids cgroup)"

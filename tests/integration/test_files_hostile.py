@@ -20,7 +20,7 @@ from sandbox import (
     _constants,
     to_json,
 )
-from sandbox.docker import _files
+from sandbox import _helper_files as _files
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 

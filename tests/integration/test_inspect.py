@@ -130,7 +130,7 @@ async def test_cli_cleanup_runs_gc(monkeypatch: pytest.MonkeyPatch,
 
     async def fake_gc() -> GcReport:
         calls.append(True)
-        return GcReport(removed_containers=(gone,))
+        return GcReport(removed=(gone,))
 
     monkeypatch.setattr(inspect_provider, "gc", fake_gc)
     await SandboxDockerEnvironment.cli_cleanup(None)

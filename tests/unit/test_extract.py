@@ -15,7 +15,7 @@ import pytest
 
 from sandbox import CommandResult, ConfigError, CopyLimitExceeded, UnsafeArchive
 from sandbox._archive import stream_limit
-from sandbox.docker._files import copy_from_sandbox
+from sandbox._helper_files import copy_from_sandbox
 from sandbox.testing import FakeSandbox
 
 pytestmark = pytest.mark.asyncio

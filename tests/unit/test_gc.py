@@ -19,15 +19,15 @@ from sandbox._constants import (
     LABEL_OWNER_PID,
     LABEL_OWNER_START,
 )
-from sandbox._gc import _Here, _pid_start, owner_verdict
-from sandbox._gc import owner_labels as _owner_labels
+from sandbox._owner import Here, owner_verdict, pid_start
+from sandbox._owner import owner_labels as _owner_labels
 
-HERE = _Here.current()
+HERE = Here.current()
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def labels_of(pid: int, **changes: str) -> dict[str, str]:
-    alive, ticks = _pid_start(pid)
+    alive, ticks = pid_start(pid)
     assert alive
     labels = {
         LABEL_MANAGED_BY: "sandbox-sdk", LABEL_OWNER_HOST: HERE.host,
@@ -127,8 +127,9 @@ def test_older_than_is_an_age_floor_for_dead_owners() -> None:
 def test_report_groups() -> None:
     c = GcItem(kind="container", id="c1", name="a", reason="r")
     n = GcItem(kind="network", id="n1", name="b", reason="r")
-    report = GcReport(removed_containers=(c,), kept_networks=(n,))
-    assert report.removed == (c,) and report.kept == (n,)
+    report = GcReport(removed=(c,), kept=(n,))
+    assert report.removed_containers == (c,) and report.kept_networks == (n,)
+    assert report.removed_networks == () and report.kept_of("network") == (n,)
 
 
 @pytest.mark.asyncio

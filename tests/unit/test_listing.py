@@ -9,8 +9,8 @@ import json
 import pytest
 
 from sandbox import FileOperationFailed, to_json
-from sandbox.docker import _files
-from sandbox.docker._files import parse_listing, resolve
+from sandbox import _helper_files as _files
+from sandbox._helper_files import parse_listing, resolve
 
 FIELDS = b"81a4:3:1700000000:0:0:root:root"
 

@@ -162,7 +162,7 @@ async def test_a_sandbox_stopped_while_idle_is_replaced() -> None:
 @pytest.mark.asyncio
 async def test_the_fake_backend_refuses_checkpoints() -> None:
     async with Sandbox(backend=FakeBackend()) as sb:
-        with pytest.raises(CheckpointFailed, match="fake backend"):
+        with pytest.raises(CheckpointFailed, match="FakeBackend"):
             await sb.checkpoint("x")
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.docker._wire import ContainerState, container_state, engine_time, host_port, size_rw
+from sandbox._wire_time import engine_time
+from sandbox.docker._wire import ContainerState, container_state, host_port, size_rw
 
 DATA = Path(__file__).parent / "data"
 

@@ -12,7 +12,7 @@ import pytest
 
 from sandbox import GitConfig, RepositoryConfig, SandboxInitFailed
 from sandbox._glob import PathFilter, select_entries
-from sandbox.docker._workspace import Mode, Workspace, is_within, stage_copy, write_tar
+from sandbox._workspace import Mode, Workspace, is_within, stage_copy, write_tar
 from tests.unit._trees import sample_tree
 
 

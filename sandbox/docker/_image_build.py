@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ._constants import IMAGE_BUSYBOX, IMAGE_PYTHON
-from ._errors import SandboxError
-from ._progress import Progress, human_bytes
+from .._constants import IMAGE_BUSYBOX, IMAGE_PYTHON
+from .._errors import SandboxError
+from .._progress import Progress, human_bytes
 
 if TYPE_CHECKING:
-    from .docker._gateway import Engine
+    from ._gateway import Engine
 
 __all__ = ["BUILDERS", "ImageBuildFailed", "build_images"]
 
@@ -208,8 +208,8 @@ async def build_images(*, only: str | None = None, rebuild: bool = False, tag: s
     """Make sure the default images exist on the engine (DOCKER_HOST), building what is
     missing (everything with ``rebuild``). ``tag`` builds the one image ``only`` names under
     another name."""
-    from .docker._gateway import Engine, new_client
-    from .docker._images import inspect_image
+    from ._gateway import Engine, new_client
+    from ._images import inspect_image
 
     if tag and not only:
         raise ImageBuildFailed("--tag needs --only: it names one image")

@@ -34,15 +34,15 @@ from typing import IO, Any, Protocol
 
 import anyio
 
-from .._audit import Auditor
-from .._constants import DEFAULT_CLEANUP_TIMEOUT
-from .._errors import SandboxInitFailed
-from .._git import checkout
-from .._glob import PathFilter, select_entries
-from .._live_mount import scan_live_mount
-from .._models import CommandResult, RepositoryConfig
-from .._rmtree import remove_tree
-from ._files import _file_chunks
+from ._audit import Auditor
+from ._constants import DEFAULT_CLEANUP_TIMEOUT
+from ._errors import SandboxInitFailed
+from ._git import checkout
+from ._glob import PathFilter, select_entries
+from ._helper_files import file_chunks
+from ._live_mount import scan_live_mount
+from ._models import CommandResult, RepositoryConfig
+from ._rmtree import remove_tree
 
 #: Environment for every host git call: never prompt for credentials, stable messages.
 TEMP_PREFIX = "sandbox-repo-"
@@ -331,7 +331,7 @@ class Workspace:
             await anyio.to_thread.run_sync(write_tar, source, entries, spool)
             spool.seek(0)
             result = await run(["/bin/sh", "-c", _UNTAR_SH, "sandbox-repo", repo.mount_point],
-                               stdin=_file_chunks(spool),
+                               stdin=file_chunks(spool),
                                user=sandbox_user if as_user else "0:0")
         if not result.success:
             hint = ("; put mount_point inside the working dir, where the sandbox user can "

@@ -18,15 +18,15 @@ from typing import Any
 
 import attrs
 
-from ._constants import (
+from .._constants import (
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
     LABEL_OWNER_HOST,
     LABEL_OWNER_PID,
     LABEL_SANDBOX_ID,
 )
-from ._gc import _created, _Here, owner_verdict
-from ._models import ResourceUsage
+from .._models import ResourceUsage
+from .._owner import Here, created_at, owner_verdict
 
 __all__ = ["SandboxRow", "TopRow", "list_sandboxes", "watch"]
 
@@ -87,7 +87,7 @@ class TopRow:
         return data
 
 
-def _owner(labels: Mapping[str, str], here: _Here) -> str:
+def _owner(labels: Mapping[str, str], here: Here) -> str:
     host, pid = labels.get(LABEL_OWNER_HOST, ""), labels.get(LABEL_OWNER_PID, "")
     if not host or not pid.isdigit() or host != here.host:
         return "unknown"
@@ -101,14 +101,14 @@ def _text(value: Any, limit: int = 256) -> str:
     return "".join(c if c.isprintable() else "?" for c in text[:limit])
 
 
-def row_of(container: Mapping[str, Any], *, here: _Here, now: datetime) -> SandboxRow:
+def row_of(container: Mapping[str, Any], *, here: Here, now: datetime) -> SandboxRow:
     """A `SandboxRow` from one entry of the engine's container list."""
     labels = container.get("Labels") or {}
     labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
     engine_created = None
     if isinstance(container.get("Created"), int | float):
         engine_created = datetime.fromtimestamp(container["Created"], UTC)
-    created = _created(labels, engine_created)
+    created = created_at(labels, engine_created)
     names = container.get("Names") or []
     name = names[0].lstrip("/") if isinstance(names, list) and names and \
         isinstance(names[0], str) else ""
@@ -126,7 +126,7 @@ def row_of(container: Mapping[str, Any], *, here: _Here, now: datetime) -> Sandb
 async def _list(engine: Any, owner: int | None = None) -> list[SandboxRow]:
     found = await engine.query_json("list the SDK's containers", "containers/json",
                                     params={"all": "1", "filters": _FILTERS})
-    here, now = _Here.current(), datetime.now(UTC)
+    here, now = Here.current(), datetime.now(UTC)
     rows = [row_of(c, here=here, now=now) for c in found if isinstance(c, Mapping)]
     if owner is not None:
         rows = [r for r in rows if r.owner_pid == owner and r.owner_host == here.host]
@@ -136,7 +136,7 @@ async def _list(engine: Any, owner: int | None = None) -> list[SandboxRow]:
 async def list_sandboxes(*, owner: int | None = None) -> list[SandboxRow]:
     """Every container the SDK labelled on the engine at DOCKER_HOST, oldest first; with
     ``owner``, only those the process with that pid (on this host) created."""
-    from .docker._gateway import Engine, new_client
+    from ._gateway import Engine, new_client
 
     client = new_client()
     try:
@@ -152,8 +152,8 @@ async def watch(interval: float = 1.0, *, owner: int | None = None,
     One `StatsSampler` (the SDK's own) follows each running sandbox; sandboxes that appear
     or go between refreshes gain or lose theirs. Everything stops when the iteration ends.
     """
-    from .docker._gateway import Engine, new_client
-    from .docker._stats import StatsSampler
+    from ._gateway import Engine, new_client
+    from ._stats import StatsSampler
 
     client = new_client()
     engine = Engine(client)

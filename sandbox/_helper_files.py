@@ -20,17 +20,17 @@ from typing import IO, Protocol
 
 import anyio
 
-from .. import _constants
-from .._archive import TarSpool, check_limits, extract_tar
-from .._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
-from .._errors import (
+from . import _constants
+from ._archive import TarSpool, check_limits, extract_tar
+from ._constants import DEFAULT_COPY_MAX_BYTES, DEFAULT_COPY_MAX_ENTRIES
+from ._errors import (
     FileOperationFailed,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPermissionDenied,
 )
-from .._models import CommandResult, FileInfo
-from .._paths import resolve as resolve
+from ._models import CommandResult, FileInfo
+from ._paths import resolve as resolve
 
 #: read_file refuses larger files (it returns them whole); copy_files streams to disk instead.
 DEFAULT_READ_LIMIT = 1 << 30
@@ -307,7 +307,7 @@ def _tar_host_path(src: Path, arcname: str, out: IO[bytes]) -> None:
         tf.add(str(src), arcname=arcname, recursive=True)
 
 
-async def _file_chunks(f: IO[bytes]) -> AsyncIterator[bytes]:
+async def file_chunks(f: IO[bytes]) -> AsyncIterator[bytes]:
     while True:
         chunk = await anyio.to_thread.run_sync(f.read, 1 << 20)
         if not chunk:
@@ -329,7 +329,7 @@ async def copy_to_sandbox(run: Runner, src: Path, dest: str) -> None:
         await anyio.to_thread.run_sync(_tar_host_path, src, arcname, spool)
         spool.seek(0)
         result = await run(["/bin/sh", "-c", _UNTAR_SH, "sandbox-untar", target_dir],
-                           stdin=_file_chunks(spool))
+                           stdin=file_chunks(spool))
     raise_for(result, "copy into", dest)
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from ._constants import LABEL_OWNER_HOST, LABEL_OWNER_PID
-from ._errors import SandboxError
-from ._gc import GcItem, _created, _Here
+from .._constants import LABEL_OWNER_HOST, LABEL_OWNER_PID
+from .._errors import SandboxError
+from .._owner import GcItem, Here, created_at
 
 __all__ = ["leftovers"]
 
@@ -25,11 +25,11 @@ async def leftovers(*, since: datetime, remove: bool = False) -> list[GcItem]:
     Raises:
         EngineUnavailable: No engine answers.
     """
-    from .docker._gateway import Engine, new_client
-    from .docker._gc import list_managed
-    from .docker._gc import remove as remove_one
+    from ._gateway import Engine, new_client
+    from ._gc import list_managed
+    from ._gc import remove as remove_one
 
-    here, pid = _Here.current(), str(os.getpid())
+    here, pid = Here.current(), str(os.getpid())
     floor = since.replace(microsecond=0)
     found: list[GcItem] = []
     client = new_client()
@@ -39,7 +39,7 @@ async def leftovers(*, since: datetime, remove: bool = False) -> list[GcItem]:
             labels = res.labels
             if labels.get(LABEL_OWNER_PID) != pid or labels.get(LABEL_OWNER_HOST) != here.host:
                 continue
-            created = _created(labels, res.created)
+            created = created_at(labels, res.created)
             if created is None or created < floor:
                 continue
             reason = "left behind by this process"
