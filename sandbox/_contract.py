@@ -44,7 +44,7 @@ from typing import Any, Literal
 import anyio
 import attrs
 
-from ._backend import Process
+from ._backend import Process, SupportsHealth
 from ._checkpoint import remove_checkpoint
 from ._constants import IMAGE_BUSYBOX
 from ._errors import (
@@ -430,7 +430,10 @@ async def _info_and_health(ctx: Context) -> None:
     _expect(info.status is SandboxStatus.RUNNING, f"get_info says {info.status}")
     _expect(info.id and info.type == ctx.subject.config.type, f"id/type wrong: {info!r}")
     _expect(info.created_at is not None, "get_info has no created_at")
-    health = await sb.backend.health()
+    backend = sb.backend
+    _expect(isinstance(backend, SupportsHealth), "the backend has no health (SupportsHealth)")
+    assert isinstance(backend, SupportsHealth)
+    health = await backend.health()
     _expect(health == "", f"health of a running sandbox is {health!r}, not ''")
 
 

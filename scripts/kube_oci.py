@@ -55,7 +55,8 @@ def main() -> None:
         return {"digest": f"sha256:{digest}", "size": len(data)}
 
     tar_layer = blob(layer(args.rootfs))
-    config: dict[str, object] = {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}
+    path = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    config: dict[str, object] = {"Env": [path]}
     if args.entrypoint:
         config["Entrypoint"] = args.entrypoint.split(",")
     if args.cmd:

@@ -41,8 +41,8 @@ async def collect(*, dry_run: bool, older_than: timedelta | None,
         else:
             removed.append(item)
     # The rootfs cache: entries for images the engine no longer has.
-    gone, left, broken = await prune_cache(dry_run=dry_run, docker=docker)
-    for found, into in ((gone, removed), (left, kept), (broken, failed)):
+    pruned, left, broken = await prune_cache(dry_run=dry_run, docker=docker)
+    for found, into in ((pruned, removed), (left, kept), (broken, failed)):
         into += [GcItem(kind="rootfs", id=e.image_id, name=str(e.path), reason=why)
                  for e, why in found]
     return Collected(removed=tuple(removed), kept=tuple(kept), failed=tuple(failed))

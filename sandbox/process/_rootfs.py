@@ -169,7 +169,8 @@ def _extract(archive: Path, dest: Path) -> None:
         tar.extractall(dest, filter=keep)  # directory modes last, so 0555 ones still fill
 
 
-async def prune_cache(*, dry_run: bool, docker: Any = None) -> tuple[list[Any], list[Any], list[Any]]:
+async def prune_cache(*, dry_run: bool,
+                      docker: Any = None) -> tuple[list[Any], list[Any], list[Any]]:
     """Prune the rootfs cache of images the engine no longer has: (removed, kept, failed)
     entries, each with its reason. No engine answering: nothing is pruned."""
     from ..docker._gateway import Engine, new_client

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sandbox import ResourceUsage
-from sandbox._ps import SandboxRow, TopRow
 from sandbox.cli.ps import top_table
+from sandbox.docker._ps import SandboxRow, TopRow
 
 
 def _row(name: str, image: str) -> TopRow:
