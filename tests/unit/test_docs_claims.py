@@ -1,7 +1,7 @@
 """What the README and the docs claim stays what the code does.
 
 The "what each backend refuses" table is rendered from the backends' own planners
-(`sandbox._refusals`), so a field that starts working (or stops) changes the table, and this
+(`scripts/refusals.py`), so a field that starts working (or stops) changes the table, and this
 test fails until the docs' copy is regenerated. Claims that were once stale (``tools`` and
 ``mcp_servers`` "refused", ``allowed_hosts`` "not enforced") are checked against the same
 planners. Every code block is marked and checked here without an engine: fragments compile and
@@ -23,8 +23,10 @@ import sandbox
 from sandbox import Sandbox, SandboxConfig, SandboxPool, SecurityPolicy, Session
 from sandbox._cli import build_parser
 from sandbox._limits import defaults_markdown
-from sandbox._refusals import BACKENDS, PROBES, refusals_markdown, verdict
 from tests.unit._docs import MARKS, PAGES, ROOT, blocks
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from refusals import BACKENDS, PROBES, refusals_markdown, verdict
 
 SECURITY = ROOT / "docs" / "security.md"
 
@@ -36,7 +38,7 @@ def _between(text: str, name: str) -> str:
 
 def test_the_docs_show_the_refusals_the_planners_make() -> None:
     assert _between(SECURITY.read_text(), "refusals-table") == refusals_markdown(), \
-        "run: python -m sandbox._refusals, and paste it into docs/security.md"
+        "run: python scripts/refusals.py, and paste it into docs/security.md"
 
 
 def test_the_docs_show_the_defaults_the_code_applies() -> None:
@@ -162,6 +164,6 @@ def test_shell_blocks_name_real_make_targets_and_subcommands() -> None:
 
 
 def test_the_refusals_table_is_what_the_module_prints() -> None:
-    out = subprocess.run([sys.executable, "-m", "sandbox._refusals"], capture_output=True,
+    out = subprocess.run([sys.executable, "scripts/refusals.py"], capture_output=True,
                          text=True, check=True, timeout=60, cwd=ROOT).stdout
     assert out == refusals_markdown()

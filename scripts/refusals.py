@@ -1,7 +1,8 @@
 """Which config fields each backend refuses, asked of the backends' own planners.
 
-The docs' "what each backend refuses" table is rendered from here (``python -m
-sandbox._refusals``) and a test keeps the docs' copy equal to it, so a claim such as
+The docs' "what each backend refuses" table is rendered from here (``python
+scripts/refusals.py``: a documentation tool, outside the package, whose core imports no
+backend) and a test keeps the docs' copy equal to it, so a claim such as
 "``tools`` is refused" cannot outlive the code that refused it. Each probe sets one field to a
 typical value and hands the config to the planner each backend runs at ``initialize()``
 (Docker's ``plan_container``, the process backend's ``plan_sandbox``, Kubernetes'
@@ -17,8 +18,8 @@ from datetime import timedelta
 
 import attrs
 
-from ._errors import ConfigError, SandboxInitFailed, SecurityViolation
-from ._models import (
+from sandbox._errors import ConfigError, SandboxInitFailed, SecurityViolation
+from sandbox._models import (
     NetworkConfig,
     PortMapping,
     RepositoryConfig,
@@ -87,8 +88,8 @@ PROBES: tuple[Probe, ...] = (
 
 
 def _docker(cfg: SandboxConfig) -> None:
-    from .docker._facts import EngineFacts
-    from .docker._plan import plan_container
+    from sandbox.docker._facts import EngineFacts
+    from sandbox.docker._plan import plan_container
 
     engine = EngineFacts(
         runtimes=frozenset({"runc", "runsc"}), runtime_args={"runsc": ("--network=none",)},
@@ -99,14 +100,14 @@ def _docker(cfg: SandboxConfig) -> None:
 
 
 def _process(cfg: SandboxConfig) -> None:
-    from .process._plan import plan_sandbox
+    from sandbox.process._plan import plan_sandbox
 
     plan_sandbox(cfg, lookup=lambda _db, _name: 1000, cgroup_problem="",
                  architecture="amd64", host=(2, 8 << 30))
 
 
 def _kubernetes(cfg: SandboxConfig) -> None:
-    from .kubernetes._plan import plan_pod
+    from sandbox.kubernetes._plan import plan_pod
 
     plan_pod(cfg, name="probe", namespace="default", labels={}, annotations={},
              runtime_classes={"runsc": "gvisor"})
