@@ -56,8 +56,8 @@ from .._output import LazyText, OutputCapture, StreamName, deliver
 from .._signals import parse_signal, signal_name
 from .._tasks import single_errors
 from .._tty import check_terminal_size
-from ..docker._exec_kill import _SWEEP_SH, MARKER_VAR
-from ..docker._exec_start import check_exec_size
+from .._sweep import SWEEP_SH as _SWEEP_SH, MARKER_VAR
+from .._exec_start import check_exec_size
 from ._gateway import ExecSocket, ExecStreamLost
 
 __all__ = ["KubeProcess", "open_exec", "parse_status", "wrap_argv"]
