@@ -133,6 +133,10 @@ class ProcessBase:
     async def _close_stream(self) -> None:
         """Stop reading output that did not end after a KILL (the pump then ends)."""
 
+    def _reader_waits(self) -> None:
+        """The iterating reader took all output there is and waits for more (the scripted
+        fake's replay waits for this)."""
+
     async def _kill_on_close(self) -> None:
         """Kill the command because the handle is closed before it ended."""
         await self._signal_tree("KILL")
@@ -148,6 +152,7 @@ class ProcessBase:
             try:
                 chunk = self._receive.receive_nowait()
             except anyio.WouldBlock:
+                self._reader_waits()
                 try:
                     chunk = await self._receive.receive()
                 except anyio.EndOfStream:

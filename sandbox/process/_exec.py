@@ -167,8 +167,8 @@ class SandboxProcess(ProcessBase):
 def errno_start_error(reason: str, argv: Sequence[str]) -> CommandStartFailed:
     """The error for a program that could not be executed, by ``strerror`` text."""
     low = reason.lower()
-    fault: StartFault = ("notfound" if "no such file" in low else "notexec" if "permission denied" in low
-             else "other")
+    fault: StartFault = ("notfound" if "no such file" in low
+                         else "notexec" if "permission denied" in low else "other")
     return start_error(argv[0], fault, details=reason)
 
 
