@@ -60,26 +60,24 @@ def check_exec_size(argv: Sequence[str], env: Sequence[str]) -> None:
         )
 
 
+#: What each fault (but ``other``) raises, and why it says the command did not start.
+_FAULTS: dict[str, tuple[type[CommandStartFailed], str]] = {
+    "path": (CommandNotFound, "it was not found in the sandbox's PATH"),
+    "missing": (CommandNotFound,
+                "it (or the interpreter its #! line names) does not exist in the sandbox"),
+    "notfound": (CommandNotFound, "it was not found in the sandbox (not in its PATH, or the "
+                 "interpreter its #! line names is missing)"),
+    "notexec": (CommandNotExecutable, "it is not executable (no execute permission, a "
+                "directory, or on a noexec mount)"),
+    "workdir": (CommandStartFailed, "its working directory {workdir!r} does not exist in the "
+                "sandbox (or is not searchable)"),
+}
+
+
 def start_error(name: str, fault: StartFault, *, details: str = "",
                 workdir: str = "") -> CommandStartFailed:
     """The typed error for a command ``name`` that did not start because of ``fault``."""
-    if fault == "path":
-        return CommandNotFound(f"cannot start {name!r}: it was not found in the sandbox's PATH",
-                               details=details)
-    if fault == "missing":
-        return CommandNotFound(
-            f"cannot start {name!r}: it (or the interpreter its #! line names) does not exist "
-            "in the sandbox", details=details)
-    if fault == "notfound":
-        return CommandNotFound(f"cannot start {name!r}: it was not found in the sandbox (not "
-                               "in its PATH, or the interpreter its #! line names is missing)",
-                               details=details)
-    if fault == "notexec":
-        return CommandNotExecutable(
-            f"cannot start {name!r}: it is not executable (no execute permission, a "
-            "directory, or on a noexec mount)", details=details)
-    if fault == "workdir":
-        return CommandStartFailed(
-            f"cannot start {name!r}: its working directory {workdir!r} does not exist in the "
-            "sandbox (or is not searchable)", details=details)
-    return CommandStartFailed(f"could not start {name!r} in the sandbox", details=details)
+    if fault not in _FAULTS:
+        return CommandStartFailed(f"could not start {name!r} in the sandbox", details=details)
+    kind, why = _FAULTS[fault]
+    return kind(f"cannot start {name!r}: " + why.format(workdir=workdir), details=details)
