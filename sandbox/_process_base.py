@@ -375,8 +375,8 @@ class ProcessBase:
     def _raise_if_ended(self) -> None:
         if self._ended.is_set() or self._stdin_ended:
             raise StdinClosed(
-                f"cannot write to the stdin of {self.argv[0]!r}: the command has exited "
-                "(its output ended); input it did not read was dropped"
+                f"cannot write to the stdin of {self.argv[0]!r}: the command has exited; "
+                "input it did not read was dropped"
             )
 
     def _stop_stdin(self) -> None:

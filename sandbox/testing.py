@@ -27,6 +27,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Collection,
+    Iterable,
     Mapping,
     Sequence,
 )
@@ -130,7 +131,8 @@ class FakeProcess(ProcessBase):
 
     Either a ``script`` of `Step` values (output over time, hangs, exit codes), or a finished
     ``result`` it replays: its output, then its end once that output was read (or waited for).
-    What is written to its stdin is kept in `stdin`; ``echo_stdin`` prints it back on stdout.
+    What is written to its stdin is kept in `stdin`; ``echo_stdin`` prints it back on stdout;
+``on_stdin`` answers each write with steps played at once (`play`: a fake shell, a REPL).
     ``ignore`` names signals it survives (``"TERM"``); ``unkillable`` makes a KILL that is not
     seen to work (the result is then `KillFailed` unless the script exits by a signal). `kill`
     before the end (or leaving the block early, or `aclose`) ends it as killed by that signal.
@@ -143,6 +145,7 @@ class FakeProcess(ProcessBase):
 
     def __init__(self, argv: Sequence[str], result: CommandResult | None = None, *,
                  script: Sequence[Step] = (), echo_stdin: bool = False,
+                 on_stdin: Callable[[bytes], Iterable[Step]] | None = None,
                  ignore: Collection[str] = (), unkillable: bool = False,
                  max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
                  timeout: float | None = None, idle_timeout: float | None = None,
@@ -164,6 +167,7 @@ class FakeProcess(ProcessBase):
                       Step.drained(), Step.exit(result.exit_code))
         self._script = tuple(script)
         self._echo = echo_stdin
+        self._on_stdin = on_stdin
         self._ignore = {_signal.Signals(parse_signal(s)).name.removeprefix("SIG")
                         for s in ignore}
         self._unkillable = unkillable
@@ -204,8 +208,10 @@ class FakeProcess(ProcessBase):
     async def _play(self) -> None:
         with self._play_scope:
             for step in self._script:
-                if step.kind == "out" and step.data:
-                    self._out_send.send_nowait((step.stream, step.data))
+                if step.kind in ("out", "exit"):
+                    self.play(step)
+                    if step.kind == "exit":
+                        return
                 elif step.kind == "sleep":
                     await anyio.sleep(step.seconds)
                 elif step.kind == "hang":
@@ -214,10 +220,17 @@ class FakeProcess(ProcessBase):
                     await self._stdin_eof.wait()
                 elif step.kind == "drained":
                     await self._read_all.wait()
-                elif step.kind == "exit":
-                    self._exit(step.code)
-                    return
             self._exit(0)
+
+    def play(self, *steps: Step) -> None:
+        """Play output and exit steps now, as if the command did them (waits are skipped)."""
+        for step in steps:
+            if self._exit_code is not None:
+                return
+            if step.kind == "out" and step.data:
+                self._out_send.send_nowait((step.stream, step.data))
+            elif step.kind == "exit":
+                self._exit(step.code)
 
     def _exit(self, code: int) -> None:
         if self._exit_code is None:
@@ -242,8 +255,10 @@ class FakeProcess(ProcessBase):
 
     async def _write_in(self, data: bytes) -> None:
         self.stdin += data
-        if self._echo and data and self._exit_code is None:
-            self._out_send.send_nowait(("stdout", data))
+        if self._echo and data:
+            self.play(Step.out(data))
+        if self._on_stdin is not None:
+            self.play(*self._on_stdin(data))
 
     async def _write_eof(self) -> None:
         self._stdin_eof.set()

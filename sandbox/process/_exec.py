@@ -140,7 +140,7 @@ class SandboxProcess(ProcessBase):
             self._stop_reading()
             raise
         finally:
-            self._ended.set()
+            self._command_ended()
 
     def _stop_reading(self) -> None:
         """Stop waiting for output a background job still holds open."""
