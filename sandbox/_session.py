@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import secrets
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 
 import anyio
 import attrs
@@ -32,10 +29,10 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ._backend import Backend, ProcessSpec, SupportsCommandFinalizer, SupportsKillMarked
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
-from ._errors import ConfigError, KillFailed, SandboxError, SessionClosed, StdinClosed
+from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
-from ._output import LazyText
 from ._policy import is_root, seconds
+from ._process_base import make_result, overdue, unconfirmed_kill
 from ._session_run import Callback, SessionJob, _check_wait, _Run, _Shell
 from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
 from ._session_wire import (
@@ -50,6 +47,7 @@ from ._session_wire import (
     wrap,
 )
 from ._signals import signal_name
+from ._sweep import shell_sweep_argv
 from ._tasks import first_of, single_errors
 
 log = logging.getLogger("sandbox.session")
@@ -64,43 +62,6 @@ _NO_USAGE = ResourceUsage()
 READER_START = 30.0
 #: Characters of output a `SessionJob` keeps for a model between two looks (head and tail).
 DEFAULT_KEEP_CHARS = 16_000
-
-# POSIX sh: STOP then KILL every process whose environment holds the marker ($1), until none
-# is left. Unlike the exec sweep it never kills a process group: the shell shares the group of
-# the commands it runs, and must live on. A shell from an unreadable copy is non-dumpable, and
-# so are its children that run no readable program (busybox runs its applets from
-# /proc/self/exe): their environment is closed, so one that descends from the shell ($2) is
-# taken too. With $1 empty: the shell's process group and all it started, and the shell itself
-# if $3 says it still runs (a pid in use as a group id is never reused; the shell's own may be).
-_SWEEP_SH = r"""m="$1"; shell="$2"; alive="$3"; i=0
-while [ $i -lt 100 ]; do
-  pids=""
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    [ "$p" = "$$" ] && continue
-    read -r st < "$d/stat" 2>/dev/null || continue
-    set -- ${st##*) }
-    if [ -z "$m" ] && { [ "$p$alive" = "${shell}1" ] || [ "$3" = "$shell" ]; }; then
-      pids="$pids $p"; continue
-    fi
-    [ "$p" = "$shell" ] && continue
-    if [ -n "$m" ] && e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null); then
-      case "$e" in *"$m"*) pids="$pids $p";; esac
-      continue
-    fi
-    q=$2; n=0
-    while [ -n "$shell" ] && [ $n -lt 64 ] && [ "$q" -gt 1 ] 2>/dev/null; do
-      [ "$q" = "$shell" ] && { pids="$pids $p"; break; }
-      read -r st < "/proc/$q/stat" 2>/dev/null || break
-      set -- ${st##*) }; q=$2; n=$((n+1))
-    done
-  done
-  [ -z "$pids" ] && exit 0
-  kill -STOP $pids 2>/dev/null; kill -KILL $pids 2>/dev/null
-  i=$((i+1)); sleep 0.02
-done
-exit 1"""
-
 
 @attrs.frozen(kw_only=True)
 class SessionHost:
@@ -389,8 +350,9 @@ class Session:
             if shell.pid and self._spec is not None:
                 # Its non-dumpable processes are closed to the backend's kill (by environment).
                 alive = "" if shell.ended.is_set() else "1"
-                sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-end", "",
-                                          shell.pid, alive), user=self._spec.user, workdir="/",
+                sweep = ProcessSpec(argv=shell_sweep_argv("", shell.pid, alive,
+                                                          "sandbox-session-end"),
+                                    user=self._spec.user, workdir="/",
                                     max_output_bytes=1 << 12, time_limit=30.0)
                 with contextlib.suppress(SandboxError):
                     await self._backend.run_process(sweep)
@@ -539,24 +501,12 @@ class Session:
         return result
 
     async def _watch(self, run: _Run, limit: float | None, idle: float | None) -> None:
-        deadline = math.inf if limit is None else run.t0 + limit
-        while not run.done.is_set() and run.callback_error is None:
-            now = time.monotonic()
-            if now >= deadline:
-                run.kill_reason = f"command timed out after {limit:g} s"
-                run.timed_out = True
-                break
-            wake = deadline
-            if idle is not None:
-                idle_at = run.last_output + idle
-                if now >= idle_at:
-                    run.kill_reason = f"command produced no output for {idle:g} s " \
-                                      "(idle timeout)"
-                    run.timed_out = True
-                    break
-                wake = min(wake, idle_at)
-            with anyio.move_on_after(max(wake - now, 0.005)):
-                await run.wake.wait()
+        """Until ``run`` ends or a callback raised; kill it at its limits."""
+        reason = await overdue(run.wake, run.t0, limit, idle, lambda: run.last_output,
+                               floor=0.005)
+        if reason:
+            run.kill_reason = reason
+            run.timed_out = True
         if not run.done.is_set():
             await self._kill_command(run)
 
@@ -581,9 +531,9 @@ class Session:
                 with contextlib.suppress(SandboxError):
                     gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}")
             if gone is None:
-                sweep = ProcessSpec(argv=("/bin/sh", "-c", _SWEEP_SH, "sandbox-session-kill",
-                                          f"{COMMAND_VAR}={run.command_id}", run.shell.pid,
-                                          ""),
+                sweep = ProcessSpec(argv=shell_sweep_argv(f"{COMMAND_VAR}={run.command_id}",
+                                                          run.shell.pid, "",
+                                                          "sandbox-session-kill"),
                                     user=spec.user, workdir="/", max_output_bytes=1 << 12,
                                     time_limit=30.0)
                 with contextlib.suppress(SandboxError):
@@ -601,16 +551,11 @@ class Session:
                     await self._stop_shell()
 
     def _result(self, run: _Run) -> CommandResult:
-        cap = run.capture
-        out = cap.output()
-        errors: list[str] = []
-        if run.kill_reason:
-            errors.append(run.kill_reason)
+        errors = [run.kill_reason]
         if run.forged:
             errors.append("the command's end marker was not the one its shell prints (written "
                           "by another process?); its exit status is unknown")
         exit_code = run.status
-        sig = ""
         if run.shell_lost:
             errors.append(run.shell_lost)
             if run.shell.exit_code is not None and not run.killed:
@@ -622,36 +567,18 @@ class Session:
         sig = signal_name(exit_code) if exit_code > 128 else ""
         if run.killed and not sig and not run.kill_confirmed and not run.shell_lost:
             # Never report a kill that did not happen: it ran on, and ended by itself.
-            raise KillFailed(
-                f"{run.kill_reason or 'the command was killed'}, but the kill could not be "
-                "confirmed: its processes may still run",
-                details=f"it ended by itself with exit code {exit_code}")
+            raise unconfirmed_kill(run.kill_reason or "the command was killed",
+                                   details=f"it ended by itself with exit code {exit_code}")
         if run.killed and not sig:
             sig = "SIGKILL"
-        if cap.truncated:
-            errors.append("output truncated at max_output_bytes")
-        timed_out = run.timed_out
         metadata = {"session_id": self.id, "shell": str(run.shell.number)}
         if run.shell_lost:
             metadata["shell_ended"] = "true"
-        return CommandResult(
-            exit_code=exit_code,
-            success=exit_code == 0 and not timed_out and not run.shell_lost,
-            stdout=LazyText(out, "stdout"),
-            stderr=LazyText(out, "stderr"),
-            combined=LazyText(out, "combined"),
-            start_time=run.start_time,
-            end_time=datetime.now(UTC),
-            duration=timedelta(seconds=time.monotonic() - run.t0),
-            error="; ".join(errors),
-            signal=sig,
-            metadata=metadata,
-            timed_out=timed_out,
-            truncated=cap.truncated,
-            stdout_bytes=out.stdout,
-            stderr_bytes=out.stderr,
-            resource_usage=_NO_USAGE,
-        )
+        return make_result(
+            run.capture, exit_code=exit_code, signal=sig, errors=errors,
+            timed_out=run.timed_out, start_time=run.start_time, t0=run.t0, metadata=metadata,
+            success=exit_code == 0 and not run.timed_out and not run.shell_lost,
+            resource_usage=_NO_USAGE)
 
     # -- lifetime -------------------------------------------------------------------------------
 

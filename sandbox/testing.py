@@ -16,14 +16,28 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import posixpath
 import re
+import signal as _signal
 import stat
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
+import anyio
 import attrs
+from anyio.abc import TaskGroup
 
 from ._archive import check_limits
 from ._backend import Process, ProcessSpec
@@ -39,7 +53,6 @@ from ._errors import (
     SandboxError,
     SandboxFileNotFound,
     SandboxIsADirectory,
-    StdinClosed,
 )
 from ._ids import Identity, identity_of
 from ._lifecycle import Lifecycle
@@ -47,80 +60,125 @@ from ._models import (
     Command,
     CommandResult,
     FileInfo,
-    OutputChunk,
     ResourceUsage,
     SandboxConfig,
     SandboxInfo,
     SandboxStatus,
 )
+from ._output import StreamName
+from ._process_base import ProcessBase, Reader, unconfirmed_kill
 from ._protocol import CommandLike, OutputCallback, to_command
 from ._sandbox import Sandbox, session_host
 from ._session import Callback, Session, SessionJob
 from ._signals import parse_signal, signal_name
 from ._tty import check_terminal_size
 
-__all__ = ["FakeBackend", "FakeProcess", "FakeSandbox", "FakeSession"]
+__all__ = ["FakeBackend", "FakeProcess", "FakeSandbox", "FakeSession", "Step"]
 
 Responder = CommandResult | SandboxError | Callable[[Command], CommandResult]
 
 
-class FakeProcess:
-    """The fake's `Process`: replays a scripted result's output; nothing runs.
+@attrs.frozen
+class Step:
+    """One step of a scripted `FakeProcess`: make them with the class methods.
 
-    What is written to its stdin is kept in `stdin`. `kill` before the end (or leaving the
-    block early, or `aclose`) ends it as killed by that signal, like the real handle.
+    Example:
+        FakeProcess(("build",), script=[Step.out("compiling\\n"), Step.sleep(0.01),
+                                        Step.out("warning\\n", "stderr"), Step.exit(2)])
     """
 
-    def __init__(self, argv: tuple[str, ...], result: CommandResult) -> None:
-        self.argv = argv
+    kind: Literal["out", "sleep", "hang", "stdin_eof", "drained", "exit"]
+    stream: StreamName = "stdout"
+    data: bytes = b""
+    seconds: float = 0.0
+    code: int = 0
+
+    @classmethod
+    def out(cls, data: bytes | str, stream: StreamName = "stdout") -> Step:
+        """Print ``data`` on ``stream``."""
+        return cls("out", stream=stream, data=data.encode() if isinstance(data, str) else data)
+
+    @classmethod
+    def sleep(cls, seconds: float) -> Step:
+        """Wait ``seconds`` (silently)."""
+        return cls("sleep", seconds=seconds)
+
+    @classmethod
+    def hang(cls) -> Step:
+        """Wait until killed."""
+        return cls("hang")
+
+    @classmethod
+    def stdin_eof(cls) -> Step:
+        """Wait until stdin is closed (``cat``)."""
+        return cls("stdin_eof")
+
+    @classmethod
+    def drained(cls) -> Step:
+        """Wait until the reader took all output so far, or waits for the result."""
+        return cls("drained")
+
+    @classmethod
+    def exit(cls, code: int) -> Step:
+        """Exit with ``code`` (128+N reads as killed by signal N); the script's end is exit 0."""
+        return cls("exit", code=code)
+
+
+class FakeProcess(ProcessBase):
+    """The fake's `Process`, on the real handle's machinery (`ProcessBase`): output, deadlines,
+    truncation, callbacks, kill and cancellation behave as on every backend; nothing runs.
+
+    Either a ``script`` of `Step` values (output over time, hangs, exit codes), or a finished
+    ``result`` it replays: its output, then its end once that output was read (or waited for).
+    What is written to its stdin is kept in `stdin`; ``echo_stdin`` prints it back on stdout;
+``on_stdin`` answers each write with steps played at once (`play`: a fake shell, a REPL).
+    ``ignore`` names signals it survives (``"TERM"``); ``unkillable`` makes a KILL that is not
+    seen to work (the result is then `KillFailed` unless the script exits by a signal). `kill`
+    before the end (or leaving the block early, or `aclose`) ends it as killed by that signal.
+
+    Example:
+        proc = FakeProcess(("cat",), script=[Step.stdin_eof()], echo_stdin=True, timeout=1)
+        async with proc.lifetime(b"hello"):
+            assert (await proc.wait()).stdout == "hello"
+    """
+
+    def __init__(self, argv: Sequence[str], result: CommandResult | None = None, *,
+                 script: Sequence[Step] = (), echo_stdin: bool = False,
+                 on_stdin: Callable[[bytes], Iterable[Step]] | None = None,
+                 ignore: Collection[str] = (), unkillable: bool = False,
+                 max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+                 timeout: float | None = None, idle_timeout: float | None = None,
+                 on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
+                 iterate: bool = True,
+                 finalize: Callable[[CommandResult], Awaitable[CommandResult]] | None = None,
+                 ) -> None:
+        super().__init__(argv, max_output_bytes=max_output_bytes, timeout=timeout,
+                         idle_timeout=idle_timeout, on_stdout=on_stdout, on_stderr=on_stderr,
+                         iterate=iterate, finalize=finalize)
         self.stdin = bytearray()
+        #: The signals it was sent, by name ("KILL", "TERM"), in order.
+        self.signals: list[str] = []
+        self._signalled = anyio.Event()
         self._scripted = result
-        self._stdin_closed = False
-        self._result: CommandResult | None = None
+        if result is not None and not script:
+            script = (Step.out(result.stdout_bytes or result.stdout.encode()),
+                      Step.out(result.stderr_bytes or result.stderr.encode(), "stderr"),
+                      Step.drained(), Step.exit(result.exit_code))
+        self._script = tuple(script)
+        self._echo = echo_stdin
+        self._on_stdin = on_stdin
+        self._ignore = {_signal.Signals(parse_signal(s)).name.removeprefix("SIG")
+                        for s in ignore}
+        self._unkillable = unkillable
+        out_send, out_receive = anyio.create_memory_object_stream[tuple[StreamName, bytes]](
+            math.inf)
+        self._out_send, self._out_receive = out_send, out_receive
+        self._exit_code: int | None = None
+        self._stdin_eof = anyio.Event()
+        self._read_all = anyio.Event()  # the reader took the output (replay)
+        self._play_scope = anyio.CancelScope()
         #: The last size given to `resize`, if any.
         self.size: tuple[int, int] | None = None
-
-    def __aiter__(self) -> AsyncIterator[OutputChunk]:
-        return self._chunks()
-
-    async def _chunks(self) -> AsyncIterator[OutputChunk]:
-        for stream, data in (("stdout", self._scripted.stdout_bytes
-                              or self._scripted.stdout.encode()),
-                             ("stderr", self._scripted.stderr_bytes
-                              or self._scripted.stderr.encode())):
-            if data and self._result is None:
-                yield OutputChunk(stream=stream, data=data)  # type: ignore[arg-type]
-        self._end(self._scripted)
-
-    def _end(self, result: CommandResult) -> None:
-        if self._result is None:
-            self._result = result
-
-    @property
-    def running(self) -> bool:
-        """True until the scripted command has ended (or was killed)."""
-        return self._result is None
-
-    @property
-    def result(self) -> CommandResult | None:
-        """The result once ended, else None."""
-        return self._result
-
-    async def write_stdin(self, data: bytes | str) -> None:
-        """Keep ``data`` in `stdin`; raises `StdinClosed` after `close_stdin` or the end."""
-        if self._stdin_closed or self._result is not None:
-            raise StdinClosed("the command's stdin is closed")
-        self.stdin += data.encode() if isinstance(data, str) else data
-
-    async def close_stdin(self) -> None:
-        """Close stdin; later writes raise `StdinClosed`."""
-        self._stdin_closed = True
-
-    async def kill(self, signal: int | str = "KILL") -> None:
-        """End the command, if still running, as killed by ``signal``."""
-        number = parse_signal(signal)
-        self._end(attrs.evolve(self._scripted, exit_code=128 + number, success=False,
-                               signal=signal_name(128 + number)))
 
     async def resize(self, rows: int, cols: int) -> None:
         """Record the terminal size in `size` (checked as the real handle checks it)."""
@@ -128,15 +186,111 @@ class FakeProcess:
         self.size = (rows, cols)
 
     async def wait(self) -> CommandResult:
-        """Return the result (the scripted one, unless killed first)."""
-        self._end(self._scripted)
-        assert self._result is not None
-        return self._result
+        self._read_all.set()
+        return await super().wait()
 
-    async def aclose(self) -> None:
-        """Kill the command if it has not ended; idempotent."""
-        if self._result is None:
-            await self.kill()
+    async def wait_signalled(self) -> None:
+        """Wait until it was sent a signal (by `kill`, a deadline or leaving the block)."""
+        await self._signalled.wait()
+
+    def release(self) -> None:
+        super().release()
+        self._out_send.close()
+        self._out_receive.close()
+
+    # -- the script ---------------------------------------------------------------------------
+
+    def _start(self, tg: TaskGroup, stdin: bytes | AsyncIterable[bytes] | None) -> None:
+        super()._start(tg, stdin)
+        tg.start_soon(self._play)
+
+    async def _play(self) -> None:
+        with self._play_scope:
+            for step in self._script:
+                if step.kind in ("out", "exit"):
+                    self.play(step)
+                    if step.kind == "exit":
+                        return
+                elif step.kind == "sleep":
+                    await anyio.sleep(step.seconds)
+                elif step.kind == "hang":
+                    await anyio.sleep_forever()
+                elif step.kind == "stdin_eof":
+                    await self._stdin_eof.wait()
+                elif step.kind == "drained":
+                    await self._read_all.wait()
+            self._exit(0)
+
+    def play(self, *steps: Step) -> None:
+        """Play output and exit steps now, as if the command did them (waits are skipped)."""
+        for step in steps:
+            if self._exit_code is not None:
+                return
+            if step.kind == "out" and step.data:
+                self._out_send.send_nowait((step.stream, step.data))
+            elif step.kind == "exit":
+                self._exit(step.code)
+
+    def _exit(self, code: int) -> None:
+        if self._exit_code is None:
+            self._exit_code = code
+            self._out_send.close()
+            self._play_scope.cancel()
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def _sources(self) -> Sequence[Reader]:
+        return (self._read,)
+
+    async def _read(self) -> tuple[StreamName, bytes] | None:
+        try:
+            return await self._out_receive.receive()
+        except anyio.EndOfStream:
+            return None
+
+    def _reader_waits(self) -> None:
+        if not self._out_receive.statistics().current_buffer_used:
+            self._read_all.set()
+
+    async def _write_in(self, data: bytes) -> None:
+        self.stdin += data
+        if self._echo and data:
+            self.play(Step.out(data))
+        if self._on_stdin is not None:
+            self.play(*self._on_stdin(data))
+
+    async def _write_eof(self) -> None:
+        self._stdin_eof.set()
+
+    async def _signal_tree(self, signal: str) -> None:
+        if self._exit_code is None:
+            self.signals.append(signal)
+            self._signalled.set()
+        if self._exit_code is not None or signal in self._ignore:
+            return
+        if signal == "KILL":
+            self._kill_confirmed = not self._unkillable
+            if self._unkillable:
+                return
+        self._exit(128 + _signal.Signals["SIG" + signal])
+        if signal == "KILL":
+            await self._await_end_after_kill()
+
+    async def _conclude(self) -> CommandResult:
+        await self._eof.wait()
+        code = -1 if self._exit_code is None else self._exit_code
+        sig = signal_name(code)
+        if self._scripted is not None:
+            if code == self._scripted.exit_code:
+                return self._scripted
+            return attrs.evolve(self._scripted, exit_code=code, success=False, signal=sig)
+        if self._killed and not sig and not self._kill_confirmed:
+            raise unconfirmed_kill(f"{self.argv[0]!r}: {self._kill_reason or 'it was killed'}",
+                                   details=f"it ended by itself with exit code {code}")
+        if self._killed and not sig:
+            sig = "SIGKILL"
+        return self._make_result(exit_code=code, signal=sig, errors=[self._kill_reason],
+                                 metadata={"backend": "fake"})
 
 
 def _text(command: Command) -> str:
@@ -216,10 +370,8 @@ class FakeBackend(BackendBase):
     async def open_process(self, spec: ProcessSpec) -> AsyncIterator[FakeProcess]:
         self.require_running()
         proc = FakeProcess(spec.argv, self._respond(spec))
-        try:
+        async with proc.lifetime(spec.stdin):
             yield proc
-        finally:
-            await proc.aclose()
 
     # -- files ----------------------------------------------------------------------
 

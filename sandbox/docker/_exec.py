@@ -1,27 +1,25 @@
-"""Streaming exec: output as it arrives, stdin with a real EOF, and a kill that reaches every
-process the command started.
+"""Streaming exec on the Docker engine: output as it arrives, stdin with a real EOF, and a kill
+that reaches every process the command started.
 
-`ExecProcess` is the handle and `open_exec` starts one. The end of the output means the command
-exited; its exit code is then read by inspect, and stdin it never read is dropped. The parts
-live beside it: `_exec_start` (size checks, the engine's start failures), `_exec_stdin` (stdin
-with a pipe's rules), `_exec_kill` (deadlines, and the marker sweep that kills the process
-tree) and `_exec_result` (exit info -> `CommandResult`). The engine facts behind this are in
-docs/engine-notes.md, sections "exec: streams, stdin, exit codes" and "Killing a command's
-process tree"; the attach stream itself is the gateway's `ExecStream`.
+`ExecProcess` is the handle (the shared machinery is `.._process_base.ProcessBase`; this
+module supplies the engine's hooks) and `open_exec` starts one. The end of the output means the
+command exited; its exit code is then read by inspect, and stdin it never read is dropped. When
+the engine could not start a command it says so in the command's output: `read_start_failure`
+tells that message from output by the exec's Pid. Killing is `_exec_kill` (from the host, or
+the marker sweep in a second exec); `_exec_gate` keeps execs and freezes apart. The engine facts
+behind this are in docs/engine-notes.md, sections "exec: streams, stdin, exit codes" and
+"Killing a command's process tree"; the attach stream itself is the gateway's `ExecStream`.
 """
+
 
 from __future__ import annotations
 
 import contextlib
-import signal as _signal
-import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
 from .._backend import ProcessSpec
 from .._errors import (
@@ -31,34 +29,26 @@ from .._errors import (
     SandboxNotFound,
     SandboxNotRunning,
 )
-from .._models import CommandResult, OutputChunk
-from .._output import OutputCapture, StreamName, deliver
-from .._signals import parse_signal
-from .._tasks import first_of, single_errors
+from .._exec_start import check_exec_size, start_error
+from .._models import CommandResult
+from .._output import StreamName
+from .._process_base import Callback, Finalizer, ProcessBase, Reader, unconfirmed_kill
+from .._signals import signal_name
+from .._sweep import MARKER_VAR
+from .._tasks import first_of
 from .._tty import check_terminal_size
 from ._exec_gate import ExecGate
-from ._exec_kill import MARKER_VAR, kill_command, overdue, sweep
-from ._exec_result import build_result, read_exit_info
-from ._exec_start import check_exec_size, read_start_failure
-from ._exec_stdin import ExecStdin
+from ._exec_kill import kill_command, sweep
 from ._gateway import Engine, EngineConflict, EngineNotFound, ExecStream, engine_address
 
-#: How long a killed command may take to close its output before we stop waiting for it.
-DRAIN_AFTER_KILL = 5.0
+__all__ = ["ExecProcess", "Finalizer", "open_exec", "read_exit_info", "read_start_failure"]
+
 #: How long a command's output may stay open after its container stopped.
 STOPPED_GRACE = 5.0
 
-Callback = Callable[[bytes], Any]
-Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
-"""Adds to a result what only the sandbox knows (usage during the command, OOM kills)."""
 
-
-class ExecProcess:
-    """A command running in the sandbox.
-
-    Iterate it for :class:`OutputChunk` values as they are produced, write to its stdin, send it
-    signals, and ``await wait()`` for its :class:`CommandResult`.
-    """
+class ExecProcess(ProcessBase):
+    """A command running in the sandbox's container (see `sandbox.Process`)."""
 
     def __init__(
         self, *, engine: Engine, container_id: str, exec_id: str, stream: ExecStream, marker: str,
@@ -67,106 +57,20 @@ class ExecProcess:
         iterate: bool, finalize: Finalizer | None = None, workdir: str = "",
         gate: ExecGate | None = None,
     ) -> None:
+        super().__init__(argv, max_output_bytes=max_output_bytes, timeout=timeout,
+                         idle_timeout=idle_timeout, on_stdout=on_stdout, on_stderr=on_stderr,
+                         iterate=iterate, finalize=finalize)
         self._engine = engine
         self._gate = gate or ExecGate()
-        #: The last KILL was seen to leave none of the command's processes.
-        self._kill_confirmed = False
         self._workdir = workdir
-        #: Set when the engine could not start the command; raised instead of a result.
-        self._start_failed: CommandStartFailed | None = None
-        self._finalize = finalize
         self.container_id = container_id
         self.exec_id = exec_id
         self._stream = stream
         self._marker = marker
         self._user = user
-        self.argv = tuple(argv)
-        self._capture = OutputCapture(max_output_bytes)
-        self._timeout = timeout
-        self._idle_timeout = idle_timeout
-        self._callbacks: dict[StreamName, Callback | None] = {
-            "stdout": on_stdout, "stderr": on_stderr,
-        }
-        self._iterate = iterate
-        send, receive = anyio.create_memory_object_stream[OutputChunk](16)
-        self._send = send
-        self._receive = receive
-        self._eof = anyio.Event()
-        self._drained = False  # the engine ended the output: the command is over
+        self._first = True
         self._stopped: SandboxError | None = None  # why the container stopped under us
         self._stopped_event = anyio.Event()
-        self._done = anyio.Event()
-        self._stdin = ExecStdin(stream, self.argv[0], self._eof)
-        self._last_output = time.monotonic()
-        self._kill_reason = ""
-        self._killed = False
-        self._abandoned = False
-        self._closed = False  # aclose() ran
-        self._pump_error: BaseException | None = None
-        self._result: CommandResult | None = None
-        self.start_time = datetime.now(UTC)
-        self._t0 = time.monotonic()
-
-    # -- public handle -------------------------------------------------------------------------
-
-    def __aiter__(self) -> AsyncIterator[OutputChunk]:
-        return self._chunks()
-
-    async def _chunks(self) -> AsyncIterator[OutputChunk]:
-        # Take what is buffered without a checkpoint per chunk (see _pump); wait only when empty.
-        while True:
-            try:
-                chunk = self._receive.receive_nowait()
-            except anyio.WouldBlock:
-                try:
-                    chunk = await self._receive.receive()
-                except anyio.EndOfStream:
-                    break
-            except anyio.EndOfStream:
-                break
-            yield chunk
-        if self._start_failed is not None:
-            raise self._start_failed
-
-    @property
-    def running(self) -> bool:
-        """True until the command's output has ended."""
-        return not self._eof.is_set()
-
-    @property
-    def result(self) -> CommandResult | None:
-        """The command's result once ``wait()`` could return it, else None."""
-        return self._result
-
-    async def write_stdin(self, data: bytes | str) -> None:
-        """Send bytes to the command's stdin.
-
-        Waits while the command does not read (like a full pipe), but never past the end of
-        its output.
-
-        Raises:
-            StdinClosed: (a ``BrokenPipeError``) the command has exited, or stdin was closed;
-                what it did not read is dropped.
-        """
-        await self._stdin.write(data)
-
-    async def close_stdin(self) -> None:
-        """Send EOF: the command sees the end of its input and ``cat`` ends."""
-        await self._stdin.close()
-
-    async def kill(self, signal: int | str = "KILL") -> None:
-        """Send a signal (``9``, ``"TERM"``, ``"SIGINT"``, ``signal.SIGHUP``) to the command
-        and every process it started.
-
-        With KILL (the default) the sweep repeats until none of them is left.
-
-        Raises:
-            ValueError: ``signal`` names no signal.
-        """
-        name = _signal.Signals(parse_signal(signal)).name.removeprefix("SIG")
-        if name == "KILL":
-            self._killed = True
-        await self._sweep(name)
 
     async def resize(self, rows: int, cols: int) -> None:
         """Set the size of the command's terminal (``tty=True``); the engine ignores it
@@ -186,103 +90,42 @@ class ExecProcess:
             self._stopped = error
             self._stopped_event.set()
 
-    async def aclose(self) -> None:
-        """Kill the command if it still runs and drop output nobody read; idempotent.
+    # -- hooks -------------------------------------------------------------------------------
 
-        Leaving the ``stream_command`` block (normally, by an error, by a callback that raised
-        or by cancellation) does this, so no command is left running in the sandbox.
-        """
-        if not self._closed:
-            self._closed = True
-            # First, so a pump blocked on a full buffer nobody reads drops output and reads on
-            # (else the kill's exec stalls on the unread output for its whole deadline).
-            self._receive.close()
-            if not self._drained and not self._abandoned:
-                self._killed = True
-                with anyio.CancelScope(shield=True):
-                    await self._sweep_unread()
-        self._receive.close()
+    def _sources(self) -> Sequence[Reader]:
+        return (self._read,)
 
-    def release(self) -> None:
-        """Close the output channel's both ends; the last step of `open_exec`, also when a
-        second cancellation broke into the shielded `aclose`."""
-        self._send.close()
-        self._receive.close()
+    async def _read(self) -> tuple[StreamName, bytes] | None:
+        while True:
+            msg = await self._stream.read_out()
+            if msg is None:
+                return None
+            name: StreamName = "stderr" if msg[0] == 2 else "stdout"
+            data = bytes(msg[1])
+            if self._first:
+                self._first = False
+                self._gate.confirmed(self.exec_id)
+                self._start_failed = await read_start_failure(
+                    self._engine, self.exec_id, name, data, self.argv, self._user,
+                    self._workdir)
+                if self._start_failed is not None:
+                    continue  # the engine's message, not output; EOF follows
+            return name, data
 
-    async def wait(self) -> CommandResult:
-        """Wait for the command to end and return its result.
+    def _output_ended(self) -> None:
+        self._gate.confirmed(self.exec_id)
+        super()._output_ended()
 
-        Output not yet read through iteration is still captured in the result.
-        """
-        if self._iterate and not self._closed:
-            async for _ in self._receive:
-                pass
-        await self._done.wait()
-        if self._pump_error is not None:
-            raise self._pump_error
-        assert self._result is not None
-        return self._result
+    async def _write_in(self, data: bytes) -> None:
+        await self._stream.write_in(data)
 
-    # -- machinery -------------------------------------------------------------------------------
+    async def _write_eof(self) -> None:
+        self._stream.write_eof()
 
-    def start(self, tg: TaskGroup, stdin: bytes | AsyncIterable[bytes] | None) -> None:
-        tg.start_soon(self._pump)
-        if stdin is not None:
-            tg.start_soon(self._stdin.feed, stdin)
-        if self._timeout is not None or self._idle_timeout is not None:
-            tg.start_soon(self._watchdog)
+    async def _close_stream(self) -> None:
+        await self._stream.close()
 
-    async def _pump(self) -> None:
-        first = True
-        try:
-            while True:
-                try:
-                    msg = await self._stream.read_out()
-                except SandboxError as exc:
-                    if not self._killed:
-                        self._pump_error = exc
-                    break
-                if msg is None:
-                    self._drained = True
-                    break
-                name: StreamName = "stderr" if msg[0] == 2 else "stdout"
-                data = bytes(msg[1])
-                if first:
-                    first = False
-                    self._gate.confirmed(self.exec_id)
-                    self._start_failed = await read_start_failure(
-                        self._engine, self.exec_id, name, data, self.argv, self._user,
-                        self._workdir)
-                    if self._start_failed is not None:
-                        continue  # the engine's message, not output; EOF follows
-                self._last_output = time.monotonic()
-                self._capture.feed(name, data)
-                await deliver(self._callbacks[name], data)
-                if self._iterate:
-                    chunk = OutputChunk(stream=name, data=data)
-                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        # send() checkpoints on every chunk; skipping that while the buffer
-                        # has room cuts the CPU per streamed chunk about 3x (bench/run.py).
-                        try:
-                            self._send.send_nowait(chunk)
-                        except anyio.WouldBlock:
-                            await self._send.send(chunk)
-        finally:
-            self._gate.confirmed(self.exec_id)
-            self._eof.set()
-            self._stdin.stop()
-            self._send.close()
-
-    async def _watchdog(self) -> None:
-        reason = await overdue(self._eof, self._t0, self._timeout, self._idle_timeout,
-                               lambda: self._last_output)
-        if not reason:
-            return
-        self._kill_reason = reason
-        self._killed = True
-        await self._sweep("KILL")
-
-    async def _sweep(self, signal: str) -> None:
+    async def _signal_tree(self, signal: str) -> None:
         """Signal the command's processes: a KILL from the host where the SDK can (nothing
         in the sandbox can starve it), else by the marker sweep exec; other signals by the
         sweep. A KILL records whether none of them was seen left."""
@@ -290,27 +133,18 @@ class ExecProcess:
             self._kill_confirmed = await kill_command(
                 self._engine, self.container_id, self.exec_id, self._user, self._marker,
                 self._gate)
+            await self._await_end_after_kill()
         else:
             await sweep(self._engine, self.container_id, self._user, self._marker, signal,
                         self._gate)
-        if signal == "KILL" and not self._eof.is_set():
-            # Normally the output ends at once. If it does not (the sweep could not run: the
-            # container is paused, the engine is gone), stop reading so nobody waits forever.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(DRAIN_AFTER_KILL):
-                await self._eof.wait()
-            if not self._eof.is_set():
-                self._abandoned = True
-                self._stdin.stop()
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self._stream.close()
 
-    async def _sweep_unread(self) -> None:
+    async def _kill_on_close(self) -> None:
         """Kill the command; if nothing reads its output any more (a callback raised), read
         and drop it meanwhile: unread output stalled every exec in the container, the sweep's
         too, for the sweep's whole 30 s (measured with ``cat /dev/zero``).
         """
         if not self._eof.is_set():  # the pump still reads
-            await self._sweep("KILL")
+            await self._signal_tree("KILL")
             return
 
         async def drop() -> None:
@@ -320,35 +154,27 @@ class ExecProcess:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(drop)
-            await self._sweep("KILL")
+            await self._signal_tree("KILL")
             tg.cancel_scope.cancel()
 
-    async def finish(self) -> None:
+    async def _conclude(self) -> CommandResult:
         """Wait for EOF, read the exit code and build the result."""
-        try:
-            await first_of(self._eof, self._stopped_event)
-            if not self._eof.is_set():
-                await self._end_with_container()
-            await self._eof.wait()  # bounded after a kill: see _sweep
-            info = await read_exit_info(self._engine, self.exec_id, abandoned=self._abandoned)
-            if info.get("Running") and not self._killed:
-                # The output ended but the command did not: the connection to the engine
-                # broke (engine restart, closed client). Do not leave it running unseen.
-                self._killed = True
-                await self._sweep("KILL")
-                raise EngineUnavailable(
-                    f"lost the output of {self.argv[0]!r}: the connection to the engine at "
-                    f"{engine_address()} broke while it ran; it was killed, run it again",
-                    retryable=True,
-                )
-            result = self._build(info)
-            if self._finalize is not None:
-                result = await self._finalize(result)
-            self._result = result
-        except SandboxError as exc:
-            self._pump_error = self._pump_error or exc
-        finally:
-            self._done.set()
+        await first_of(self._eof, self._stopped_event)
+        if not self._eof.is_set():
+            await self._end_with_container()
+        await self._eof.wait()  # bounded after a kill: see _await_end_after_kill
+        info = await read_exit_info(self._engine, self.exec_id, abandoned=self._abandoned)
+        if info.get("Running") and not self._killed:
+            # The output ended but the command did not: the connection to the engine
+            # broke (engine restart, closed client). Do not leave it running unseen.
+            self._killed = True
+            await self._signal_tree("KILL")
+            raise EngineUnavailable(
+                f"lost the output of {self.argv[0]!r}: the connection to the engine at "
+                f"{engine_address()} broke while it ran; it was killed, run it again",
+                retryable=True,
+            )
+        return self._build(info)
 
     async def _end_with_container(self) -> None:
         """The container stopped: give the output a moment to end, else stop reading."""
@@ -357,22 +183,123 @@ class ExecProcess:
         if self._eof.is_set():
             return  # the usual case: the engine ended the output, the result tells the rest
         self._killed = self._abandoned = True
-        self._stdin.stop()
+        self._stop_stdin()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await self._stream.close()
         assert self._stopped is not None
         raise self._stopped
 
     def _build(self, info: Mapping[str, Any]) -> CommandResult:
+        """The result of the exec whose inspect is `info`.
+
+        Raises:
+            CommandStartFailed: The command never started (no Pid); the output holds the
+                engine's message.
+            KillFailed: It was killed, but neither its exit status nor the kill shows it
+                ended by a signal.
+        """
         if self._start_failed is not None:
             raise self._start_failed
-        return build_result(
-            info, self._capture, argv=self.argv, user=self._user, workdir=self._workdir,
-            killed=self._killed, kill_reason=self._kill_reason, abandoned=self._abandoned,
-            kill_confirmed=self._kill_confirmed,
-            start_time=self.start_time, t0=self._t0, container_id=self.container_id,
-            exec_id=self.exec_id,
+        code_raw = info.get("ExitCode")
+        pid = int(info.get("Pid") or 0)
+        killed, kill_reason = self._killed, self._kill_reason
+        if pid == 0 and code_raw in (126, 127) and not killed:
+            # Never started (no Pid), but the first message was not seen as the engine's.
+            text = self._capture.output().decode("combined").strip()
+            raise engine_start_error(text, self.argv, self._user, self._workdir)
+        exit_code = -1 if code_raw is None else int(code_raw)
+        sig = signal_name(exit_code)
+        if killed and not sig and not self._kill_confirmed:
+            raise unconfirmed_kill(
+                f"{self.argv[0]!r}: {kill_reason or 'it was killed'}", details=(
+                    "the command's output never ended (is the container paused?)"
+                    if self._abandoned
+                    else f"it ended by itself with exit code {exit_code}" if code_raw is not None
+                    else "the engine reported no exit code"))
+        if killed and not sig:
+            sig = "SIGKILL"
+        errors = [kill_reason or ("the engine did not report an exit code"
+                                  if code_raw is None else "")]
+        if self._abandoned:
+            errors.append("the command's output did not end after the kill (is the container "
+                          "paused? its processes die when it is thawed)")
+        return self._make_result(
+            exit_code=exit_code, signal=sig, errors=errors, process_id=pid,
+            metadata={"container_id": self.container_id, "exec_id": self.exec_id})
+
+
+async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> dict[str, Any]:
+    """The exec's inspect once it is no longer running (for up to 5 s), else no exit code.
+
+    `abandoned`: it did not end when killed, so one look is enough.
+    """
+    info: dict[str, Any] = {}
+    with anyio.move_on_after(5):
+        while True:
+            info = await engine.inspect_exec(exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return info
+            if abandoned:
+                break  # it did not end when killed: waiting longer tells nothing new
+            await anyio.sleep(0.05)
+    return {"ExitCode": None, "Pid": 0, "Running": info.get("Running", False)}
+
+
+def engine_start_error(text: str, argv: Sequence[str], user: str,
+                       workdir: str) -> CommandStartFailed:
+    """Name the cause of a start failure from the engine's message.
+
+    Only called when the engine said the process never started (Pid 0): then the text is the
+    engine's, not something the command printed.
+    """
+    low = text.lower()
+    name = argv[0]
+    if "unable to find user" in low or "unable to find group" in low:
+        kind = "group" if "unable to find group" in low else "user"
+        return CommandStartFailed(
+            f"cannot start {name!r}: the {kind} in user={user!r} does not exist in the sandbox "
+            f"(no entry in its /etc/{'group' if kind == 'group' else 'passwd'})",
+            details=f"use a numeric uid[:gid] or a {kind} the image defines; engine: {text}",
         )
+    if "chdir to cwd" in low or "initial working directory" in low:
+        return start_error(name, "workdir", workdir=workdir, details=text)
+    if "message length" in low and "maximum message size" in low:
+        return CommandStartFailed(
+            f"cannot start {name!r}: its arguments and environment exceed the engine's 4 MiB "
+            "message limit", details=f"pass large data through stdin or a file; engine: {text}",
+        )
+    if "executable file not found" in low or "error finding executable" in low:
+        return start_error(name, "path", details=text)
+    if "no such file or directory" in low:
+        return start_error(name, "missing", details=text)
+    if "permission denied" in low:
+        return start_error(name, "notexec", details=text)
+    return start_error(name, "other", details=text)
+
+
+async def read_start_failure(
+    engine: Engine, exec_id: str, name: StreamName, data: bytes, argv: Sequence[str], user: str,
+    workdir: str,
+) -> CommandStartFailed | None:
+    """The error to raise if the first message is the engine saying the command could not
+    start, else None (the message is output).
+
+    The engine writes its error as one stdout line ending in CRLF, after marking the
+    exec exited (code 126) with no Pid. Any command can print the same text, so only
+    the Pid decides: the engine holds the exec's lock from the start until the Pid is
+    set, so an inspect made after a started command's output always shows its Pid.
+    """
+    if name != "stdout" or not data.endswith(b"\r\n") or b"\n" in data[:-2] \
+            or len(data) > 64 << 10:
+        return None  # not one CRLF line: output (no inspect for most CRLF text)
+    try:
+        info = await engine.inspect_exec(exec_id, deadline=10)
+    except SandboxError:
+        return None  # deliver it as output; the result still sees Pid 0 if it never ran
+    if info.get("Pid") or info.get("Running") or info.get("ExitCode") not in (126, 127):
+        return None
+    text = data.decode(errors="replace").strip()
+    return engine_start_error(text, argv, user, workdir)
 
 
 @contextlib.asynccontextmanager
@@ -387,8 +314,6 @@ async def open_exec(
     """
     gate = gate or ExecGate()
     argv, env, workdir, user, stdin = spec.argv, spec.env, spec.workdir, spec.user, spec.stdin
-    max_output_bytes, time_limit, idle_timeout = (spec.max_output_bytes, spec.time_limit,
-                                                  spec.idle_timeout)
     marker = uuid.uuid4().hex
     env_list = [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"]
     check_exec_size(argv, env_list)
@@ -420,29 +345,19 @@ async def open_exec(
         started = exec_id
     finally:
         gate.started(started)
-    proc: ExecProcess | None = None
     try:
         proc = ExecProcess(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
-            marker=marker, user=user, argv=argv, max_output_bytes=max_output_bytes,
-            timeout=time_limit, idle_timeout=idle_timeout, on_stdout=on_stdout,
+            marker=marker, user=user, argv=argv, max_output_bytes=spec.max_output_bytes,
+            timeout=spec.time_limit, idle_timeout=spec.idle_timeout, on_stdout=on_stdout,
             on_stderr=on_stderr, iterate=iterate, finalize=finalize, workdir=workdir,
             gate=gate,
         )
-        async with single_errors(), anyio.create_task_group() as tg:
-            proc.start(tg, stdin)
-            if stdin is None and attach_stdin and not iterate:
-                await proc.close_stdin()
-            tg.start_soon(proc.finish)
-            try:
-                yield proc
-            finally:
-                await proc.aclose()
+        async with proc.lifetime(stdin, close_stdin=stdin is None and attach_stdin
+                                 and not iterate):
+            yield proc
     finally:
         gate.confirmed(exec_id)
-        if proc is not None:
-            # Also when a second asyncio cancel broke into the shielded sweep above.
-            proc.release()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             # stdin the engine never took is dropped, or the socket would linger until taken.
             await stream.close()

@@ -1,69 +1,27 @@
-"""When and how a command is killed: its deadlines, and the marker sweep that reaches every
-process it started.
+"""Killing a Docker exec and every process it started.
 
 The engine cannot kill an exec. So each exec carries a marker variable (`MARKER_VAR`). Where
 the SDK reaches the container's cgroup (root beside a local engine), `_host_kill` freezes it
 and kills the command's processes from outside: nothing in the sandbox can starve that. Else
-a second exec, run as the same user, stops and kills every process whose environment holds
-the marker: the command and everything it started, a fork bomb included, as long as the
-container has a free pid for that exec. The engine facts behind this are
-in docs/engine-notes.md, section "Killing a command's process tree".
+a second exec, run as the same user, runs the marker sweep (`.._sweep`): it stops and kills
+every process whose environment holds the marker, the command and everything it started, a
+fork bomb included, as long as the container has a free pid for that exec. The engine facts
+behind this are in docs/engine-notes.md, section "Killing a command's process tree".
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import os
-import time
-from collections.abc import Callable
 
 import anyio
 
 from .._errors import SandboxError
+from .._sweep import MARKER_VAR, SWEEP_ATTEMPTS, sweep_argv
 from ._exec_gate import ExecGate
 from ._gateway import Engine
 from ._host import find_container_cgroup
 from ._host_kill import kill_from_host
-
-MARKER_VAR = "SANDBOX_EXEC_ID"
-
-# POSIX sh (busybox ash, dash, bash): STOP then KILL every process whose environment holds the
-# marker until none is left. STOP first so a fork loop cannot outrun the sweep.
-_SWEEP_SH = r"""m="$1"; sig="$2"; i=0
-while [ $i -lt 100 ]; do
-  pids=""; unsure=""
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    [ "$p" = "$$" ] && continue
-    [ -r "$d/environ" ] || continue
-    # A failed read of a readable, still-present process is a failed fork (a fork bomb at
-    # the pids limit), not proof of absence: look again rather than report success.
-    e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null) || { [ -e "$d" ] && unsure=1; continue; }
-    case "$e" in
-      *"$m"*) pids="$pids $p"
-        # Stop and kill the whole process group at once with builtins (no fork needed), so a
-        # fork bomb in it cannot outrun the sweep. runc makes each exec its own group leader.
-        if [ "$sig" = KILL ] && read -r st < "$d/stat" 2>/dev/null; then
-          set -- ${st##*) }
-          if [ "${3:-1}" -gt 1 ] && [ "$3" != "$$" ]; then
-            kill -STOP -"$3" 2>/dev/null; kill -KILL -"$3" 2>/dev/null
-          fi
-        fi;;
-    esac
-  done
-  [ -z "$pids" ] && [ -z "$unsure" ] && exit 0
-  if [ -n "$pids" ]; then
-    if [ "$sig" = KILL ]; then kill -STOP $pids 2>/dev/null; fi
-    kill -"$sig" $pids 2>/dev/null
-  fi
-  [ "$sig" = KILL ] || exit 0
-  i=$((i+1)); sleep 0.02
-done
-exit 1"""
-
-#: A sweep that could not finish (it could not fork, or found survivors) is run again.
-SWEEP_ATTEMPTS = 5
 
 
 async def sweep(engine: Engine, container_id: str, user: str, marker: str, signal: str,
@@ -80,8 +38,7 @@ async def sweep(engine: Engine, container_id: str, user: str, marker: str, signa
             for _attempt in range(SWEEP_ATTEMPTS):
                 try:
                     killer = await engine.create_exec("kill the command", container_id, {
-                        "Cmd": ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
-                                f"{MARKER_VAR}={marker}", signal],
+                        "Cmd": sweep_argv(marker, signal),
                         "User": user, "AttachStdout": True, "AttachStderr": True,
                     })
                     async with await engine.attach_exec("kill the command", killer) as s:
@@ -154,28 +111,3 @@ async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, entry
                 functools.partial(kill_from_host, cgroup, entry, pid, freeze=settled),
                 abandon_on_cancel=True)
     return done
-
-
-async def overdue(
-    eof: anyio.Event, t0: float, time_limit: float | None, idle_timeout: float | None,
-    last_output: Callable[[], float],
-) -> str:
-    """Wait until the output ends (then return "") or a deadline passes (then say which, for
-    the result): `time_limit` seconds after `t0`, or `idle_timeout` seconds after the
-    ``time.monotonic()`` that `last_output` returns.
-    """
-    deadline = math.inf if time_limit is None else t0 + time_limit
-    while not eof.is_set():
-        now = time.monotonic()
-        if now >= deadline:
-            assert time_limit is not None
-            return f"command timed out after {time_limit:g} s"
-        wake = deadline
-        if idle_timeout is not None:
-            idle_at = last_output() + idle_timeout
-            if now >= idle_at:
-                return f"command produced no output for {idle_timeout:g} s (idle timeout)"
-            wake = min(wake, idle_at)
-        with anyio.move_on_after(max(wake - now, 0.01)):
-            await eof.wait()
-    return ""

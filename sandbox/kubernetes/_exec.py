@@ -23,41 +23,31 @@ gets the default dispositions), so the command's own exit code is reported. The 
 read with ``dd bs=1`` (busybox's ``head -c`` reads past its count from a pipe), about 1 MB/s:
 the price of a server without v5, which every supported Kubernetes release has (1.30+).
 
-A timeout or `kill` runs the Docker backend's marker sweep in a second exec: every process
-whose environment holds the marker is stopped and killed, however it was started.
+`KubeProcess` is the handle (the shared machinery is `.._process_base.ProcessBase`; this
+module supplies the websocket's hooks). A timeout or `kill` runs the marker sweep
+(`.._sweep`) in a second exec: every process whose environment holds the marker is stopped and
+killed, however it was started.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import signal as _signal
-import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import ClassVar
 
 import anyio
-from anyio.abc import TaskGroup
 
 from .._backend import ProcessSpec
-from .._errors import (
-    CommandNotExecutable,
-    CommandNotFound,
-    CommandStartFailed,
-    EngineUnavailable,
-    SandboxError,
-    StdinClosed,
-)
-from .._models import CommandResult, OutputChunk
-from .._output import LazyText, OutputCapture, StreamName, deliver
-from .._signals import parse_signal, signal_name
-from .._tasks import single_errors
+from .._errors import CommandStartFailed, EngineUnavailable, SandboxError
+from .._exec_start import StartFault, check_exec_size, start_error
+from .._models import CommandResult
+from .._output import StreamName
+from .._process_base import Callback, Finalizer, ProcessBase, Reader
+from .._signals import signal_name
+from .._sweep import MARKER_VAR, SWEEP_ATTEMPTS, sweep_argv
 from .._tty import check_terminal_size
-from ..docker._exec_kill import _SWEEP_SH, MARKER_VAR
-from ..docker._exec_start import check_exec_size
 from ._gateway import ExecSocket, ExecStreamLost
 
 __all__ = ["KubeProcess", "open_exec", "parse_status", "wrap_argv"]
@@ -66,9 +56,6 @@ V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
 STDIN_CHUNK = 256 << 10
-#: How long a killed command may take to end its output before we stop waiting.
-DRAIN_AFTER_KILL = 5.0
-SWEEP_ATTEMPTS = 5
 #: How long KILL keeps sweeping while the command's output has not ended.
 KILL_PATIENCE = 30.0
 #: The API server takes the argv in the URL; keep well below its 1 MiB request-line limit.
@@ -93,8 +80,6 @@ trap : TERM INT HUP QUIT USR1 USR2
   kill -PIPE "$dec" 2>/dev/null; exit "$c"; }
 """
 
-Callback = Callable[[bytes], Any]
-Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
 #: Runs the sweep (argv) in another exec, returns its exit code (None: it could not run).
 Killer = Callable[[Sequence[str]], Awaitable[int | None]]
 
@@ -140,175 +125,45 @@ def parse_status(data: bytes) -> tuple[int | None, str]:
     return None, message or "the exec failed without an exit code"
 
 
-class KubeProcess:
+class KubeProcess(ProcessBase):
     """A command running in the sandbox Pod (the `Process` handle)."""
+
+    STDIN_CHUNK: ClassVar[int] = STDIN_CHUNK
 
     def __init__(self, *, sock: ExecSocket, argv: Sequence[str], marker: str, nonce: str,
                  framed: bool, killer: Killer, max_output_bytes: int,
                  timeout: float | None, idle_timeout: float | None,
                  on_stdout: Callback | None, on_stderr: Callback | None, iterate: bool,
                  workdir: str, finalize: Finalizer | None = None) -> None:
+        super().__init__(argv, max_output_bytes=max_output_bytes, timeout=timeout,
+                         idle_timeout=idle_timeout, on_stdout=on_stdout, on_stderr=on_stderr,
+                         iterate=iterate, finalize=finalize)
         self._sock = sock
-        self.argv = tuple(argv)
+        self._messages = sock.messages()
         self.protocol = sock.protocol
         self._marker = marker
         self._start_prefix = f"{nonce}:".encode()
         self._framed = framed
         self._killer = killer
-        self._capture = OutputCapture(max_output_bytes)
-        self._timeout = timeout
-        self._idle_timeout = idle_timeout
-        self._callbacks: dict[StreamName, Callback | None] = {"stdout": on_stdout,
-                                                              "stderr": on_stderr}
-        self._iterate = iterate
         self._workdir = workdir
-        self._finalize = finalize
-        send, receive = anyio.create_memory_object_stream[OutputChunk](16)
-        self._send, self._receive = send, receive
-        self._eof = anyio.Event()
-        self._done = anyio.Event()
         self._status: bytes | None = None
-        self._start_failed: CommandStartFailed | None = None
         self._first_stderr = True
-        self._stdin_closed = False
-        self._stdin_lock = anyio.Lock()
-        self._last_output = time.monotonic()
-        self._kill_reason = ""
-        self._killed = False
-        self._abandoned = False
-        self._closed = False
-        self._error: BaseException | None = None
-        self._result: CommandResult | None = None
-        self.start_time = datetime.now(UTC)
-        self._t0 = time.monotonic()
-
-    # -- the public handle -----------------------------------------------------------------
-
-    def __aiter__(self) -> AsyncIterator[OutputChunk]:
-        return self._chunks()
-
-    async def _chunks(self) -> AsyncIterator[OutputChunk]:
-        async for chunk in self._receive:
-            yield chunk
-        if self._start_failed is not None:
-            raise self._start_failed
-
-    @property
-    def running(self) -> bool:
-        return not self._eof.is_set()
-
-    @property
-    def result(self) -> CommandResult | None:
-        return self._result
-
-    async def write_stdin(self, data: bytes | str) -> None:
-        """Send bytes to the command's stdin.
-
-        Raises:
-            StdinClosed: The command has exited, or stdin was closed.
-        """
-        if isinstance(data, str):
-            data = data.encode()
-        async with self._stdin_lock:
-            if self._stdin_closed:
-                raise StdinClosed(f"cannot write to the stdin of {self.argv[0]!r}: its stdin "
-                                  "was already closed (close_stdin)")
-            for off in range(0, len(data), STDIN_CHUNK):
-                self._raise_if_ended()
-                piece = data[off:off + STDIN_CHUNK]
-                if self._framed:
-                    piece = b"%d\n" % len(piece) + piece
-                try:
-                    await self._sock.send(bytes([STDIN]) + piece)
-                except ExecStreamLost:
-                    self._raise_if_ended()
-                    raise
-
-    def _raise_if_ended(self) -> None:
-        if self._eof.is_set() or self._abandoned:
-            raise StdinClosed(f"cannot write to the stdin of {self.argv[0]!r}: the command "
-                              "has exited; input it did not read was dropped")
-
-    async def close_stdin(self) -> None:
-        """Send EOF: v5's close message, or the v4 wrapper's end frame."""
-        async with self._stdin_lock:
-            if self._stdin_closed:
-                return
-            self._stdin_closed = True
-            if self._eof.is_set():
-                return
-            message = bytes([STDIN]) + b"0\n" if self._framed else bytes([CLOSE, STDIN])
-            if self.protocol != V5 and not self._framed:
-                return  # v4 without the framing wrapper: EOF cannot be sent
-            with contextlib.suppress(ExecStreamLost):
-                await self._sock.send(message)
-
-    async def kill(self, signal: int | str = "KILL") -> None:
-        """Send ``signal`` to the command and everything it started (KILL: until none is left).
-
-        Raises:
-            ValueError: ``signal`` names no signal.
-        """
-        name = _signal.Signals(parse_signal(signal)).name.removeprefix("SIG")
-        if name == "KILL":
-            self._killed = True
-        await self._sweep(name)
 
     async def resize(self, rows: int, cols: int) -> None:
         """Checked, then ignored: this backend runs commands without a terminal (tty=True is
         refused at start)."""
         check_terminal_size(rows, cols)
 
-    async def wait(self) -> CommandResult:
-        """Wait for the command to end and return its result."""
-        if self._iterate and not self._closed:
-            async for _ in self._receive:
-                pass
-        await self._done.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
+    # -- hooks --------------------------------------------------------------------------------
 
-    async def aclose(self) -> None:
-        """Kill the command if it still runs and drop output nobody read; idempotent."""
-        if not self._closed:
-            self._closed = True
-            if not self._eof.is_set():
-                self._killed = True
-                with anyio.CancelScope(shield=True):
-                    await self._sweep("KILL")
-        self._receive.close()
+    def _sources(self) -> Sequence[Reader]:
+        return (self._read,)
 
-    # -- machinery --------------------------------------------------------------------------
-
-    def start(self, tg: TaskGroup, stdin: bytes | AsyncIterable[bytes] | None) -> None:
-        tg.start_soon(self._pump)
-        if stdin is not None:
-            tg.start_soon(self._feed, stdin)
-        if self._timeout is not None or self._idle_timeout is not None:
-            tg.start_soon(self._watchdog)
-        tg.start_soon(self._finish)
-
-    async def _feed(self, stdin: bytes | AsyncIterable[bytes]) -> None:
-        with anyio.CancelScope() as scope:
-            async def stop_at_eof() -> None:
-                await self._eof.wait()
-                scope.cancel()
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(stop_at_eof)
-                with contextlib.suppress(SandboxError, OSError):
-                    if isinstance(stdin, bytes):
-                        await self.write_stdin(stdin)
-                    else:
-                        async for piece in stdin:
-                            await self.write_stdin(piece)
-                    await self.close_stdin()
-                tg.cancel_scope.cancel()
-
-    async def _pump(self) -> None:
+    async def _read(self) -> tuple[StreamName, bytes] | None:
+        """The next output message; the error channel's ``Status`` is kept, the wrapper's
+        start report (behind the nonce) becomes `_start_failed`."""
         try:
-            async for data in self._sock.messages():
+            async for data in self._messages:
                 if len(data) < 2:
                     continue  # "channel open", or nothing
                 channel, payload = data[0], data[1:]
@@ -325,53 +180,38 @@ class KubeProcess:
                             payload[len(self._start_prefix):].decode(errors="replace").strip(),
                             self.argv, self._workdir)
                         continue
-                self._last_output = time.monotonic()
-                self._capture.feed(name, payload)
-                await deliver(self._callbacks[name], payload)
-                if self._iterate:
-                    chunk = OutputChunk(stream=name, data=payload)
-                    with contextlib.suppress(anyio.BrokenResourceError,
-                                             anyio.ClosedResourceError):
-                        await self._send.send(chunk)
+                return name, payload
         except ExecStreamLost as exc:
-            if not self._killed:
-                self._error = EngineUnavailable(f"lost the exec stream of {self.argv[0]!r}",
-                                                details=exc.details, cause=exc, retryable=True)
-        finally:
-            self._eof.set()
-            self._send.close()
+            raise EngineUnavailable(f"lost the exec stream of {self.argv[0]!r}",
+                                    details=exc.details, cause=exc, retryable=True) from exc
+        return None
 
-    async def _watchdog(self) -> None:
-        deadline = math.inf if self._timeout is None else self._t0 + self._timeout
-        while not self._eof.is_set():
-            now = time.monotonic()
-            if now >= deadline:
-                self._kill_reason = f"command timed out after {self._timeout:g} s"
-                break
-            wake = deadline
-            if self._idle_timeout is not None:
-                idle_at = self._last_output + self._idle_timeout
-                if now >= idle_at:
-                    self._kill_reason = (f"command produced no output for "
-                                         f"{self._idle_timeout:g} s (idle timeout)")
-                    break
-                wake = min(wake, idle_at)
-            with anyio.move_on_after(max(wake - now, 0.01)):
-                await self._eof.wait()
-        else:
+    async def _write_in(self, data: bytes) -> None:
+        if self._framed:
+            data = b"%d\n" % len(data) + data
+        await self._sock.send(bytes([STDIN]) + data)
+
+    async def _write_eof(self) -> None:
+        """Send EOF: v5's close message, or the v4 wrapper's end frame."""
+        if self._eof.is_set():
             return
-        self._killed = True
-        await self._sweep("KILL")
+        message = bytes([STDIN]) + b"0\n" if self._framed else bytes([CLOSE, STDIN])
+        if self.protocol != V5 and not self._framed:
+            return  # v4 without the framing wrapper: EOF cannot be sent
+        with contextlib.suppress(ExecStreamLost):
+            await self._sock.send(message)
 
-    async def _sweep(self, signal: str) -> None:
+    async def _close_stream(self) -> None:
+        await self._sock.close()
+
+    async def _signal_tree(self, signal: str) -> None:
         """Run the marker sweep in a second exec; for KILL, until the command's output ends.
 
         A sweep that finds nothing is not proof: the runtime may not have started the
         command yet when the kill comes right after the exec (seen on a loaded host), so KILL
         sweeps again until the exec's stream ends, for at most ``KILL_PATIENCE`` seconds.
         """
-        argv = ["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill", f"{MARKER_VAR}={self._marker}",
-                signal]
+        argv = sweep_argv(self._marker, signal)
         with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_PATIENCE):
             failures = 0
             while not self._eof.is_set():
@@ -386,79 +226,47 @@ class KubeProcess:
                     break
                 with anyio.move_on_after(0.5 if code == 0 else 0.2):
                     await self._eof.wait()
-        if signal == "KILL" and not self._eof.is_set():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(DRAIN_AFTER_KILL):
-                await self._eof.wait()
-            if not self._eof.is_set():
-                self._abandoned = True
-                with anyio.CancelScope(shield=True):
-                    await self._sock.close()
+        if signal == "KILL":
+            await self._await_end_after_kill()
 
-    async def _finish(self) -> None:
-        try:
-            await self._eof.wait()
-            if self._status is None and not self._killed and self._start_failed is None:
-                # The stream ended without the process's status: the connection broke, and
-                # the command may run on unseen (closing an exec does not end it). Kill it.
-                self._killed = True
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30), \
-                        contextlib.suppress(SandboxError):
-                    await self._killer(["/bin/sh", "-c", _SWEEP_SH, "sandbox-kill",
-                                        f"{MARKER_VAR}={self._marker}", "KILL"])
-                self._error = self._error or EngineUnavailable(
-                    f"lost the exec stream of {self.argv[0]!r} before it reported its end; "
-                    "it was killed, run it again", retryable=True)
-            if self._error is None:
-                result = self._build()
-                if self._finalize is not None:
-                    result = await self._finalize(result)
-                self._result = result
-        except SandboxError as exc:
-            self._error = self._error or exc
-        finally:
-            self._done.set()
+    async def _conclude(self) -> CommandResult:
+        await self._eof.wait()
+        if self._status is None and not self._killed and self._start_failed is None:
+            # The stream ended without the process's status: the connection broke, and
+            # the command may run on unseen (closing an exec does not end it). Kill it.
+            self._killed = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30), \
+                    contextlib.suppress(SandboxError):
+                await self._killer(sweep_argv(self._marker, "KILL"))
+            self._error = self._error or EngineUnavailable(
+                f"lost the exec stream of {self.argv[0]!r} before it reported its end; "
+                "it was killed, run it again", retryable=True)
+        if self._error is not None:
+            raise self._error
+        return self._build()
 
     def _build(self) -> CommandResult:
         if self._start_failed is not None:
             raise self._start_failed
         code, message = (None, "") if self._status is None else parse_status(self._status)
         if code is None and self._status is not None and not self._killed:
-            raise CommandStartFailed(f"could not start {self.argv[0]!r} in the sandbox",
-                                     details=message)
-        timed_out = bool(self._kill_reason)
+            raise start_error(self.argv[0], "other", details=message)
         exit_code = -1 if code is None else code
         sig = signal_name(exit_code)
         if self._killed and not sig:
             sig = "SIGKILL"
-        errors = [e for e in (self._kill_reason, message) if e]
+        errors = [self._kill_reason, message]
         if self._abandoned:
             errors.append("the command did not end when killed")
-        cap = self._capture
-        if cap.truncated:
-            errors.append("output truncated at max_output_bytes")
-        out = cap.output()
-        return CommandResult(
-            exit_code=exit_code, success=exit_code == 0 and not timed_out,
-            stdout=LazyText(out, "stdout"), stderr=LazyText(out, "stderr"),
-            combined=LazyText(out, "combined"), start_time=self.start_time,
-            end_time=datetime.now(UTC), duration=timedelta(seconds=time.monotonic() - self._t0),
-            error="; ".join(errors), signal=sig, timed_out=timed_out, truncated=cap.truncated,
-            metadata={"exec_protocol": self.protocol},
-            stdout_bytes=out.stdout, stderr_bytes=out.stderr,
-        )
+        return self._make_result(exit_code=exit_code, signal=sig, errors=errors,
+                                 metadata={"exec_protocol": self.protocol})
 
 
 def _start_error(kind: str, argv: Sequence[str], workdir: str) -> CommandStartFailed:
-    name = argv[0]
-    if kind == "notfound":
-        return CommandNotFound(f"cannot start {name!r}: it was not found in the sandbox "
-                               "(not in its PATH, or no such file)")
-    if kind == "notexec":
-        return CommandNotExecutable(f"cannot start {name!r}: it is not an executable file")
-    if kind == "workdir":
-        return CommandStartFailed(f"cannot start {name!r}: its working directory {workdir!r} "
-                                  "does not exist in the sandbox (or is not searchable)")
-    return CommandStartFailed(f"could not start {name!r} in the sandbox", details=kind)
+    """The error for the wrapper's start report ``kind`` (notfound, notexec, workdir, env)."""
+    fault: StartFault = kind if kind in ("notfound", "notexec", "workdir") else "other"  # type: ignore[assignment]
+    return start_error(argv[0], fault, workdir=workdir,
+                       details="" if fault != "other" else kind)
 
 
 Opener = Callable[[Sequence[str], bool], Awaitable[ExecSocket]]
@@ -477,7 +285,6 @@ async def open_exec(opener: Opener, spec: ProcessSpec, *, killer: Killer, framed
     framed = framed_v4 and attach_stdin
     argv = wrap_argv(spec, marker=marker, nonce=nonce, framed=framed)
     sock = await opener(argv, attach_stdin)
-    proc: KubeProcess | None = None
     try:
         proc = KubeProcess(
             sock=sock, argv=spec.argv, marker=marker, nonce=nonce,
@@ -485,17 +292,9 @@ async def open_exec(opener: Opener, spec: ProcessSpec, *, killer: Killer, framed
             max_output_bytes=spec.max_output_bytes, timeout=spec.time_limit,
             idle_timeout=spec.idle_timeout, on_stdout=on_stdout, on_stderr=on_stderr,
             iterate=iterate, workdir=spec.workdir, finalize=finalize)
-        async with single_errors(), anyio.create_task_group() as tg:
-            proc.start(tg, spec.stdin)
-            if spec.stdin is None and attach_stdin and not iterate:
-                await proc.close_stdin()
-            try:
-                yield proc
-            finally:
-                await proc.aclose()
+        async with proc.lifetime(spec.stdin, close_stdin=spec.stdin is None and attach_stdin
+                                 and not iterate):
+            yield proc
     finally:
-        if proc is not None:
-            proc._send.close()
-            proc._receive.close()
         with anyio.CancelScope(shield=True):
             await sock.close()

@@ -14,11 +14,9 @@ import os
 import signal as _signal
 import time
 
+from .._sweep import MARKER_VAR
+
 __all__ = ["MARKER_VAR", "members", "sweep"]
-
-#: Carried in every command's environment; the same name the Docker backend uses.
-MARKER_VAR = "SANDBOX_EXEC_ID"
-
 
 def _pid_ns(pid: int) -> str:
     try:

@@ -1,0 +1,113 @@
+"""A session command's state machine (`_Run`) in milliseconds: markers in, how it ended out,
+and the shared watchdog (`overdue`) woken by its end or by a callback that raised."""
+
+from __future__ import annotations
+
+import types
+
+import anyio
+import pytest
+
+from sandbox._process_base import overdue
+from sandbox._session_run import _Run, _Shell
+from sandbox._session_wire import MARK
+
+pytestmark = pytest.mark.asyncio
+
+
+def new_run(**kw: object) -> tuple[_Run, object]:
+    session = types.SimpleNamespace(_last_nonce="", cwd="/start")
+    options: dict[str, object] = {"max_output_bytes": 1 << 16, "on_stdout": None,
+                                  "on_stderr": None, "keep_chars": 0}
+    options.update(kw)
+    run = _Run(session, _Shell(1), **options)  # type: ignore[arg-type]
+    return run, session
+
+
+def mark(nonce: str, payload: bytes) -> bytes:
+    return MARK + nonce.encode() + b":" + payload + b"\0"
+
+
+async def test_both_end_markers_end_the_command_with_its_status_and_directory() -> None:
+    seen: list[bytes] = []
+    run, session = new_run(on_stdout=seen.append)
+    assert session._last_nonce == run.nonce  # type: ignore[attr-defined]
+    end = mark(run.nonce, b"o" + run.token.encode() + b":/work")
+    await run.feed("stdout", b"hello\n" + end[:5])  # a marker split across chunks
+    await run.feed("stdout", end[5:])
+    assert not run.done.is_set()  # stderr may still carry the command's output
+    await run.feed("stderr", b"warn\n" + mark(run.nonce, b"e") + b"later")
+    assert run.done.is_set() and run.wake.is_set()
+    assert (run.status, run.cwd, run.forged, run.shell_lost) == (0, "/work", False, "")
+    out = run.capture.output()
+    assert (out.stdout, out.stderr) == (b"hello\n", b"warn\n") and seen == [b"hello\n"]
+
+
+async def test_a_failure_is_said_by_its_number_and_a_success_needs_the_token() -> None:
+    run, _ = new_run()
+    await run.feed("stdout", mark(run.nonce, b"x3:/w"))
+    await run.feed("stderr", mark(run.nonce, b"e"))
+    assert (run.status, run.forged) == (3, False)
+    # A process that read the nonce off a shared stdout cannot say success without the token.
+    run, _ = new_run()
+    await run.feed("stdout", mark(run.nonce, b"oguess:/w"))
+    await run.feed("stderr", mark(run.nonce, b"e"))
+    assert (run.status, run.forged) == (-1, True)
+
+
+async def test_the_shell_exiting_ends_the_command_with_the_shell_status() -> None:
+    run, _ = new_run()
+    await run.feed("stdout", b"bye\n" + mark(run.shell.nonce, b"q7"))
+    await run.feed("stderr", mark(run.shell.nonce, b"Q"))
+    assert run.done.is_set() and run.shell.exit_code == 7
+    assert run.shell_lost == "the session's shell exited with code 7"
+
+
+async def test_a_lost_shell_keeps_the_held_bytes_and_ends_once() -> None:
+    run, _ = new_run()
+    await run.feed("stdout", b"partial" + MARK[:2])  # could begin a marker: held back
+    assert run.capture.output().stdout == b"partial"
+    run.shell_ended("the session's shell was lost")
+    run.shell_ended("a second reason")
+    assert run.done.is_set() and run.shell_lost == "the session's shell was lost"
+    assert run.capture.output().stdout == b"partial" + MARK[:2]
+
+
+async def test_a_callback_that_raises_wakes_the_watcher_and_is_not_called_again() -> None:
+    calls: list[bytes] = []
+
+    def boom(data: bytes) -> None:
+        calls.append(data)
+        raise ValueError("callback failed")
+
+    run, _ = new_run(on_stdout=boom)
+    reasons: list[str] = []
+    async with anyio.create_task_group() as tg:
+        async def watch() -> None:
+            reasons.append(await overdue(run.wake, run.t0, 3600, None,
+                                         lambda: run.last_output, floor=0.005))
+        tg.start_soon(watch)
+        await run.feed("stdout", b"a")
+        await run.feed("stdout", b"b")
+    assert reasons == [""] and not run.done.is_set()
+    assert isinstance(run.callback_error, ValueError) and calls == [b"a"]
+    assert run.capture.output().stdout == b"ab"  # still captured
+
+
+async def test_the_watchdog_names_the_deadline_that_passed() -> None:
+    run, _ = new_run()
+    assert await overdue(run.wake, run.t0, 0.01, None, lambda: run.last_output) == \
+        "command timed out after 0.01 s"
+    assert await overdue(run.wake, run.t0, None, 0.01, lambda: run.last_output) == \
+        "command produced no output for 0.01 s (idle timeout)"
+    run.wake.set()
+    assert await overdue(run.wake, run.t0, 0.0, None, lambda: run.last_output) == ""
+
+
+async def test_a_model_sees_the_head_and_tail_of_what_came_since_its_last_look() -> None:
+    run, _ = new_run(keep_chars=40)
+    for i in range(50):
+        await run.feed("stdout", b"line %02d\n" % i)
+    text = run.take_recent()
+    assert text.startswith("line 00\n") and "line 49" in text and "omitted" in text
+    assert run.take_recent() == ""
