@@ -20,10 +20,6 @@ BACKEND_PACKAGES = ("docker", "process", "kubernetes")
 #: Known arrows from one backend into another, each owned by a slice of issue 27 that moves the
 #: shared code to a neutral module; the lead removes each line when that slice merges.
 KNOWN_CROSS_BACKEND = {
-    # TODO(exec-handle): the kill sweep and exec size check move to sandbox/_sweep.py and
-    # sandbox/_process_base.py.
-    ("sandbox.kubernetes._exec", "sandbox.docker._exec_kill"),
-    ("sandbox.kubernetes._exec", "sandbox.docker._exec_start"),
     # TODO(perf-sampler): cgroup usage moves to a neutral module.
     ("sandbox.process._usage", "sandbox.docker._cgroup"),
     ("sandbox.process._cgroup", "sandbox.docker._cgroup"),
@@ -39,12 +35,11 @@ KNOWN_CIRCLES = {
     # TODO(exec-handle): the session's exec internals are restructured onto the exec handle.
     frozenset({"sandbox._session", "sandbox._session_run"}),
 }
-#: Known imports of another module's underscore names. TODO(exec-handle): all four.
+#: Known imports of another module's underscore names. TODO(exec-handle): all three.
 KNOWN_PRIVATE = {
     ("sandbox._session", "sandbox._session_run", "_Run"),
     ("sandbox._session", "sandbox._session_run", "_Shell"),
     ("sandbox._session", "sandbox._session_run", "_check_wait"),
-    ("sandbox.kubernetes._exec", "sandbox.docker._exec_kill", "_SWEEP_SH"),
 }
 
 
