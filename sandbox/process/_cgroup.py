@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from .._models import ResourceLimits
-from ..docker._cgroup import HostCgroup
+from .._cgroup_usage import HostCgroup
 
 __all__ = ["SandboxCgroup", "available"]
 

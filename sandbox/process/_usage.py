@@ -21,7 +21,7 @@ import anyio
 import attrs
 
 from .._models import CommandResult, ResourceUsage
-from ..docker._cgroup import Counters, command_usage
+from .._cgroup_usage import Counters, command_usage
 from ._cgroup import SandboxCgroup
 
 log = logging.getLogger("sandbox.process")

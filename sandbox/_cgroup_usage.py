@@ -1,9 +1,9 @@
-"""Read a local container's cgroup counters straight from the host, for exact per-command usage.
+"""Read a sandbox's cgroup usage counters straight from the host, for every backend.
 
-The engine's stats come once a second, too coarse for a command shorter than that. When the
-engine runs on this host, the container's cgroup files answer in microseconds. The cgroup is
-found through the container's main process, and only trusted when its path names the
-container, so a remote engine, another pid namespace or a reused pid gives None, not numbers
+Shared by the Docker backend (exact per-command usage of a local container: the engine's
+stats come once a second, too coarse for a short command) and the process backend (its own
+cgroup, sampled and per command). The files answer in microseconds. A container's cgroup
+is found through its main process, and only trusted when its path names the container, so a remote engine, another pid namespace or a reused pid gives None, not numbers
 of something else.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 
-from .._models import ResourceUsage
+from ._models import ResourceUsage
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_ROOT = Path("/proc")
