@@ -3,8 +3,9 @@
 Shared by the Docker backend (exact per-command usage of a local container: the engine's
 stats come once a second, too coarse for a short command) and the process backend (its own
 cgroup, sampled and per command). The files answer in microseconds. A container's cgroup
-is found through its main process, and only trusted when its path names the container, so a remote engine, another pid namespace or a reused pid gives None, not numbers
-of something else.
+is found through its main process, and only trusted when its path names the container, so
+a remote engine, another pid namespace or a reused pid gives None, not numbers of something
+else.
 """
 
 from __future__ import annotations
