@@ -92,6 +92,15 @@ class HostCgroup:
         except (OSError, ValueError):
             return None
 
+    def cpu_ns(self) -> int | None:
+        """Only the CPU time used so far (one small file: a sampler's is-it-idle check)."""
+        try:
+            if self.v2:
+                return _keyed(_read(self.cpu / "cpu.stat")).get("usage_usec", 0) * 1000
+            return int(_read(self.cpu / "cpuacct.usage"))
+        except (OSError, ValueError):
+            return None
+
     def _read_v1(self) -> Counters:
         stat = _keyed(_read(self.memory / "memory.stat"))
         used = int(_read(self.memory / "memory.usage_in_bytes"))
