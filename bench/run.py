@@ -53,7 +53,8 @@ from sandbox import (
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers")
+             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers",
+             "idleproc", "idledocker")
 BASELINE = "aiodocker"
 
 
@@ -522,6 +523,19 @@ class Bench:
         await peers_scenario(self)
 
     # -- report -------------------------------------------------------------------------------
+
+    # -- scale (bench/scale.py): what idle sandboxes cost -----------------------------------
+
+    async def s_idleproc(self) -> None:
+        import scale
+        for row in await scale.idle_process(self.reps(300, 100)):
+            self.add(Row(**row))
+
+    async def s_idledocker(self) -> None:
+        import scale
+        raw = next(i for i in self.impls if i.name == BASELINE)
+        for row in await scale.idle_docker(self.reps(100, 30), raw):
+            self.add(Row(**row))
 
     def ratios(self) -> None:
         base = {r.scenario: r.value for r in self.rows if r.impl == BASELINE}

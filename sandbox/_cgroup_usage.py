@@ -10,6 +10,7 @@ else.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -97,7 +98,11 @@ class HostCgroup:
         try:
             if self.v2:
                 return _keyed(_read(self.cpu / "cpu.stat")).get("usage_usec", 0) * 1000
-            return int(_read(self.cpu / "cpuacct.usage"))
+            fd = os.open(f"{self.cpu}/cpuacct.usage", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                return int(os.read(fd, 64))
+            finally:
+                os.close(fd)
         except (OSError, ValueError):
             return None
 

@@ -17,8 +17,8 @@ import signal
 import time
 from pathlib import Path
 
-from .._models import ResourceLimits
 from .._cgroup_usage import HostCgroup
+from .._models import ResourceLimits
 
 __all__ = ["SandboxCgroup", "available"]
 

@@ -8,7 +8,6 @@ the sandbox's pid namespace. Samples are kept (the last 600) for ``usage_history
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import os
@@ -126,7 +125,7 @@ class Sampler:
 
     def __init__(self, source: _Source) -> None:
         self._source = source
-        self._kept: collections.deque[ResourceUsage] = collections.deque(maxlen=HISTORY)
+        self._kept = _sampling.History(HISTORY)
         self._last: tuple[float, int] | None = None  # (monotonic, cpu ns)
         self._full: tuple[float, int, ResourceUsage] | None = None  # (monotonic, cpu ns, it)
         self._t0 = time.monotonic()
@@ -154,36 +153,60 @@ class Sampler:
             self._hub.discard(self)
             self._hub = None
 
-    def read(self) -> object:
-        return self.sample()
-
     def publish(self, reading: object) -> Awaitable[None] | None:
-        if self._on_sample is None:
+        if self._on_sample is None or reading is True:
             return None
-        return _sampling.run_callback(self._on_sample, reading)  # type: ignore[arg-type]
+        assert isinstance(reading, ResourceUsage)
+        return _sampling.run_callback(self._on_sample, reading)
 
     def history(self) -> list[ResourceUsage]:
-        return list(self._kept)
+        with self._lock:
+            return self._kept.samples()
+
+    def read(self) -> object:
+        """A background sample: kept, and made a `ResourceUsage` only for a callback."""
+        with self._lock:
+            if not self._idle():
+                sample = self._take()
+                self._kept.append(sample)
+                return sample
+            if self._on_sample is None:
+                return True  # kept as a stamp (`_sampling.History`)
+            last = self._kept.last()
+            assert last is not None
+            return last
 
     def sample(self) -> ResourceUsage:
         """Read a sample now and keep it."""
         with self._lock:
+            if self._idle():
+                sample = self._kept.last()
+                assert sample is not None
+                return sample
             sample = self._take()
             self._kept.append(sample)
             return sample
 
-    def _take(self) -> ResourceUsage:
+    def _idle(self) -> bool:
+        """Whether the cgroup's CPU time stands where the last full reading left it (not
+        too long ago): then nothing ran, and that reading restamped is kept for now."""
         now = time.monotonic()
         cgroup = self._source.cgroup
         if cgroup is not None and self._reader is None:
             self._reader = cgroup.reader()
-        if self._reader is not None and self._full is not None:
-            cpu = self._reader.cpu_ns()
-            at, full_cpu, full = self._full
-            if cpu is not None and cpu == full_cpu and now - at < FULL_EVERY:
-                self._last = (now, cpu)
-                return attrs.evolve(full, timestamp=datetime.now(UTC), cpu_usage=0.0,
-                                    uptime=timedelta(seconds=now - self._t0))
+        if self._reader is None or self._full is None:
+            return False
+        cpu = self._reader.cpu_ns()
+        at, full_cpu, full = self._full
+        if cpu is None or cpu != full_cpu or now - at >= FULL_EVERY:
+            return False
+        self._last = (now, cpu)
+        self._kept.append_idle(full, datetime.now(UTC), now - self._t0)
+        return True
+
+    def _take(self) -> ResourceUsage:
+        now = time.monotonic()
+        cgroup = self._source.cgroup
         init = self._source.init_pid
         ns = ""
         with contextlib.suppress(OSError):

@@ -1,0 +1,165 @@
+"""Scale rows of the benchmark (issue 29): what idle sandboxes cost, many at once.
+
+* ``idleproc``: N process sandboxes opened (10 at a time) and closed (all at once); while
+  they idle, the SDK process's CPU over a window and a command's round trip; with the
+  background sampler on (the default) and off (``stats_interval=0``) in the same run.
+* ``idledocker``: N idle Docker sandboxes against N raw aiodocker containers: CPU of this
+  process, dockerd and containerd over a window while they idle.
+
+Used by run.py (``--only idleproc,idledocker``); each function returns rows as dicts for
+run.py's ``Row``. It measures; it asserts nothing about the numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import anyio
+
+from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+
+RowDict = dict[str, Any]
+#: Seconds of idling measured.
+WINDOW = 10.0
+
+
+def self_cpu() -> float:
+    """CPU seconds used by this process so far (all threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _pids_named(name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() == name:
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def proc_cpu(pids: list[int]) -> float:
+    """CPU seconds used so far by ``pids`` (utime + stime)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total / tick
+
+
+async def cpu_over(window: float, pids: dict[str, list[int]]) -> dict[str, float]:
+    """Percent of one core used during ``window`` seconds by this process and by ``pids``."""
+    before = {"sdk": self_cpu(), **{k: proc_cpu(v) for k, v in pids.items()}}
+    t0 = time.monotonic()
+    await anyio.sleep(window)
+    span = time.monotonic() - t0
+    after = {"sdk": self_cpu(), **{k: proc_cpu(v) for k, v in pids.items()}}
+    return {k: (after[k] - before[k]) / span * 100.0 for k in before}
+
+
+async def _open_many(make: Callable[[], Awaitable[Any]], n: int, at_once: int) -> list[Any]:
+    out: list[Any] = []
+    limiter = anyio.CapacityLimiter(at_once)
+
+    async def one() -> None:
+        async with limiter:
+            out.append(await make())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(one)
+    return out
+
+
+async def _close_all(close: Callable[[Any], Awaitable[Any]], items: list[Any]) -> None:
+    async with anyio.create_task_group() as tg:
+        for item in items:
+            tg.start_soon(close, item)
+
+
+async def _round_trips(sb: Sandbox, n: int = 30) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await sb.execute_command(["true"])
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def idle_process(n: int, window: float = WINDOW) -> list[RowDict]:
+    """Rows for N idle process sandboxes, sampler on and off, in one run."""
+    rows: list[RowDict] = []
+    for label, interval in (("sdk", 1.0), ("sdk, sampler off", 0.0)):
+        cfg = SandboxConfig(type="process", image=IMAGE_BUSYBOX,
+                            stats_interval=timedelta(seconds=interval))
+
+        async def make(cfg: SandboxConfig = cfg) -> Sandbox:
+            sb = Sandbox(cfg)
+            await sb.__aenter__()
+            return sb
+
+        t0 = time.perf_counter()
+        boxes: list[Sandbox] = []
+        try:
+            boxes = await _open_many(make, n, 10)
+            opened = time.perf_counter() - t0
+            await anyio.sleep(2)  # past the first samples
+            cpu = (await cpu_over(window, {}))["sdk"]
+            trips = await _round_trips(boxes[0])
+        finally:
+            t1 = time.perf_counter()
+            await _close_all(lambda sb: sb.cleanup(), boxes)
+            closed = time.perf_counter() - t1
+        rows += [
+            {"scenario": f"{n} idle process sandboxes: open", "impl": label, "unit": "s",
+             "samples": [opened], "note": "10 at a time"},
+            {"scenario": f"{n} idle process sandboxes: close", "impl": label, "unit": "s",
+             "samples": [closed], "note": "all at once"},
+            {"scenario": f"{n} idle process sandboxes: SDK CPU", "impl": label,
+             "unit": "% core", "samples": [cpu], "note": f"over {window:g} s"},
+            {"scenario": f"{n} idle process sandboxes: round trip", "impl": label,
+             "unit": "ms", "samples": trips, "note": "`true`, while they idle"},
+        ]
+    return rows
+
+
+async def idle_docker(n: int, raw: Any, window: float = WINDOW) -> list[RowDict]:
+    """Rows for N idle Docker sandboxes against N raw aiodocker containers."""
+    daemons = {"dockerd": _pids_named("dockerd"), "containerd": _pids_named("containerd")}
+    rows: list[RowDict] = []
+
+    async def make_sdk() -> Sandbox:
+        sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
+        await sb.__aenter__()
+        return sb
+
+    kinds: list[tuple[str, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[Any]]]] = [
+        ("sdk", make_sdk, lambda sb: sb.cleanup()),
+        ("aiodocker", lambda: raw.create(IMAGE_BUSYBOX), raw.remove),
+    ]
+    for label, make, close in kinds:
+        items: list[Any] = []
+        try:
+            items = await _open_many(make, n, 10)
+            await anyio.sleep(3)
+            cpu = await cpu_over(window, daemons)
+        finally:
+            await _close_all(close, items)
+        for who, value in cpu.items():
+            rows.append({"scenario": f"{n} idle Docker sandboxes: {who} CPU", "impl": label,
+                         "unit": "% core", "samples": [value], "note": f"over {window:g} s"})
+    return rows
