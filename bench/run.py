@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
              "rssout", "rsshostile", "pool", "checkpoint", "session", "peers",
-             "idleproc", "idledocker")
+             "idleproc", "idledocker", "poolknee")
 BASELINE = "aiodocker"
 
 
@@ -535,6 +535,11 @@ class Bench:
         import scale
         raw = next(i for i in self.impls if i.name == BASELINE)
         for row in await scale.idle_docker(self.reps(100, 30), raw):
+            self.add(Row(**row))
+
+    async def s_poolknee(self) -> None:
+        import scale
+        for row in await scale.pool_knee(self.reps(60, 20), (1, 2, 3, 4, 6, 8)):
             self.add(Row(**row))
 
     def ratios(self) -> None:

@@ -163,3 +163,27 @@ async def idle_docker(n: int, raw: Any, window: float = WINDOW) -> list[RowDict]
             rows.append({"scenario": f"{n} idle Docker sandboxes: {who} CPU", "impl": label,
                          "unit": "% core", "samples": [value], "note": f"over {window:g} s"})
     return rows
+
+
+async def pool_knee(cycles: int, levels: tuple[int, ...]) -> list[RowDict]:
+    """Throughput of `cycles` acquire/`true`/release (max_uses=1) for each create concurrency:
+    creates in flight against sandboxes per second, to pick the knee on this host."""
+    from sandbox import SandboxPool
+
+    config = SandboxConfig(image=IMAGE_BUSYBOX)
+    rows: list[RowDict] = []
+    for level in levels:
+        async with SandboxPool(config, min_ready=max(4, level), max_size=max(8, 3 * level),
+                               create_concurrency=level) as pool:
+            with anyio.fail_after(300):
+                while pool.stats().ready < max(4, level):  # noqa: ASYNC110 (untimed: the fill)
+                    await anyio.sleep(0.05)
+            t0 = time.perf_counter()
+            for _ in range(cycles):
+                async with pool.acquire() as sb:
+                    await sb.execute_command(["true"])
+            took = time.perf_counter() - t0
+        rows.append({"scenario": f"{cycles} cycles acquire/true/release by create_concurrency",
+                     "impl": f"sandbox SDK (pool, {level} at once)", "unit": "s",
+                     "samples": [took], "note": f"{cycles / took:.1f} sandboxes/s"})
+    return rows

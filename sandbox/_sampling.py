@@ -63,14 +63,18 @@ async def run_callback(callback: Callable[[_T], object] | None, value: _T) -> No
         log.exception("the on_sample callback failed; sampling goes on")
 
 
-def restamped(base: ResourceUsage, timestamp: datetime, uptime: float) -> ResourceUsage:
-    """``base`` taken again at ``timestamp``, by a sandbox that ran nothing since: no CPU
-    use, the same counters. A copy: its values are valid, and `attrs.evolve` re-runs every
-    converter and validator (~10x the time, which 300 idle sandboxes a second feel)."""
+def restamped(base: ResourceUsage, timestamp: datetime, uptime: float,
+              cpu_ns: int | None = None, cpu_usage: float = 0.0) -> ResourceUsage:
+    """``base`` taken again at ``timestamp`` by a sandbox that ran (next to) nothing since: the
+    same counters, and ``cpu_ns``/``cpu_usage`` when given. A copy: its values are valid, and
+    `attrs.evolve` re-runs every converter and validator (~10x the time, which 300 idle
+    sandboxes a second feel)."""
     new = copy.copy(base)
     object.__setattr__(new, "timestamp", timestamp)
-    object.__setattr__(new, "cpu_usage", 0.0)
+    object.__setattr__(new, "cpu_usage", max(cpu_usage, 0.0))
     object.__setattr__(new, "uptime", timedelta(seconds=max(uptime, 0.0)))
+    if cpu_ns is not None:
+        object.__setattr__(new, "cpu_time", timedelta(microseconds=max(cpu_ns, 0) / 1000))
     return new
 
 
@@ -78,6 +82,8 @@ class _Idle(NamedTuple):
     base: ResourceUsage
     timestamp: datetime
     uptime: float
+    cpu_ns: int | None
+    cpu_usage: float
 
 
 class History:
@@ -94,8 +100,10 @@ class History:
     def append(self, sample: ResourceUsage) -> None:
         self._kept.append(sample)
 
-    def append_idle(self, base: ResourceUsage, timestamp: datetime, uptime: float) -> None:
-        self._kept.append(_Idle(base, timestamp, uptime))
+    def append_idle(self, base: ResourceUsage, timestamp: datetime, uptime: float,
+                    cpu_ns: int | None = None, cpu_usage: float = 0.0) -> None:
+        """Keep `restamped` (base, ...), made when read."""
+        self._kept.append(_Idle(base, timestamp, uptime, cpu_ns, cpu_usage))
 
     def samples(self) -> list[ResourceUsage]:
         """Every kept sample, oldest first."""
@@ -155,13 +163,18 @@ class Hub:
                     await asyncio.wait_for(self._wake.wait(), delay)
                 continue  # membership may have changed: look again
             now = time.monotonic()
-            due = [m for m, at in self._due.items() if at <= now and m not in self._busy]
-            for m in due:  # on the grid; no catching up in bursts after a stall
-                at = self._due[m] + m.interval
-                self._due[m] = at if at > now else _on_grid(now + m.interval)
+            due = []
+            for m, at in self._due.items():
+                if at > now + _EARLY:  # the loop's timers may fire a little early
+                    continue
+                if m in self._busy:  # its callback still runs: look again in a moment
+                    self._due[m] = _on_grid(now + 0.1)
+                    continue
+                due.append(m)
+                # On the grid; no catching up in bursts after a stall.
+                at += m.interval
+                self._due[m] = at if at > now + _EARLY else _on_grid(now + m.interval)
             if not due:
-                for m in self._due:  # every due member is busy: look again after a tick
-                    self._due[m] = max(self._due[m], now + 0.1)
                 continue
             readings = await anyio.to_thread.run_sync(_read_all, due)
             for m, reading in zip(due, readings, strict=True):
@@ -182,6 +195,9 @@ class Hub:
 #: Due times are rounded up to this many seconds, so the members of a loop are read in a
 #: few batches a second (one wake-up and one thread hop each), not one by one.
 GRID = 0.25
+
+
+_EARLY = 0.005
 
 
 def _on_grid(t: float) -> float:

@@ -281,33 +281,45 @@ class StatsSampler:
         used = c.memory
         limit = c.limit or self._host_mem
         self._peak = max(self._peak, used, c.high_water)
-        cpu = 0.0
-        last = self._on_host.last if self._on_host is not None else None
-        if last is not None and reading.mono > last[0]:
-            cpu = max(c.cpu_ns - last[1], 0) / 1e9 / (reading.mono - last[0]) * 100.0
-        if self._on_host is not None:
-            self._on_host.last = (reading.mono, c.cpu_ns)
+        cpu = self._host_rate(reading)
         extra: dict[str, Any] = {}
         if self._proc is not None:
             extra.update(process_count=self._proc[0], thread_count=self._proc[1],
                          file_handles=self._proc[2])
         return ResourceUsage(
             timestamp=datetime.now(UTC), cpu_usage=cpu,
-            cpu_time=timedelta(microseconds=c.cpu_ns / 1000), memory_usage=used,
+            cpu_time=timedelta(microseconds=reading.cpu_ns / 1000), memory_usage=used,
             memory_percent=used / limit * 100.0 if limit > 0 else 0.0,
             memory_peak=self._peak, disk_usage=self._disk_usage, disk_reads=c.read_bytes,
             disk_writes=c.write_bytes, network_in=reading.net[0], network_out=reading.net[1],
             uptime=timedelta(seconds=max(time.monotonic() - self._started_at, 0.0)), **extra)
+
+    def _host_rate(self, reading: _HostReading) -> float:
+        """CPU use since the previous sample, in percent of one core."""
+        reader = self._on_host
+        assert reader is not None
+        rate, last = 0.0, reader.last
+        if last is not None and reading.mono > last[0]:
+            rate = max(reading.cpu_ns - last[1], 0) / 1e9 / (reading.mono - last[0]) * 100.0
+        reader.last = (reading.mono, reading.cpu_ns)
+        return rate
 
     def _host_due(self, reading: _HostReading) -> Awaitable[None] | None:
         """Fold a host reading in (on the loop): record and publish it; the occasional
         process count and disk-size read first when due and the container has run since."""
         reader = self._on_host
         assert reader is not None
-        moved = reading.counters.cpu_ns
+        moved = reading.cpu_ns
+        if reader.settling:
+            # The first reading after our own reads: their exec has fully ended by now.
+            reader.settling = False
+            if reader.quiet_proc is not None and reader.quiet_proc[1] < 0:
+                reader.quiet_proc = (reading.mono, moved)
+            if reader.quiet_size is not None and reader.quiet_size[1] < 0:
+                reader.quiet_size = (reading.mono, moved)
         want_proc = self._proc_reader is not None and self._seen % PROC_EVERY == 0 and \
-            moved != reader.quiet_proc
-        want_size = self._seen % SIZE_EVERY == 0 and moved != reader.quiet_size
+            _ran(reader.quiet_proc, reading)
+        want_size = self._seen % SIZE_EVERY == 0 and _ran(reader.quiet_size, reading)
         self._seen += 1
         if want_proc or want_size:
             return self._host_slow(reading, want_proc, want_size)
@@ -324,12 +336,13 @@ class StatsSampler:
             size = await self._slow("read the container's disk usage", self._read_size)
             if size is not None:
                 self._disk_usage = size
-        # What the reads themselves used (an exec's shell) is not the container running.
-        now = reader.cgroup.cpu_ns()
+        # What the reads themselves use (an exec's shell, ending after its output did) is not
+        # the container running: the next reading gives the quiet baseline.
         if want_proc:
-            reader.quiet_proc = now
+            reader.quiet_proc = (0.0, -1)
         if want_size:
-            reader.quiet_size = now
+            reader.quiet_size = (0.0, -1)
+        reader.settling = True
         follow = self._host_publish(reading)
         if follow is not None:
             await follow
@@ -341,14 +354,16 @@ class StatsSampler:
         same = (reading.counters, reading.net, self._proc, self._disk_usage)
         if reader.published is not None and reader.published[0] == same:
             # Nothing moved: the last sample restamped (made only if someone reads it).
+            # Per-command windows keep the base: a local command's own numbers come from the
+            # cgroup counters (`_finish`).
             base = reader.published[1]
-            reader.last = (reading.mono, reading.counters.cpu_ns)
+            rate = self._host_rate(reading)
             self._records.append(_Record(now, base))
             stamp, uptime = datetime.now(UTC), now - self._started_at
             if self._on_sample is None:
-                self._history.append_idle(base, stamp, uptime)
+                self._history.append_idle(base, stamp, uptime, reading.cpu_ns, rate)
                 return None
-            usage = _sampling.restamped(base, stamp, uptime)
+            usage = _sampling.restamped(base, stamp, uptime, reading.cpu_ns, rate)
         else:
             usage = self._from_host(reading)
             reader.published = (same, usage)
@@ -457,8 +472,22 @@ class StatsSampler:
 
 class _HostReading(NamedTuple):
     mono: float
-    counters: Counters
+    cpu_ns: int  # read now
+    counters: Counters  # read now, or at the last full read of an idle container
     net: tuple[int, int]  # bytes received, sent
+
+
+#: Below this share of one core since a baseline a container counts as idle: docker-init
+#: wakes once a second (~10 us), and a full re-read or an exec for that would be the cost.
+IDLE_SHARE: Final = 0.001
+
+
+def _ran(quiet: tuple[float, int] | None, reading: _HostReading) -> bool:
+    """Whether the container used more than idle CPU since ``quiet`` (or it is too old)."""
+    if quiet is None or quiet[1] < 0:
+        return True
+    elapsed = reading.mono - quiet[0]
+    return elapsed >= FULL_EVERY or reading.cpu_ns - quiet[1] > IDLE_SHARE * 1e9 * elapsed
 
 
 def net_bytes(pid: int) -> tuple[int, int]:
@@ -487,8 +516,9 @@ class _HostReader:
         self._sampler, self.cgroup, self._pid = sampler, cgroup, pid
         self._full: tuple[float, Counters] | None = None  # last full read: (monotonic, it)
         self.last: tuple[float, int] | None = None  # (monotonic, cpu ns) of the last sample
-        self.quiet_proc: int | None = None  # cpu ns after the last process count
-        self.quiet_size: int | None = None  # cpu ns after the last disk-size read
+        self.quiet_proc: tuple[float, int] | None = None  # (monotonic, cpu ns) after a count
+        self.quiet_size: tuple[float, int] | None = None  # the same after a disk-size read
+        self.settling = False  # the next reading sets the quiet baselines
         self.published: tuple[object, ResourceUsage] | None = None  # (what it was made of, it)
 
     @property
@@ -500,20 +530,21 @@ class _HostReader:
 
     def read_now(self) -> _HostReading | None:
         """Read the counters (files only); None once the container's cgroup is gone. An idle
-        container's (CPU time unchanged) are those of the last full read."""
+        container's (`IDLE_SHARE`) are those of the last full read, but for CPU time."""
         mono = time.monotonic()
         cpu = self.cgroup.cpu_ns()
         if cpu is None:
             return None
         net = net_bytes(self._pid)
         full = self._full
-        if full is not None and full[1].cpu_ns == cpu and mono - full[0] < FULL_EVERY:
-            return _HostReading(mono, full[1], net)
+        if full is not None and not _ran((full[0], full[1].cpu_ns),
+                                         _HostReading(mono, cpu, full[1], net)):
+            return _HostReading(mono, cpu, full[1], net)
         counters = self.cgroup.read()
         if counters is None:
             return None
         self._full = (mono, counters)
-        return _HostReading(mono, counters, net)
+        return _HostReading(mono, counters.cpu_ns, counters, net)
 
     def publish(self, reading: object) -> Awaitable[None] | None:
         assert isinstance(reading, _HostReading)
