@@ -309,17 +309,16 @@ class StatsSampler:
         process count and disk-size read first when due and the container has run since."""
         reader = self._on_host
         assert reader is not None
-        moved = reading.cpu_ns
         if reader.settling:
-            # The first reading after our own reads: their exec has fully ended by now.
+            # The first reading after our own reads: what it shows is their exec ending.
             reader.settling = False
-            if reader.quiet_proc is not None and reader.quiet_proc[1] < 0:
-                reader.quiet_proc = (reading.mono, moved)
-            if reader.quiet_size is not None and reader.quiet_size[1] < 0:
-                reader.quiet_size = (reading.mono, moved)
+        elif reading.active:
+            reader.dirty_proc = reader.dirty_size = True
+        age_proc, age_size = reading.mono - reader.read_proc, reading.mono - reader.read_size
         want_proc = self._proc_reader is not None and self._seen % PROC_EVERY == 0 and \
-            _ran(reader.quiet_proc, reading)
-        want_size = self._seen % SIZE_EVERY == 0 and _ran(reader.quiet_size, reading)
+            (reader.dirty_proc or age_proc >= EXEC_REFRESH)
+        want_size = self._seen % SIZE_EVERY == 0 and \
+            (reader.dirty_size or age_size >= EXEC_REFRESH)
         self._seen += 1
         if want_proc or want_size:
             return self._host_slow(reading, want_proc, want_size)
@@ -339,9 +338,9 @@ class StatsSampler:
         # What the reads themselves use (an exec's shell, ending after its output did) is not
         # the container running: the next reading gives the quiet baseline.
         if want_proc:
-            reader.quiet_proc = (0.0, -1)
+            reader.dirty_proc, reader.read_proc = False, reading.mono
         if want_size:
-            reader.quiet_size = (0.0, -1)
+            reader.dirty_size, reader.read_size = False, reading.mono
         reader.settling = True
         follow = self._host_publish(reading)
         if follow is not None:
@@ -475,19 +474,16 @@ class _HostReading(NamedTuple):
     cpu_ns: int  # read now
     counters: Counters  # read now, or at the last full read of an idle container
     net: tuple[int, int]  # bytes received, sent
+    active: bool  # used more than `IDLE_SHARE` of a core since the previous reading
 
 
-#: Below this share of one core since a baseline a container counts as idle: docker-init
-#: wakes once a second (~10 us), and a full re-read or an exec for that would be the cost.
-IDLE_SHARE: Final = 0.001
-
-
-def _ran(quiet: tuple[float, int] | None, reading: _HostReading) -> bool:
-    """Whether the container used more than idle CPU since ``quiet`` (or it is too old)."""
-    if quiet is None or quiet[1] < 0:
-        return True
-    elapsed = reading.mono - quiet[0]
-    return elapsed >= FULL_EVERY or reading.cpu_ns - quiet[1] > IDLE_SHARE * 1e9 * elapsed
+#: Below this share of one core between two readings a container counts as idle: docker-init
+#: wakes once a second (10-50 us), and a full re-read or an exec for that would be the cost.
+#: Starting a process costs more (~1 ms).
+IDLE_SHARE: Final = 0.0002
+#: An idle container's processes and disk usage (an exec and an engine call: ~3 ms of this
+#: process's CPU) are read again at least this often.
+EXEC_REFRESH: Final = 300.0
 
 
 def net_bytes(pid: int) -> tuple[int, int]:
@@ -516,9 +512,11 @@ class _HostReader:
         self._sampler, self.cgroup, self._pid = sampler, cgroup, pid
         self._full: tuple[float, Counters] | None = None  # last full read: (monotonic, it)
         self.last: tuple[float, int] | None = None  # (monotonic, cpu ns) of the last sample
-        self.quiet_proc: tuple[float, int] | None = None  # (monotonic, cpu ns) after a count
-        self.quiet_size: tuple[float, int] | None = None  # the same after a disk-size read
-        self.settling = False  # the next reading sets the quiet baselines
+        self.prev: tuple[float, int] | None = None  # (monotonic, cpu ns) of the last reading
+        self.dirty_full = True  # active since the last full read of the counters
+        self.dirty_proc = self.dirty_size = True  # active since the last count / size read
+        self.read_proc = self.read_size = -math.inf  # when those were read (monotonic)
+        self.settling = False  # the next reading's activity is our own reads' exec
         self.published: tuple[object, ResourceUsage] | None = None  # (what it was made of, it)
 
     @property
@@ -536,15 +534,17 @@ class _HostReader:
         if cpu is None:
             return None
         net = net_bytes(self._pid)
+        prev, self.prev = self.prev, (mono, cpu)
+        active = prev is None or cpu - prev[1] > IDLE_SHARE * 1e9 * max(mono - prev[0], 0.0)
+        self.dirty_full = self.dirty_full or active
         full = self._full
-        if full is not None and not _ran((full[0], full[1].cpu_ns),
-                                         _HostReading(mono, cpu, full[1], net)):
-            return _HostReading(mono, cpu, full[1], net)
+        if full is not None and not self.dirty_full and mono - full[0] < FULL_EVERY:
+            return _HostReading(mono, cpu, full[1], net, active)
         counters = self.cgroup.read()
         if counters is None:
             return None
-        self._full = (mono, counters)
-        return _HostReading(mono, counters.cpu_ns, counters, net)
+        self._full, self.dirty_full = (mono, counters), False
+        return _HostReading(mono, counters.cpu_ns, counters, net, active)
 
     def publish(self, reading: object) -> Awaitable[None] | None:
         assert isinstance(reading, _HostReading)
