@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
              "rssout", "rsshostile", "pool", "checkpoint", "session", "peers",
-             "idleproc", "idledocker", "poolknee")
+             "idleproc", "idledocker", "poolknee", "warmpools")
 BASELINE = "aiodocker"
 
 
@@ -540,6 +540,11 @@ class Bench:
     async def s_poolknee(self) -> None:
         import scale
         for row in await scale.pool_knee(self.reps(60, 20), (1, 2, 3, 4, 6, 8)):
+            self.add(Row(**row))
+
+    async def s_warmpools(self) -> None:
+        import scale
+        for row in await scale.warm_pools(self.reps(30, 8)):
             self.add(Row(**row))
 
     def ratios(self) -> None:
