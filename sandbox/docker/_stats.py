@@ -353,14 +353,12 @@ class StatsSampler:
         same = (reading.counters, reading.net, self._proc, self._disk_usage)
         if reader.published is not None and reader.published[0] == same:
             # Nothing moved: the last sample restamped (made only if someone reads it).
-            # Per-command windows keep the base: a local command's own numbers come from the
-            # cgroup counters (`_finish`).
+            # The windows need no record of it: the one before stands for it.
             base = reader.published[1]
             rate = self._host_rate(reading)
-            self._records.append(_Record(now, base))
             stamp, uptime = datetime.now(UTC), now - self._started_at
-            if self._on_sample is None:
-                self._history.append_idle(base, stamp, uptime, reading.cpu_ns, rate)
+            if self._on_sample is None and len(self._history):
+                self._history.append_idle(stamp, uptime, reading.cpu_ns, rate)
                 return None
             usage = _sampling.restamped(base, stamp, uptime, reading.cpu_ns, rate)
         else:

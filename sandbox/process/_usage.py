@@ -197,11 +197,11 @@ class Sampler:
         if self._reader is None or self._full is None:
             return False
         cpu = self._reader.cpu_ns()
-        at, full_cpu, full = self._full
+        at, full_cpu, _ = self._full
         if cpu is None or cpu != full_cpu or now - at >= FULL_EVERY:
             return False
         self._last = (now, cpu)
-        self._kept.append_idle(full, datetime.now(UTC), now - self._t0)
+        self._kept.append_idle(datetime.now(UTC), now - self._t0)
         return True
 
     def _take(self) -> ResourceUsage:
