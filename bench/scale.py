@@ -93,9 +93,20 @@ async def _open_many(make: Callable[[], Awaitable[Any]], n: int, at_once: int,
 
 
 async def _close_all(close: Callable[[Any], Awaitable[Any]], items: list[Any]) -> None:
+    """Close every item at once; failures are printed (the first), not raised."""
+    failed: list[str] = []
+
+    async def one(item: Any) -> None:
+        try:
+            await close(item)
+        except Exception as exc:
+            failed.append(f"{type(exc).__name__}: {exc}"[:300])
+
     async with anyio.create_task_group() as tg:
         for item in items:
-            tg.start_soon(close, item)
+            tg.start_soon(one, item)
+    if failed:
+        print(f"  {len(failed)} of {len(items)} failed to close, first: {failed[0]}", flush=True)
 
 
 async def _round_trips(sb: Sandbox, n: int = 30) -> list[float]:
