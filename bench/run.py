@@ -55,7 +55,8 @@ from sandbox import (
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers", "kube")
+             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers", "kube",
+             "idleproc", "idledocker", "poolknee", "warmpools")
 BASELINE = "aiodocker"
 
 
@@ -528,6 +529,29 @@ class Bench:
         await kube_rows.run(self, Row)
 
     # -- report -------------------------------------------------------------------------------
+
+    # -- scale (bench/scale.py): what idle sandboxes cost -----------------------------------
+
+    async def s_idleproc(self) -> None:
+        import scale
+        for row in await scale.idle_process(self.reps(300, 100)):
+            self.add(Row(**row))
+
+    async def s_idledocker(self) -> None:
+        import scale
+        raw = next(i for i in self.impls if i.name == BASELINE)
+        for row in await scale.idle_docker(self.reps(100, 30), raw):
+            self.add(Row(**row))
+
+    async def s_poolknee(self) -> None:
+        import scale
+        for row in await scale.pool_knee(self.reps(60, 20), (1, 2, 3, 4, 6, 8)):
+            self.add(Row(**row))
+
+    async def s_warmpools(self) -> None:
+        import scale
+        for row in await scale.warm_pools(self.reps(30, 8)):
+            self.add(Row(**row))
 
     def ratios(self) -> None:
         base = {r.scenario: r.value for r in self.rows if r.impl == BASELINE}

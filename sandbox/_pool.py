@@ -58,6 +58,9 @@ LATENCY_WINDOW = 1000
 #: After a failed create, the next waits this long, doubling up to `MAX_BACKOFF`.
 FIRST_BACKOFF = 0.1
 MAX_BACKOFF = 5.0
+#: Creates in flight by default: the measured knee of throughput on a 2-core host (see
+#: ``SandboxPool``'s ``create_concurrency``).
+CREATE_CONCURRENCY = 3
 
 Factory = Callable[[SandboxConfig], Sandbox]
 
@@ -146,7 +149,10 @@ class SandboxPool:
             state a reset cannot check are refused (`ConfigError`).
         max_idle: A ready sandbox older than this (seconds or a timedelta) since it was made
             or last released is replaced; None keeps it indefinitely.
-        create_concurrency: Sandboxes created at once in the background.
+        create_concurrency: Sandboxes created at once in the background. The default, 3, is
+            the knee measured on a 2-core host (``bench/run.py --only poolknee``: 60
+            acquire/``true``/release cycles with ``max_uses=1`` took 72, 65, 38, 38, 54 and
+            44 s at 1, 2, 3, 4, 6 and 8 at once): more only contend for the engine.
         factory: Makes an uninitialized `Sandbox` from the config; by default ``Sandbox``
             (the backend ``config.type`` names).
 
@@ -157,7 +163,7 @@ class SandboxPool:
     def __init__(
         self, config: SandboxConfig | None = None, *, min_ready: int = 1, max_size: int = 4,
         max_uses: int = 1, max_idle: timedelta | float | None = None,
-        create_concurrency: int = 2, factory: Factory | None = None,
+        create_concurrency: int = CREATE_CONCURRENCY, factory: Factory | None = None,
     ) -> None:
         self._config = as_config(config)
         self._max_size = _count(max_size, "max_size", 1)

@@ -71,7 +71,7 @@ class Background:
             sampler = self.sampler = StatsSampler(
                 engine, container_id, interval=max(interval, 1.0), on_sample=on_sample,
                 proc_reader=self._read_proc_counts, started_at=time.monotonic(),
-                host_mem=host_mem,
+                host_mem=host_mem, host=True,
             )
             work.append(("the stats sampler", sampler.run))
         self._supervisor.start(work)

@@ -15,10 +15,10 @@ from typing import Any
 import anyio
 import attrs
 
+from .._cgroup_usage import HostCgroup, command_usage
 from .._errors import SandboxError
 from .._lifecycle import Lifecycle
 from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatus
-from ._cgroup import HostCgroup, command_usage
 from ._exec import Finalizer
 from ._gateway import Engine
 from ._stats import StatsSampler

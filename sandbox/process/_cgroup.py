@@ -17,8 +17,8 @@ import signal
 import time
 from pathlib import Path
 
+from .._cgroup_usage import HostCgroup
 from .._models import ResourceLimits
-from ..docker._cgroup import HostCgroup
 
 __all__ = ["SandboxCgroup", "available"]
 

@@ -215,11 +215,10 @@ class ProcessBackend(BackendBase, HelperFiles):
         wall = seconds(cfg.resources.wall_time_limit)
         if wall is not None:
             work.append(("the wall clock", lambda: self._wall_clock(wall)))
-        interval = cfg.stats_interval.total_seconds()
-        if interval > 0:  # at least 1 s apart, as on Docker
-            work.append(("the sampler", lambda: _usage.sample_every(
-                self._sampler, max(interval, 1.0), self._on_sample)))
         self._supervisor.start(work)
+        interval = cfg.stats_interval.total_seconds()
+        if interval > 0:  # at least 1 s apart, as on Docker; one sampler for all sandboxes
+            self._sampler.start(max(interval, 1.0), self._on_sample)
 
     def _failed(self, name: str, exc: Exception) -> None:
         self._life.fail(f"{name} failed: {exc}", error=exc)
@@ -267,6 +266,7 @@ class ProcessBackend(BackendBase, HelperFiles):
     async def remove(self) -> None:
         """Kill every process, remove the cgroup and the state directory; idempotent."""
         self._removing = True
+        self._sampler.stop()
         await self._supervisor.aclose()
         for proc in list(self._live):
             with contextlib.suppress(Exception):

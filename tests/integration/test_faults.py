@@ -170,6 +170,9 @@ class BreakableStats:
 async def test_stats_stream_breaking_keeps_the_sandbox_usable(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # The stream is how a remote engine's stats come (a local container's cgroup is read on
+    # the host instead): look remote.
+    monkeypatch.setattr("sandbox.docker._stats.HostCgroup.find", lambda *a, **k: None)
     client = new_client()
     streams = BreakableStats(client._query)
     monkeypatch.setattr(client, "_query", streams)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import anyio
 import pytest
@@ -82,3 +83,34 @@ async def test_stream_command_reports_an_oom_kill() -> None:
             r = await proc.wait()
         assert r.oom_killed and r.exit_code == 137 and "out-of-memory" in r.error, r
         assert r.resource_usage.memory_peak > 32 * MiB, r.resource_usage
+
+
+async def test_a_local_container_is_sampled_without_an_engine_stats_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine's stats stream cost dockerd and containerd ~0.2 % of a core per idle
+    container; a local one is read from its cgroup on the host instead."""
+    from sandbox.docker import DockerBackend
+    from sandbox.docker._gateway import new_client
+
+    client = new_client()
+    streamed: list[str] = []
+    original = client._query
+
+    def query(*args: object, **kwargs: Any) -> Any:
+        if str(args[0]).endswith("/stats") and kwargs.get("params", {}).get("stream") == "1":
+            streamed.append(str(args[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(client, "_query", query)
+    try:
+        cfg = SandboxConfig(image=IMAGE_BUSYBOX)
+        async with Sandbox(backend=DockerBackend(cfg, docker=client)) as sb:
+            await sb.execute_command("head -c 3M /dev/zero > /tmp/x")
+            await anyio.sleep(2.5)
+            history = sb.usage_history()
+            assert len(history) >= 2 and history[-1].memory_usage > 0, history
+            assert history[-1].cpu_time.total_seconds() > 0, history
+    finally:
+        await client.close()
+    assert streamed == []

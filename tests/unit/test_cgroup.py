@@ -7,8 +7,8 @@ from pathlib import Path
 
 import attrs
 
+from sandbox._cgroup_usage import Counters, HostCgroup, command_usage
 from sandbox._models import ResourceUsage
-from sandbox.docker._cgroup import Counters, HostCgroup, command_usage
 
 CID = "ab" * 32
 

@@ -1,20 +1,22 @@
-"""Read a local container's cgroup counters straight from the host, for exact per-command usage.
+"""Read a sandbox's cgroup usage counters straight from the host, for every backend.
 
-The engine's stats come once a second, too coarse for a command shorter than that. When the
-engine runs on this host, the container's cgroup files answer in microseconds. The cgroup is
-found through the container's main process, and only trusted when its path names the
-container, so a remote engine, another pid namespace or a reused pid gives None, not numbers
-of something else.
+Shared by the Docker backend (exact per-command usage of a local container: the engine's
+stats come once a second, too coarse for a short command) and the process backend (its own
+cgroup, sampled and per command). The files answer in microseconds. A container's cgroup
+is found through its main process, and only trusted when its path names the container, so
+a remote engine, another pid namespace or a reused pid gives None, not numbers of something
+else.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import attrs
 
-from .._models import ResourceUsage
+from ._models import ResourceUsage
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_ROOT = Path("/proc")
@@ -88,6 +90,19 @@ class HostCgroup:
         """Read the counters now; None once the cgroup is gone or unreadable."""
         try:
             return self._read_v2() if self.v2 else self._read_v1()
+        except (OSError, ValueError):
+            return None
+
+    def cpu_ns(self) -> int | None:
+        """Only the CPU time used so far (one small file: a sampler's is-it-idle check)."""
+        try:
+            if self.v2:
+                return _keyed(_read(self.cpu / "cpu.stat")).get("usage_usec", 0) * 1000
+            fd = os.open(f"{self.cpu}/cpuacct.usage", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                return int(os.read(fd, 64))
+            finally:
+                os.close(fd)
         except (OSError, ValueError):
             return None
 
