@@ -52,7 +52,7 @@ from ._plan import plan_container
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
-from ._workdir import give_workdir_before_start, settle_user
+from ._workdir import give_workdir_before_start, mounts_key, settle_user
 from ._workspace import Workspace, live_mount_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
@@ -99,6 +99,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         self._identity: Identity | None = None
         self._root_opt_in = False
         self._workdir_given = False
+        self._mounts_key: str | None = None
         self._image_id = ""
         self._created_at: datetime | None = None
         self._started_at: datetime | None = None
@@ -251,6 +252,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
         self.egress_stats = self._network.egress_stats  # what Sandbox.egress_stats reads
         await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
+        self._mounts_key = mounts_key(body)  # what the user probe's answer depends on
 
         async def create() -> None:
             self._container_id = await create_container(engine, self._name, plan.params, body)
@@ -290,7 +292,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
             self._helpers.run, self._engine_or_fail(), self._container_id, user=self._user,
             cwd=self._cwd, image=self._config.image, covered=self._workspace.covers(self._cwd),
             given=self._workdir_given, root_ok=self._root_opt_in, audit=self._audit,
-            image_id=self._image_id)
+            image_id=self._image_id, mounts=self._mounts_key)
         self._identity = Identity(ids.uid, ids.gid, ids.user_name, ids.group_name)
         if not ids.home_writable and "HOME" not in self._env:
             # Not in a live mount: dotfiles (git's config, caches) would land in the user's
