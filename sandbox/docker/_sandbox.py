@@ -69,6 +69,7 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
     """
 
     keepalive = KEEPALIVE
+    stdin_stops_at_exit = True  # an exec's stdin feed ends with it (copy in: one exec)
 
     def __init__(
         self, config: SandboxConfig | None = None, *, docker: DockerClient | None = None,
@@ -203,12 +204,14 @@ class DockerSandbox(HelperFiles, PoolPrimitives):
             self._docker = new_client()
         engine = self._engine = Engine(self._docker)
         try:
-            await engine.ping()
+            info = await engine.ping_and_info()  # one round trip where there were three
         except EngineUnavailable:
             raise
         except SandboxError as exc:
+            if exc.message.startswith("read engine info"):
+                raise
             raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
-        self._facts = EngineFacts.from_info(await engine.info())
+        self._facts = EngineFacts.from_info(info)
         if cfg.type == "vm":  # a VM-isolated runtime the engine has, or a refusal naming them
             cfg = self._config = attrs.evolve(
                 cfg, runtime=pick_vm_runtime(self._facts.runtimes, cfg.runtime))
