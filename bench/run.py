@@ -53,7 +53,8 @@ from sandbox import (
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
-             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers")
+             "rssout", "rsshostile", "pool", "checkpoint", "session", "peers",
+             "execcpu", "copy", "cleanup", "batch")
 BASELINE = "aiodocker"
 
 
@@ -520,6 +521,30 @@ class Bench:
         from scenario_session import peers_scenario
 
         await peers_scenario(self)
+
+    async def s_execcpu(self) -> None:
+        """Client CPU per exec against raw aiodocker (scenario_create.py)."""
+        from scenario_create import exec_cpu
+
+        await exec_cpu(self)
+
+    async def s_copy(self) -> None:
+        """copy_files in of 1,000 files as the sandbox user (scenario_create.py)."""
+        from scenario_create import copy_as_user
+
+        await copy_as_user(self)
+
+    async def s_cleanup(self) -> None:
+        """Remove right after a command (scenario_create.py)."""
+        from scenario_create import cleanup_after_command
+
+        await cleanup_after_command(self)
+
+    async def s_batch(self) -> None:
+        """100 sandboxes opened in batches of 10 (scenario_create.py)."""
+        from scenario_create import batches
+
+        await batches(self)
 
     # -- report -------------------------------------------------------------------------------
 
