@@ -6,15 +6,7 @@ images`` (``scripts/images.py`` and ``make images`` call this too).
 - ``sandbox-python:latest``: Debian bookworm (minbase) with python3, git, ca-certificates and
   procps, made by mmdebstrap from the machine's own Debian sources, with the same user.
 
-Both come with the default user baked in: its home and /workspace belong to 1000:1000, so a
-sandbox on them needs no hand-over of its working directory before start (an archive PUT that
-cost a fifth of a create). They carry a ``io.sandbox.image.recipe`` label saying which recipe
-made them; it proves nothing to the SDK at create (any image may carry it), which reads the
-owners from the image itself. It only tells this builder that an image is outdated.
-
-Idempotent: an image the engine has is kept unless ``rebuild``; one made by an older recipe
-is brought up to date in place (its /workspace given to the user, the label added: a commit,
-seconds, no network). Building needs Debian's
+Idempotent: an image the engine has is kept unless ``rebuild``. Building needs Debian's
 ``busybox-static`` and ``mmdebstrap``; as root they are installed when missing, otherwise the
 error says what to install. The root filesystem is imported through the engine API (no docker
 CLI needed), with progress on a terminal.
@@ -23,7 +15,6 @@ CLI needed), with progress on a terminal.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import shutil
@@ -54,12 +45,6 @@ PASSWD = (
     "sandbox:x:1000:1000:sandbox user:/home/sandbox:/bin/sh\n"
 )
 GROUP = "root:x:0:\nnogroup:x:65534:\nsandbox:x:1000:\n"
-#: The default user's ids, home and the working directory it owns in the SDK's images.
-SANDBOX_IDS = (1000, 1000)
-OWNED_DIRS = ("home/sandbox", "workspace")
-#: Which recipe made an image; raise it when what the recipe bakes in changes.
-LABEL_RECIPE = "io.sandbox.image.recipe"
-RECIPE = "2"
 #: Seconds the engine may take to import a root filesystem.
 IMPORT_TIMEOUT = 600.0
 _CHUNK = 1 << 20
@@ -73,7 +58,7 @@ class ImageBuildFailed(SandboxError):
 
 @attrs.frozen
 class Outcome:
-    """What happened to one image: ``"present"``, ``"updated"`` or ``"built"``."""
+    """What happened to one image: ``"present"`` or ``"built"``."""
 
     image: str
     action: str
@@ -132,8 +117,8 @@ def rootfs_busybox(work: Path) -> Path:
     def owner(member: tarfile.TarInfo) -> tarfile.TarInfo:
         # Owners set here, not taken from the builder: root's, and the sandbox user's home,
         # whoever builds (root is not needed for this image).
-        owned = member.name.removeprefix("./") in OWNED_DIRS
-        member.uid, member.gid = SANDBOX_IDS if owned else (0, 0)
+        uid = 1000 if member.name in ("./home/sandbox", "home/sandbox") else 0
+        member.uid = member.gid = uid
         member.uname = member.gname = ""
         return member
 
@@ -157,8 +142,7 @@ def rootfs_python(work: Path) -> Path:
                                details=f"neither {deb822} nor {legacy} exists")
     tarball = work / "python.tar"
     hook = ("chroot \"$1\" sh -c 'groupadd -g 1000 sandbox && "
-            "useradd -m -u 1000 -g 1000 -s /bin/bash sandbox && mkdir -p /workspace && "
-            "chown 1000:1000 /workspace'")
+            "useradd -m -u 1000 -g 1000 -s /bin/bash sandbox && mkdir -p /workspace'")
     _run(["mmdebstrap", "--quiet", "--variant=minbase",
           "--include=python3,git,ca-certificates,procps", f"--customize-hook={hook}",
           "--aptopt=APT::Install-Recommends \"false\"", "bookworm", str(tarball), "-"],
@@ -190,8 +174,7 @@ async def _import(engine: Engine, tarball: Path, image: str, progress: Progress)
 
     # `changes` repeats, which a params mapping cannot say: the query is written here.
     query = urllib.parse.urlencode({"fromSrc": "-", "repo": repo, "tag": tag,
-                                    "changes": [f"ENV {ENV_PATH}", 'CMD ["/bin/sh"]',
-                                                f"LABEL {LABEL_RECIPE}={RECIPE}"]},
+                                    "changes": [f"ENV {ENV_PATH}", 'CMD ["/bin/sh"]']},
                                    doseq=True)
     answer = await engine.request(f"import image {image!r}", f"images/create?{query}", "POST",
                                   data=body(),
@@ -202,44 +185,6 @@ async def _import(engine: Engine, tarball: Path, image: str, progress: Progress)
         if isinstance(record, dict) and record.get("error"):
             raise ImageBuildFailed(f"the engine could not import {image!r}",
                                    details=str(record["error"]))
-
-
-def _owned_dirs_tar() -> bytes:
-    """The default user's directories as tar entries owned by it (the engine extracts them
-    over the image's, changing only owner and mode)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for name in OWNED_DIRS:
-            info = tarfile.TarInfo(name)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            info.uid, info.gid = SANDBOX_IDS
-            tf.addfile(info)
-    return buf.getvalue()
-
-
-async def _update(engine: Engine, image: str) -> None:
-    """Bring an image an older recipe made up to this one without rebuilding it: a stopped
-    container of it gets the owned directories, and is committed under the same name with
-    the recipe label (the old image stays until nothing uses it)."""
-    repo, _, tag = image.rpartition(":")
-    created = await engine.query_json(
-        f"update image {image!r}", "containers/create", "POST",
-        # Nothing of the image's config overridden: the commit keeps what it had. Never
-        # started (no network needed; the engine may have no default bridge).
-        data={"Image": image, "HostConfig": {"NetworkMode": "none"}})
-    cid = str(created["Id"])
-    try:
-        await engine.request(f"update image {image!r}", f"containers/{cid}/archive", "PUT",
-                             params={"path": "/"}, data=_owned_dirs_tar(),
-                             headers={"Content-Type": "application/x-tar"})
-        query = urllib.parse.urlencode({"container": cid, "repo": repo, "tag": tag,
-                                        "changes": [f"LABEL {LABEL_RECIPE}={RECIPE}"]},
-                                       doseq=True)
-        await engine.request(f"update image {image!r}", f"commit?{query}", "POST",
-                             data=b"{}", headers={"Content-Type": "application/json"})
-    finally:
-        await engine.request(f"update image {image!r}", f"containers/{cid}", "DELETE",
-                             params={"force": "1", "v": "1"})
 
 
 async def _ticking(progress: Progress, text: str, work: Callable[[], Path]) -> Path:
@@ -277,18 +222,10 @@ async def build_images(*, only: str | None = None, rebuild: bool = False, tag: s
             if only and key != only:
                 continue
             image = tag or default
-            found = None if rebuild else await inspect_image(engine, image)
-            if found is not None:
-                labels = (found.get("Config") or {}).get("Labels") or {}
-                if labels.get(LABEL_RECIPE) == RECIPE:
-                    outcomes.append(Outcome(image, "present"))
-                    if say:
-                        say(f"{image} is present")
-                    continue
-                await _update(engine, image)
-                outcomes.append(Outcome(image, "updated"))
+            if not rebuild and await inspect_image(engine, image) is not None:
+                outcomes.append(Outcome(image, "present"))
                 if say:
-                    say(f"updated {image} (the sandbox user owns /workspace)")
+                    say(f"{image} is present")
                 continue
             progress.start()
             with tempfile.TemporaryDirectory(prefix="sandbox-image-") as tmp:

@@ -1,5 +1,5 @@
-"""Secure defaults at no cost (issue 29): what a create skips on the SDK's own images, and
-that no image can talk it into skipping a check by what it says about itself."""
+"""Secure defaults at less cost (issue 29): what a create no longer repeats for an image it
+has seen, and that no image can talk it into skipping a check."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from sandbox import (
     SecurityPolicy,
     SecurityViolation,
 )
-from sandbox._image_build import LABEL_RECIPE, RECIPE
 from sandbox.docker import _gateway
 from tests.conftest import docker_cli
 
@@ -37,12 +36,11 @@ def _build(tmp_path: Path, steps: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def lying_image(tmp_path: Path) -> Iterator[str]:
-    """Carries the SDK's recipe label, yet its /workspace is root's and its ``sandbox`` user
-    is uid 0."""
+def root_name_image(tmp_path: Path) -> Iterator[str]:
+    """Its ``sandbox`` user is uid 0, and a label says the SDK need not look."""
     yield from _build(tmp_path, (
-        "RUN chown 0:0 /workspace && sed -i 's/^sandbox:x:1000:1000:/sandbox:x:0:0:/' "
-        f"/etc/passwd\nLABEL {LABEL_RECIPE}={RECIPE}\n"))
+        "RUN sed -i 's/^sandbox:x:1000:1000:/sandbox:x:0:0:/' /etc/passwd\n"
+        "LABEL io.sandbox.image.recipe=2 io.sandbox.image.user=sandbox\n"))
 
 
 @pytest.fixture
@@ -73,17 +71,15 @@ class Calls:
 
 
 @pytest.mark.parametrize("image", [IMAGE_BUSYBOX, IMAGE_PYTHON])
-async def test_a_default_image_is_ready_without_hand_over_or_probe(
+async def test_a_second_sandbox_of_an_image_needs_no_probe(
         image: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    labels = docker_cli("inspect", "-f", "{{json .Config.Labels}}", image)
-    assert f'"{LABEL_RECIPE}":"{RECIPE}"' in labels, labels
     async with Sandbox(SandboxConfig(image=image)):
-        pass  # the first of an image id reads it once
+        pass  # the first of an image id probes the user once
     calls = Calls(monkeypatch)
     async with Sandbox(SandboxConfig(image=image)) as sb:
         made = list(calls.actions)
-        assert "give the working directory to the sandbox user" not in made, made
         assert "start a command" not in made, made  # no exec before ready
+        assert "look at the working directory" not in made, made  # read once per image id
         identity = sb.backend.identity
         assert (identity.uid, identity.gid, identity.user_name) == (1000, 1000, "sandbox")
         done = await sb.execute_command(
@@ -91,18 +87,18 @@ async def test_a_default_image_is_ready_without_hand_over_or_probe(
         assert done.stdout.split() == ["1000", "1000", "ok"], done
 
 
-async def test_a_label_claiming_the_sdk_recipe_proves_nothing(lying_image: str) -> None:
-    """Twice each (the second from what the first cached): the user still gets the working
-    dir, and a name the image maps to root is still refused."""
-    for _ in range(2):
-        async with Sandbox(SandboxConfig(image=lying_image)) as sb:
-            done = await sb.execute_command("touch /workspace/f && stat -c %u /workspace")
-            assert done.success and done.stdout.strip() == "1000", done
-    for _ in range(2):
+async def test_a_name_the_image_maps_to_root_is_refused_every_time(
+        root_name_image: str) -> None:
+    """What the SDK remembers of an image never covers a name: the image's passwd decides
+    what it means, so the probe runs, and refuses, each time (whatever labels say)."""
+    for _ in range(3):
         with pytest.raises(SecurityViolation, match="which is root"):
             async with Sandbox(SandboxConfig(
-                    image=lying_image, security=SecurityPolicy(run_as_user="sandbox"))):
+                    image=root_name_image, security=SecurityPolicy(run_as_user="sandbox"))):
                 pass
+    async with Sandbox(SandboxConfig(image=root_name_image)) as sb:  # the numeric default
+        done = await sb.execute_command("id -u; touch /workspace/f && echo ok")
+        assert done.stdout.split() == ["1000", "ok"], done
 
 
 async def test_the_image_shell_does_not_choose_the_sandbox_identity(
