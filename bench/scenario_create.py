@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -133,13 +134,24 @@ async def batches(bench: Any) -> None:
     total, size = 100, 10
     for impl in (sdk, raw):
         handles: list[Any] = []
+        failed: list[str] = []  # (another bench run's sweep removes raw containers)
+
+        async def one(impl: Any = impl, handles: list[Any] = handles,
+                      failed: list[str] = failed) -> None:
+            try:
+                handles.append(await impl.create(IMAGE_BUSYBOX))
+            except Exception as exc:
+                failed.append(f"{type(exc).__name__}: {exc}"[:200])
+
+        async def drop(impl: Any = impl, handle: Any = None) -> None:
+            with contextlib.suppress(Exception):
+                await impl.remove(handle)
+
         t0 = time.perf_counter()
         try:
             for _ in range(total // size):
                 async with anyio.create_task_group() as tg:
                     for _ in range(size):
-                        async def one(impl: Any = impl, handles: list[Any] = handles) -> None:
-                            handles.append(await impl.create(IMAGE_BUSYBOX))
                         tg.start_soon(one)
             opened = time.perf_counter() - t0
         finally:
@@ -147,10 +159,12 @@ async def batches(bench: Any) -> None:
             for start in range(0, len(handles), size):
                 async with anyio.create_task_group() as tg:
                     for handle in handles[start: start + size]:
-                        tg.start_soon(impl.remove, handle)
+                        tg.start_soon(drop, impl, handle)
             closed = time.perf_counter() - t1
+        note = f"closed in {closed:.1f} s" + (f"; {len(failed)} creates failed, first: "
+                                               f"{failed[0]}" if failed else "")
         bench.add(Row(f"{total} sandboxes opened in batches of {size}", impl.name, "s",
-                      [opened], note=f"closed in {closed:.1f} s"))
+                      [opened], note=note))
 
 
 __all__ = ["batches", "cleanup_after_command", "copy_as_user", "exec_cpu"]
