@@ -56,7 +56,8 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 SCENARIOS = ("create", "exec", "exec50", "stream", "files", "copyout", "usage", "rss",
              "rssout", "rsshostile", "pool", "checkpoint", "session", "peers", "kube",
-             "idleproc", "idledocker", "poolknee", "warmpools")
+             "idleproc", "idledocker", "poolknee", "warmpools", "execcpu", "copy", "cleanup",
+             "batch")
 BASELINE = "aiodocker"
 
 
@@ -527,6 +528,30 @@ class Bench:
     async def s_kube(self) -> None:
         """Kubernetes (the local cluster), Docker and process side by side: bench/kube_rows.py."""
         await kube_rows.run(self, Row)
+
+    async def s_execcpu(self) -> None:
+        """Client CPU per exec against raw aiodocker (scenario_create.py)."""
+        from scenario_create import exec_cpu
+
+        await exec_cpu(self)
+
+    async def s_copy(self) -> None:
+        """copy_files in of 1,000 files as the sandbox user (scenario_create.py)."""
+        from scenario_create import copy_as_user
+
+        await copy_as_user(self)
+
+    async def s_cleanup(self) -> None:
+        """Remove right after a command (scenario_create.py)."""
+        from scenario_create import cleanup_after_command
+
+        await cleanup_after_command(self)
+
+    async def s_batch(self) -> None:
+        """100 sandboxes opened in batches of 10 (scenario_create.py)."""
+        from scenario_create import batches
+
+        await batches(self)
 
     # -- report -------------------------------------------------------------------------------
 

@@ -85,6 +85,12 @@ _KIND_SH = r"""if [ -d "$1" ]; then echo dir; elif [ -e "$1" ]; then echo file; 
 
 _UNTAR_SH = r"""mkdir -p -- "$1" && exec tar -x -f - -C "$1" """
 
+#: copy in, in one exec: say whether the destination $1 is a directory (the archive is then
+#: named after the source and unpacked in it) or not (named after $1, unpacked in its parent
+#: $2), then unpack what the SDK sends once it has read that line.
+_COPY_IN_SH = r"""if [ -d "$1" ]; then echo dir; t=$1; else echo other; t=$2; fi
+mkdir -p -- "$t" && exec tar -x -f - -C "$t" """
+
 _TAR_SH = r"""[ -e "$1/$2" ] || [ -L "$1/$2" ] || { echo "No such file or directory" >&2; exit 2; }
 exec tar -c -f - -C "$1" -- "$2" """
 
@@ -315,21 +321,53 @@ async def file_chunks(f: IO[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def copy_to_sandbox(run: Runner, src: Path, dest: str) -> None:
-    """Copy a host file or tree into the sandbox with ``docker cp`` semantics, in one archive."""
+async def copy_to_sandbox(run: Runner, src: Path, dest: str, *, ask_in_same_exec: bool = False,
+                          ) -> None:
+    """Copy a host file or tree into the sandbox with ``docker cp`` semantics, in one archive.
+
+    With ``ask_in_same_exec`` (a runner that stops feeding stdin once the command exits, as
+    Docker's does), in one exec: the command first says whether ``dest`` is a directory, and
+    the archive, named for that answer, is made and sent only then. Otherwise an exec asks
+    first.
+    """
     if not await anyio.Path(src).exists():
         raise SandboxFileNotFound(f"copy {str(src)!r} failed: no such file on the host",
                                   path=str(src))
-    kind = await path_kind(run, dest)
-    if kind == "dir":
-        target_dir, arcname = dest, src.name
-    else:
-        target_dir, arcname = posixpath.dirname(dest) or "/", posixpath.basename(dest)
-    with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
-        await anyio.to_thread.run_sync(_tar_host_path, src, arcname, spool)
-        spool.seek(0)
-        result = await run(["/bin/sh", "-c", _UNTAR_SH, "sandbox-untar", target_dir],
-                           stdin=file_chunks(spool))
+    if not ask_in_same_exec:
+        kind = await path_kind(run, dest)
+        if kind == "dir":
+            target_dir, arcname = dest, src.name
+        else:
+            target_dir, arcname = posixpath.dirname(dest) or "/", posixpath.basename(dest)
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
+            await anyio.to_thread.run_sync(_tar_host_path, src, arcname, spool)
+            spool.seek(0)
+            result = await run(["/bin/sh", "-c", _UNTAR_SH, "sandbox-untar", target_dir],
+                               stdin=file_chunks(spool))
+        raise_for(result, "copy into", dest)
+        return
+    parent = posixpath.dirname(dest) or "/"
+    heard = bytearray()
+    answered = anyio.Event()
+
+    def take(data: bytes) -> None:
+        if not answered.is_set():
+            heard.extend(data[:8])
+            if b"\n" in heard or len(heard) >= 8:
+                answered.set()
+
+    async def archive() -> AsyncIterator[bytes]:
+        await answered.wait()  # (a command that never says is ended by the helper deadline)
+        into_dir = bytes(heard).split(b"\n", 1)[0] == b"dir"
+        arcname = src.name if into_dir else posixpath.basename(dest)
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
+            await anyio.to_thread.run_sync(_tar_host_path, src, arcname, spool)
+            spool.seek(0)
+            async for chunk in file_chunks(spool):
+                yield chunk
+
+    result = await run(["/bin/sh", "-c", _COPY_IN_SH, "sandbox-copy-in", dest, parent],
+                       stdin=archive(), on_stdout=take)
     raise_for(result, "copy into", dest)
 
 
@@ -386,9 +424,14 @@ class HelperFiles:
             self._helper(f"list {target!r}", rate=_constants.LIST_MIN_RATE,
                          max_time=_constants.LIST_MAX_TIME), target)
 
+    #: Whether the helper runner stops feeding stdin when its command exits (then copy in
+    #: asks for the destination's kind in the exec that unpacks).
+    stdin_stops_at_exit = False
+
     async def copy_in(self, source: Path, target: str) -> None:
         """Copy a host file or tree to the absolute sandbox path ``target``."""
-        await copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target)
+        await copy_to_sandbox(self._helper(f"copy into {target!r}"), source, target,
+                              ask_in_same_exec=self.stdin_stops_at_exit)
 
     async def copy_out(self, target: str, dest: Path, *, max_bytes: int,
                        max_entries: int) -> None:

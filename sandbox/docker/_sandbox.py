@@ -52,7 +52,7 @@ from ._plan import plan_container
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
-from ._workdir import give_workdir_before_start, settle_user
+from ._workdir import give_workdir_before_start, mounts_key, settle_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
@@ -68,6 +68,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
     """
 
     keepalive = KEEPALIVE
+    stdin_stops_at_exit = True  # an exec's stdin feed ends with it (copy in: one exec)
 
     def __init__(
         self, config: SandboxConfig | None = None, *, docker: DockerClient | None = None,
@@ -91,6 +92,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._identity: Identity | None = None
         self._root_opt_in = False
         self._workdir_given = False
+        self._mounts_key: str | None = None
         self._image_id = ""
         self._started_at: datetime | None = None
         self._helpers: Helpers | None = None
@@ -160,12 +162,14 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             self._docker = new_client()
         engine = self._engine = Engine(self._docker)
         try:
-            await engine.ping()
+            info = await engine.ping_and_info()  # one round trip where there were three
         except EngineUnavailable:
             raise
         except SandboxError as exc:
+            if exc.message.startswith("read engine info"):
+                raise
             raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
-        self._facts = EngineFacts.from_info(await engine.info())
+        self._facts = EngineFacts.from_info(info)
         if cfg.type == "vm":  # a VM-isolated runtime the engine has, or a refusal naming them
             cfg = self._config = attrs.evolve(
                 cfg, runtime=pick_vm_runtime(self._facts.runtimes, cfg.runtime))
@@ -208,6 +212,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                                        audit=lambda: self._audit, facts=self._facts)
         await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
+        self._mounts_key = mounts_key(body)  # what the user probe's answer depends on
 
         async def create() -> None:
             self._container_id = await create_container(engine, self._name, plan.params, body)
@@ -247,7 +252,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             self._helpers.run, self._engine_or_fail(), self._container_id, user=self._user,
             cwd=self._cwd, image=self._config.image, covered=self._workspace.covers(self._cwd),
             given=self._workdir_given, root_ok=self._root_opt_in, audit=self._audit,
-            image_id=self._image_id)
+            image_id=self._image_id, mounts=self._mounts_key)
         self._identity = Identity(ids.uid, ids.gid, ids.user_name, ids.group_name)
         if not ids.home_writable and "HOME" not in self._env:
             # Not in a live mount: dotfiles (git's config, caches) would land in the user's

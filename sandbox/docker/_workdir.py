@@ -4,15 +4,24 @@ Root in a default sandbox has no capabilities, so it cannot chown: a working dir
 own is written by the engine's archive API with that owner instead, before start where the ids
 are numeric (gVisor does not see what the archive API changes after start), else after start.
 A probe run as the user reads its real ids and whether its HOME is writable.
+
+Both steps cost about a third of a create, so what they learn is kept per image id (a content
+hash: every fresh container of it holds the same files) and the settings that change what a
+fresh container holds (`mounts_key`). Only what needs no exec to be true is skipped: the archive
+hand-over where the image already gives the working dir away, and the probe for a numeric
+non-root ``uid:gid`` (the engine runs an exec as exactly those ids, whatever the image says;
+the probe's root check is for names, which the image's files resolve, and always runs).
+An image's labels are never read here: an image can lie.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import posixpath
 import tarfile
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -23,6 +32,7 @@ from .._errors import (
     SandboxInitFailed,
     SecurityViolation,
 )
+from .._ids import go_atoi, split_spec
 from .._models import CommandResult
 from ._gateway import Engine, EngineNotFound
 
@@ -115,6 +125,28 @@ def root_owned_empty_dir(head: bytes) -> bool:
 _NAMES: dict[tuple[str, str], tuple[str, str]] = {}
 
 
+#: Per (image id, user, working dir, mounts key): what the probe found, for a numeric non-root
+#: user whose working dir the steps before start dealt with (see `settle_user`).
+_PROBED: dict[tuple[str, str, str, str], UserIds] = {}
+
+
+def numeric_non_root(user: str) -> tuple[int, int] | None:
+    """The ids of a ``uid:gid`` of two numbers, neither 0, as the engine reads them (else
+    None): an exec as it runs with exactly those ids, whatever the image's passwd says."""
+    uid_text, gid_text = split_spec(user)
+    uid, gid = go_atoi(uid_text), go_atoi(gid_text)
+    return (uid, gid) if uid is not None and gid is not None and uid > 0 and gid > 0 else None
+
+
+def mounts_key(body: Mapping[str, Any]) -> str:
+    """What in a create body changes the files a fresh container of an image holds (and so
+    whether HOME is writable): the root's read-only flag, mounts, volumes and runtime."""
+    host = body.get("HostConfig") or {}
+    return json.dumps([host.get(k) for k in ("ReadonlyRootfs", "Tmpfs", "Binds", "Mounts",
+                                               "VolumesFrom", "Runtime", "UsernsMode")]
+                      + [body.get("Volumes")], sort_keys=True)
+
+
 async def probe_user(run: Runner, user: str, cwd: str, *, image: str,
                      make_dir: bool, image_id: str = "") -> UserIds:
     """Run the probe as `user` (making `cwd` if `make_dir` and it is missing): an unknown user
@@ -204,12 +236,28 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
 
 async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: str, cwd: str,
                       image: str, covered: bool, given: bool, root_ok: bool,
-                      audit: Auditor, image_id: str = "") -> UserIds:
+                      audit: Auditor, image_id: str = "", mounts: str | None = None) -> UserIds:
     """After start: probe the sandbox user's real ids, refuse one that is root without the
     opt-in, and give it the working dir unless the workspace or the pre-start hand-over did.
+
+    With ``mounts`` (the create body's `mounts_key`), a numeric non-root user's probe runs
+    once per image id and those settings: its ids are the spec's, its HOME and names the
+    image's, and the working dir is already there (``covered`` or ``given``).
     """
+    key = (image_id, user, cwd, mounts) if mounts is not None and image_id and \
+        (covered or given) and numeric_non_root(user) is not None else None
+    if key is not None and (known := _PROBED.get(key)) is not None:
+        return known
     ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,
                            image_id=image_id)
+    if (numeric := numeric_non_root(user)) is not None:
+        # The engine ran the probe as exactly these ids; what the image's shell printed
+        # (a checkpoint's shell is the last user's) does not get to say otherwise.
+        ids = attrs.evolve(ids, uid=numeric[0], gid=numeric[1])
+    if key is not None:
+        if len(_PROBED) >= _PROBES_KEPT:
+            _PROBED.clear()
+        _PROBED[key] = ids
     if 0 in (ids.uid, ids.gid) and not root_ok:
         # A name, or the image's own user, that the image maps to root (user or group).
         raise audit.refused("security.run_as_user", f"user={user!r}", SecurityViolation(
