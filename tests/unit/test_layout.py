@@ -20,9 +20,6 @@ BACKEND_PACKAGES = ("docker", "process", "kubernetes")
 #: Known arrows from one backend into another, each owned by a slice of issue 27 that moves the
 #: shared code to a neutral module; the lead removes each line when that slice merges.
 KNOWN_CROSS_BACKEND = {
-    # TODO(perf-sampler): cgroup usage moves to a neutral module.
-    ("sandbox.process._usage", "sandbox.docker._cgroup"),
-    ("sandbox.process._cgroup", "sandbox.docker._cgroup"),
     # TODO(backend-base follow-up): the process backend reads its root filesystems from the
     # Docker engine's image store; an image source in the registry would cut this arrow.
     ("sandbox.process._rootfs", "sandbox.docker._gateway"),
