@@ -150,9 +150,10 @@ class SandboxPool:
         max_idle: A ready sandbox older than this (seconds or a timedelta) since it was made
             or last released is replaced; None keeps it indefinitely.
         create_concurrency: Sandboxes created at once in the background. The default, 3, is
-            the knee measured on a 2-core host (``bench/run.py --only poolknee``: 60
-            acquire/``true``/release cycles with ``max_uses=1`` took 72, 65, 38, 38, 54 and
-            44 s at 1, 2, 3, 4, 6 and 8 at once): more only contend for the engine.
+            the knee measured on a 2-core host (``bench/run.py --only poolknee``; 40
+            acquire/``true``/release cycles with ``max_uses=1``: 16.5/14.5 s at 2, then
+            13.1/13.5/10.1 s at 3, 10.8/10.7/10.0 s at 4, 10.6 s at 6): more only contend
+            for the engine.
         factory: Makes an uninitialized `Sandbox` from the config; by default ``Sandbox``
             (the backend ``config.type`` names).
 
