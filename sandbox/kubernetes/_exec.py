@@ -60,7 +60,7 @@ from ..docker._exec_kill import _SWEEP_SH, MARKER_VAR
 from ..docker._exec_start import check_exec_size
 from ._gateway import ExecSocket, ExecStreamLost
 
-__all__ = ["KubeProcess", "open_exec", "parse_status", "wrap_argv"]
+__all__ = ["ExecRefused", "KubeProcess", "open_exec", "parse_status", "wrap_argv"]
 
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
@@ -92,6 +92,12 @@ trap : TERM INT HUP QUIT USR1 USR2
 } 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@"; c=$?
   kill -PIPE "$dec" 2>/dev/null; exit "$c"; }
 """
+
+class ExecRefused(CommandStartFailed):
+    """The runtime ended the exec with a status that has no exit code (e.g. the container is
+    not running). [kube-backend] A distinct class so the backend can ask whether the Pod
+    ended (then that is the error) without parsing messages."""
+
 
 Callback = Callable[[bytes], Any]
 Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
@@ -423,8 +429,8 @@ class KubeProcess:
             raise self._start_failed
         code, message = (None, "") if self._status is None else parse_status(self._status)
         if code is None and self._status is not None and not self._killed:
-            raise CommandStartFailed(f"could not start {self.argv[0]!r} in the sandbox",
-                                     details=message)
+            raise ExecRefused(f"could not start {self.argv[0]!r} in the sandbox",
+                              details=message)
         timed_out = bool(self._kill_reason)
         exit_code = -1 if code is None else code
         sig = signal_name(exit_code)

@@ -35,6 +35,7 @@ from .._errors import (
     SandboxError,
     SandboxInitFailed,
     SandboxNotFound,
+    SandboxNotRunning,
 )
 from .._gc import owner_labels
 from .._ids import Identity, identity_of
@@ -54,7 +55,14 @@ from .._shield import finish_despite_cancel
 from ..docker import _files
 from ..docker._wire import engine_time
 from . import _exec
-from ._gateway import Cluster, ExecSocket, KubeApiError, KubeConflict, KubeNotFound
+from ._gateway import (
+    Cluster,
+    ExecSocket,
+    KubeApiError,
+    KubeConflict,
+    KubeNotFound,
+    delete_options,
+)
 from ._plan import CONTAINER, PodPlan, plan_pod
 
 log = logging.getLogger("sandbox.lifecycle")
@@ -66,6 +74,8 @@ _FATAL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageNam
 #: The probe run once the Pod runs: learns the exec protocol, whether HOME is writable.
 _PROBE_SH = 'if [ -n "$HOME" ] && [ -w "$HOME" ]; then echo home; else echo nohome; fi'
 _QUANTITY = re.compile(r"([0-9.]+)([a-zA-Z]*)")
+#: How long a refused exec waits for the API server to show that the Pod ended.
+ENDED_PATIENCE = 3.0
 _SUFFIX = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
            "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
@@ -226,7 +236,12 @@ class KubernetesSandbox(NoSnapshots):
         await self._wait_running()
         self._started = time.monotonic()
         self._life.advance(SandboxStatus.RUNNING)
-        probe = await self._run_internal(["/bin/sh", "-c", _PROBE_SH], what="probe the sandbox")
+        try:
+            probe = await self._run_internal(["/bin/sh", "-c", _PROBE_SH],
+                                             what="probe the sandbox")
+        except SandboxNotRunning as exc:  # e.g. a short wall_time_limit ran out meanwhile
+            raise SandboxInitFailed(f"the sandbox Pod ended while starting: {exc.message}",
+                                    cause=exc) from exc
         if not probe.success:
             raise SandboxInitFailed("the sandbox Pod runs, but a command in it failed",
                                     details=probe.error or probe.stderr[:2000])
@@ -269,8 +284,7 @@ class KubernetesSandbox(NoSnapshots):
                 f"the sandbox Pod did not run within {self.start_timeout:g} s ({reason})",
                 details="see `kubectl describe pod` for its events (scheduling, pulls)")
 
-    @staticmethod
-    def _started_ok(pod: Mapping[str, Any]) -> bool:
+    def _started_ok(self, pod: Mapping[str, Any]) -> bool:
         """Whether the Pod's container runs; raise if it never will."""
         status = pod.get("status") or {}
         phase = status.get("phase", "")
@@ -283,6 +297,14 @@ class KubernetesSandbox(NoSnapshots):
             if phase == "Running" and state.get("running") is not None:
                 return True
         if phase in ("Failed", "Succeeded"):
+            wall = self._config.resources.wall_time_limit.total_seconds()
+            if status.get("reason") == "DeadlineExceeded" and wall > 0:
+                # activeDeadlineSeconds counts from the node's acceptance, image pull and
+                # container start included: a short limit can end before the Pod runs.
+                raise SandboxInitFailed(
+                    f"the sandbox Pod reached its wall_time_limit of {wall:g} s before it "
+                    "started running", details="the limit counts from when the node accepted "
+                    "the Pod (pull and start included): raise wall_time_limit")
             raise SandboxInitFailed(f"the sandbox Pod ended while starting ({phase})",
                                     details=str(status.get("message") or status.get("reason")
                                                 or ""))
@@ -335,12 +357,11 @@ class KubernetesSandbox(NoSnapshots):
         else:
             return
         for name, uid in own:
+            if not uid:
+                continue  # no uid, no proof it is ours
             try:
                 await cluster.call(f"delete the sandbox's {kind}", "DELETE", f"{path}/{name}",
-                                   body={"kind": "DeleteOptions", "apiVersion": "v1",
-                                         "gracePeriodSeconds": 0,
-                                         "propagationPolicy": "Background",
-                                         "preconditions": {"uid": uid}})
+                                   body=delete_options(uid))
             except KubeNotFound:
                 pass  # gone already
             except KubeConflict:
@@ -366,11 +387,22 @@ class KubernetesSandbox(NoSnapshots):
                                   cause=exc) from exc
         except KubeApiError as exc:
             # Refused: is the Pod still running? If it ended, that is the news.
-            if await self._pod_ended():
+            if await self._pod_ended_soon():
                 raise self._life.not_running() from exc
             raise
         self._protocol = sock.protocol
         return sock
+
+    async def _pod_ended_soon(self, patience: float = ENDED_PATIENCE) -> bool:
+        """`_pod_ended`, asked again for up to ``patience`` s: when the kubelet ends a Pod
+        (its deadline, its main process) it stops the container before the API server has the
+        Pod's new phase, so an exec refused in that window would otherwise look like a start
+        failure of the command."""
+        with anyio.move_on_after(patience):
+            while not await self._pod_ended():  # noqa: ASYNC110 (polls the API server)
+                await anyio.sleep(0.2)
+            return True
+        return False
 
     async def _pod_ended(self) -> bool:
         """Look at the Pod; if it ended (deadline, OOM, its main process exited), fail the
@@ -417,13 +449,26 @@ class KubernetesSandbox(NoSnapshots):
             await sock.close()
         return _exec.parse_status(status)[0] if status else None
 
-    def _open(self, spec: ProcessSpec, *, attach_stdin: bool, iterate: bool = False,
-              on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
-              ) -> contextlib.AbstractAsyncContextManager[_exec.KubeProcess]:
+    @contextlib.asynccontextmanager
+    async def _open(self, spec: ProcessSpec, *, attach_stdin: bool, iterate: bool = False,
+                    on_stdout: OutputCallback | None = None,
+                    on_stderr: OutputCallback | None = None,
+                    ) -> AsyncIterator[_exec.KubeProcess]:
         self._check_user(spec)
-        return _exec.open_exec(self._open_socket, spec, killer=self._kill_exec,
-                               framed_v4=self._protocol == _exec.V4, attach_stdin=attach_stdin,
-                               on_stdout=on_stdout, on_stderr=on_stderr, iterate=iterate)
+        try:
+            async with _exec.open_exec(
+                    self._open_socket, spec, killer=self._kill_exec,
+                    framed_v4=self._protocol == _exec.V4, attach_stdin=attach_stdin,
+                    on_stdout=on_stdout, on_stderr=on_stderr, iterate=iterate) as proc:
+                yield proc
+        except _exec.ExecRefused as exc:
+            # The runtime refused the exec with no exit code: usually the container is gone
+            # (the Pod's deadline, its main process ended). Then that is the error.
+            with anyio.CancelScope(shield=True):
+                ended = await self._pod_ended_soon()
+            if ended:
+                raise self._life.not_running() from exc
+            raise
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
                           on_stderr: OutputCallback | None = None) -> CommandResult:

@@ -51,7 +51,7 @@ def _status(code: int, reason: str, message: str) -> web.Response:
 
 async def _precondition(request: web.Request, obj: Mapping[str, Any]) -> web.Response | None:
     """A DeleteOptions uid precondition that does not match: 409, as the API server answers."""
-    body = await request.json() if request.can_read_body else {}
+    body = await request.json() if request.body_exists else {}
     want = ((body or {}).get("preconditions") or {}).get("uid")
     have = obj["metadata"].get("uid")
     if want and want != have:
@@ -94,6 +94,8 @@ class FakePod:
         self.env = {"PATH": PATH, "HOSTNAME": self.name, "HOME": _home(self.uid),
                     **{e["name"]: e.get("value", "") for e in self.container.get("env") or []}}
         self.tasks: set[asyncio.Task[Any]] = set()
+        #: The container was stopped (the phase may not say so yet).
+        self.stopped = False
 
     # -- the manifest as the API server would return it ------------------------------------
 
@@ -229,7 +231,7 @@ class FakePod:
         assert self.keepalive is not None and self.keepalive.stderr is not None
         err = await self.keepalive.stderr.read()
         code = await self.keepalive.wait()
-        if self.phase == "Running":
+        if self.phase == "Running" and not self.stopped:
             self.phase = "Succeeded" if code == 0 else "Failed"
             self.terminated = {"exitCode": code if code >= 0 else 128 - code,
                                "reason": "Completed" if code == 0 else "Error",
@@ -237,9 +239,13 @@ class FakePod:
 
     async def _deadline(self, seconds: int) -> None:
         await asyncio.sleep(seconds)
+        # As a real node: the container is stopped first, the API server learns the phase
+        # a moment later (``status_lag``); an exec in between is refused by the runtime.
+        self.stopped = True
+        self.kill_all()
+        await asyncio.sleep(self.server.status_lag)
         self.phase, self.reason = "Failed", "DeadlineExceeded"
         self.terminated = {"exitCode": 137, "reason": "Error"}
-        self.kill_all()
 
     def processes(self) -> list[int]:
         """Every process whose root is this Pod's."""
@@ -325,16 +331,19 @@ class FakeApiServer:
     Attributes:
         protocols: The exec subprotocols it accepts (drop v5 to test the v4 path).
         metrics: Whether the metrics API answers.
+        status_lag: Seconds between a node stopping a Pod and its phase showing it.
         missing_images: Images whose Pods stay waiting in ErrImagePull.
         requests: (method, path) of every request, in order.
     """
 
     def __init__(self, root: Path, *, protocols: tuple[str, ...] = (V5, V4),
-                 metrics: bool = True, start_delay: float = 0.05) -> None:
+                 metrics: bool = True, start_delay: float = 0.05,
+                 status_lag: float = 0.0) -> None:
         self.root = root
         self.protocols = protocols
         self.metrics = metrics
         self.start_delay = start_delay
+        self.status_lag = status_lag
         self.missing_images: set[str] = set()
         self.token = uuid.uuid4().hex
         self.pods: dict[tuple[str, str], FakePod] = {}
@@ -465,10 +474,29 @@ class FakeApiServer:
             return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
         if (conflict := await _precondition(request, pod.manifest)) is not None:
             return conflict
+        options = await request.json() if request.body_exists else {}
+        grace = (options or {}).get("gracePeriodSeconds")
+        if grace is None:
+            grace = pod.manifest["spec"].get("terminationGracePeriodSeconds", 30)
+        if grace > 0:
+            # Graceful: the Pod stays, Terminating, for its grace period (as on a real node
+            # when its main process ignores SIGTERM, as a PID 1 without a handler does).
+            if "deletionTimestamp" not in pod.manifest["metadata"]:
+                pod.manifest["metadata"].update(deletionTimestamp=_now(),
+                                                deletionGracePeriodSeconds=grace)
+                pod._spawn(self._delete_later(pod, grace))
+            return web.json_response(pod.to_json())
         del self.pods[(pod.namespace, pod.name)]
         body = pod.to_json()
         await pod.delete()
         return web.json_response(body)
+
+    async def _delete_later(self, pod: FakePod, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if self.pods.get((pod.namespace, pod.name)) is pod:
+            del self.pods[(pod.namespace, pod.name)]
+        pod.kill_all()
+        await asyncio.to_thread(shutil.rmtree, pod.dir, True)
 
     # -- network policies --------------------------------------------------------------------
 
@@ -481,6 +509,10 @@ class FakeApiServer:
             return _status(409, "AlreadyExists",
                            f'networkpolicies.networking.k8s.io "{name}" already exists')
         doc["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=_now())
+        spec = doc.setdefault("spec", {})
+        for key in ("ingress", "egress"):  # omitempty: the API server drops empty rule lists
+            if spec.get(key) == []:
+                del spec[key]
         self.policies[(ns, name)] = doc
         return web.json_response(doc, status=201)
 
@@ -525,6 +557,10 @@ class FakeApiServer:
         if pod.phase != "Running" or pod.keepalive is None:
             return _status(400, "BadRequest", "cannot exec into a container in a completed "
                                               f"pod; current phase is {pod.phase}")
+        accept = request.headers.get("Accept", "")
+        if accept and "*/*" not in accept:
+            # As the 1.20 kubelet's exec route does: its stream is not what was asked for.
+            return web.Response(status=406, text="406: Not Acceptable")
         argv = request.query.getall("command", [])
         want_stdin = request.query.get("stdin") == "true"
         ws = web.WebSocketResponse(protocols=self.protocols, max_msg_size=0)
@@ -536,6 +572,12 @@ class FakeApiServer:
         self.exec_protocols.append(ws.ws_protocol)
         for channel in (1, 2, 3):  # wsstream's "channel open" messages
             await ws.send_bytes(bytes([channel]))
+        if pod.stopped:
+            await ws.send_bytes(b"\x03" + json.dumps({
+                "metadata": {}, "status": "Failure",
+                "message": "cannot exec in a stopped state: unknown"}).encode())
+            await ws.close()
+            return ws
         if not argv or not pod.resolves(argv[0]):
             await ws.send_bytes(b"\x03" + json.dumps({
                 "metadata": {}, "status": "Failure",
