@@ -225,10 +225,29 @@ class KubeProcess:
                 if self._framed:
                     piece = b"%d\n" % len(piece) + piece
                 try:
-                    await self._sock.send(bytes([STDIN]) + piece)
+                    await self._send_unless_ended(bytes([STDIN]) + piece)
                 except ExecStreamLost:
                     self._raise_if_ended()
                     raise
+
+    async def _send_unless_ended(self, message: bytes) -> None:
+        """[kube-backend] Send one message, but stop waiting once the exec's stream ended.
+
+        A server that stopped reading stdin (the command exited, the runtime stopped copying
+        its input) leaves the send waiting in TCP flow control for good; the end of the
+        output stream is what says the input will never be read (`StdinClosed`)."""
+        ended = False
+        async with anyio.create_task_group() as tg:
+            async def stop_at_eof() -> None:
+                nonlocal ended
+                await self._eof.wait()
+                ended = True
+                tg.cancel_scope.cancel()
+            tg.start_soon(stop_at_eof)
+            await self._sock.send(message)
+            tg.cancel_scope.cancel()
+        if ended:
+            self._raise_if_ended()
 
     def _raise_if_ended(self) -> None:
         if self._eof.is_set() or self._abandoned:

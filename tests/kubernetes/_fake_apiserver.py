@@ -151,7 +151,8 @@ class FakePod:
             if empty.get("medium") == "Memory":
                 size = empty.get("sizeLimit", "")
                 opts = f"mode={mode}" + (f",gid={fs_group}" if fs_group is not None else "")
-                opts += f",size={size.replace('i', '').lower()}" if size else ""
+                if size and self.server.sized_memory_volumes:
+                    opts += f",size={size.replace('i', '').lower()}"
                 lines.append(f"mount -t tmpfs -o nosuid,nodev,{opts} tmpfs {target}")
             else:
                 host = self.dir / "volumes" / mount["name"]
@@ -331,19 +332,24 @@ class FakeApiServer:
     Attributes:
         protocols: The exec subprotocols it accepts (drop v5 to test the v4 path).
         metrics: Whether the metrics API answers.
+        node_stats: Whether the node proxy's summary API answers (else 403).
         status_lag: Seconds between a node stopping a Pod and its phase showing it.
+        sized_memory_volumes: Whether a memory emptyDir's tmpfs gets its sizeLimit as size
+            (Kubernetes 1.22+; False is a 1.20 kubelet).
         missing_images: Images whose Pods stay waiting in ErrImagePull.
         requests: (method, path) of every request, in order.
     """
 
     def __init__(self, root: Path, *, protocols: tuple[str, ...] = (V5, V4),
                  metrics: bool = True, start_delay: float = 0.05,
-                 status_lag: float = 0.0) -> None:
+                 status_lag: float = 0.0, sized_memory_volumes: bool = True) -> None:
         self.root = root
         self.protocols = protocols
         self.metrics = metrics
         self.start_delay = start_delay
         self.status_lag = status_lag
+        self.sized_memory_volumes = sized_memory_volumes
+        self.node_stats = True
         self.missing_images: set[str] = set()
         self.token = uuid.uuid4().hex
         self.pods: dict[tuple[str, str], FakePod] = {}
@@ -374,6 +380,7 @@ class FakeApiServer:
             web.get(f"{net}/{{name}}", self.get_policy),
             web.delete(f"{net}/{{name}}", self.delete_policy),
             web.get("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods/{name}", self.metrics_of),
+            web.get("/api/v1/nodes/{node}/proxy/stats/summary", self.summary),
         ])
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -421,6 +428,7 @@ class FakeApiServer:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
         if not manifest.get("spec", {}).get("containers"):
             return _status(422, "Invalid", "spec.containers: Required value")
+        manifest["spec"].setdefault("nodeName", "fake-node")
         pod = FakePod(self, manifest)
         self.pods[(ns, name)] = pod
         pod._spawn(pod.start())
@@ -547,6 +555,23 @@ class FakeApiServer:
             "metadata": {"name": pod.name, "namespace": pod.namespace}, "timestamp": _now(),
             "window": "10s", "containers": [{"name": pod.container["name"], "usage": {
                 "cpu": "2500000n", "memory": f"{pod.rss() // 1024}Ki"}}]})
+
+    async def summary(self, request: web.Request) -> web.Response:
+        """The kubelet's summary API through the node proxy (cpu and memory only)."""
+        if not self.node_stats:
+            return _status(403, "Forbidden", 'nodes "fake-node" is forbidden: User cannot get '
+                                             'resource "nodes/proxy"')
+        if request.match_info["node"] != "fake-node":
+            return _status(404, "NotFound", f'nodes "{request.match_info["node"]}" not found')
+        now = _now()
+        pods = [{"podRef": {"name": p.name, "namespace": p.namespace, "uid": p.manifest[
+                    "metadata"]["uid"]},
+                 "containers": [{"name": p.container["name"], "startTime": p.start_time,
+                                 "cpu": {"time": now, "usageNanoCores": 2500000,
+                                         "usageCoreNanoSeconds": 123456789},
+                                 "memory": {"time": now, "workingSetBytes": p.rss()}}]}
+                for p in self.pods.values() if p.phase == "Running"]
+        return web.json_response({"node": {"nodeName": "fake-node"}, "pods": pods})
 
     # -- exec --------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import pytest
 
 from sandbox import Sandbox, SandboxStatus
 from sandbox._errors import (
+    LimitNotEnforceable,
     SandboxAlreadyExists,
     SandboxInitFailed,
     SandboxNotRunning,
@@ -22,7 +23,7 @@ from sandbox._errors import (
 )
 from sandbox._models import ResourceLimits, ResourceUsage, SecurityPolicy
 from sandbox.kubernetes import KubernetesBackend, gc
-from sandbox.kubernetes._gateway import Cluster, KubeNotFound
+from sandbox.kubernetes._gateway import Cluster, KubeApiError, KubeNotFound
 from tests.kubernetes._cluster import Target
 
 pytestmark = pytest.mark.asyncio
@@ -85,26 +86,63 @@ async def test_files_both_ways(kube: Target, tmp_path: Path) -> None:
 
 async def test_read_only_root_keeps_workdir_and_tmp_writable(kube: Target) -> None:
     config = kube.config(security=SecurityPolicy(read_only_root=True,
-                                                 tmpfs_paths=("/cache:size=1m",)))
+                                                 tmpfs_paths=("/cache",)))
     async with Sandbox(backend=kube.backend(config)) as sb:
         with pytest.raises(SandboxPermissionDenied):
             await sb.write_file("/etc-new", "x")
         for path in ("/workspace/a", "/tmp/b", "/cache/c"):
             await sb.write_file(path, "ok")
+
+
+@pytest.mark.parametrize("sized", [True, False], ids=["sized-node", "1.20-node"])
+async def test_a_tmpfs_size_is_enforced_or_refused(kube: Target, sized: bool) -> None:
+    """A tmpfs size is the mount's size, or the sandbox is refused: a 1.20 kubelet mounts a
+    memory emptyDir unsized whatever its sizeLimit (the fake plays both kinds of node; a real
+    cluster is the one it is)."""
+    if kube.fake is not None:
+        kube.fake.sized_memory_volumes = sized
+    elif not sized:
+        pytest.skip("a real cluster is one kind of node: the other case covers it")
+    config = kube.config(security=SecurityPolicy(tmpfs_paths=("/cache:size=1m",)))
+    backend = kube.backend(config)
+    try:
+        sb = await Sandbox(backend=backend).__aenter__()
+    except LimitNotEnforceable as exc:
+        assert kube.fake is None or not sized
+        assert "'/cache'" in exc.message and "not enforced" in exc.message
+        assert await kube.pod(backend.pod_name) is None
+        return
+    try:
+        assert kube.fake is None or sized
         result = await sb.execute_command("head -c 2000000 /dev/zero > /cache/big")
-        assert result.exit_code != 0  # the emptyDir's sizeLimit, as a tmpfs size
+        assert result.exit_code != 0  # the emptyDir's sizeLimit, as the tmpfs size
+    finally:
+        await sb.__aexit__(None, None, None)
 
 
-async def test_usage_from_the_metrics_api(kube: Target) -> None:
+async def test_usage_from_the_metrics_api_or_the_node(kube: Target) -> None:
+    """Usage from the metrics API, or without metrics-server (this local cluster) from the
+    node's summary API; with neither, a typed error, never a sample of zeros."""
     samples: list[ResourceUsage] = []
     async with Sandbox(backend=kube.backend(on_sample=samples.append)) as sb:
-        usage = await sb.get_resource_usage()
+        with anyio.fail_after(60):
+            while True:  # a real kubelet lists a new container's stats after a few seconds
+                try:
+                    usage = await sb.get_resource_usage()
+                    break
+                except KubeApiError as exc:
+                    assert kube.fake is None and "does not list" in exc.message
+                    await anyio.sleep(1)
         assert usage.timestamp is not None and usage.memory_usage > 0
-        assert sb.usage_history()[-1] == usage and samples == [usage]
+        assert sb.usage_history()[-1] == usage and samples[-1] == usage
         if kube.fake is not None:
             kube.fake.metrics = False  # a cluster without metrics-server
             bare = await sb.get_resource_usage()
-            assert bare.memory_usage == 0 and bare.uptime > timedelta(0)
+            assert bare.memory_usage > 0 and bare.uptime > timedelta(0)
+            assert bare.cpu_time == timedelta(microseconds=123456.789)
+            kube.fake.node_stats = False  # and no nodes/proxy for this user
+            with pytest.raises(KubeApiError, match="no metrics API"):
+                await sb.get_resource_usage()
 
 
 async def test_refusals_come_before_any_request(kube: Target) -> None:
