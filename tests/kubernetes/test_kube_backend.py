@@ -158,27 +158,31 @@ async def test_refusals_come_before_any_request(kube: Target) -> None:
 
 
 async def test_a_pod_that_cannot_pull_fails_fast_and_is_removed(kube: Target) -> None:
-    if kube.fake is None:
-        pytest.skip("uses the fake's missing image")
-    kube.fake.missing_images.add("no/such:image")
-    backend = kube.backend(kube.config(image="no/such:image"))
-    with anyio.fail_after(30), pytest.raises(SandboxInitFailed, match="ErrImagePull"):
+    image = "sandbox-no-such-image:local"
+    if kube.fake is not None:
+        kube.fake.missing_images.add(image)
+    # On a real node: an absent image with pull policy never (ErrImageNeverPull); no pull.
+    backend = kube.backend(kube.config(image=image, pull_policy="never"))
+    with anyio.fail_after(60), pytest.raises(SandboxInitFailed,
+                                             match=r"ErrImage(Never)?Pull"):
         await Sandbox(backend=backend).initialize()
-    assert kube.fake.pods == {} and kube.fake.policies == {}
+    assert await kube.pod(backend.pod_name) is None
+    assert await kube.policy(backend.pod_name) is None
 
 
 async def test_cancelled_create_leaves_nothing(kube: Target) -> None:
-    if kube.fake is None:
-        pytest.skip("needs the fake's slow start")
-    kube.fake.start_delay = 2.0
-    task = asyncio.ensure_future(Sandbox(backend=kube.backend()).initialize())
+    if kube.fake is not None:
+        kube.fake.start_delay = 2.0
+    backend = kube.backend()
+    task = asyncio.ensure_future(Sandbox(backend=backend).initialize())
     with anyio.fail_after(20):
-        while not kube.fake.pods:  # noqa: ASYNC110 (the fake has no event to wait on)
+        while await kube.pod(backend.pod_name) is None:  # noqa: ASYNC110 (polls the server)
             await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert kube.fake.pods == {} and kube.fake.policies == {}
+    assert await kube.pod(backend.pod_name) is None
+    assert await kube.policy(backend.pod_name) is None
 
 
 async def test_type_kubernetes_selects_the_backend(kube: Target,
@@ -273,9 +277,10 @@ async def test_a_name_taken_by_someone_else_is_refused_and_left_alone(kube: Targ
         await cluster.close()
 
 
-async def test_the_start_is_watched_not_polled(kube: Target) -> None:
-    if kube.fake is None:
-        pytest.skip("counts the fake's requests")
+async def test_the_start_is_watched_not_polled(fake_kube: Target) -> None:
+    """Fake only: it counts the requests the server received."""
+    kube = fake_kube
+    assert kube.fake is not None
     kube.fake.start_delay = 0.6  # polling would GET the Pod several times meanwhile
     async with Sandbox(backend=kube.backend()) as sb:
         path = f"/api/v1/namespaces/{kube.namespace}/pods/{sb.backend.pod_name}"
@@ -283,9 +288,10 @@ async def test_the_start_is_watched_not_polled(kube: Target) -> None:
         assert kube.fake.watches == 1
 
 
-async def test_a_pod_that_does_not_start_in_time_is_removed(kube: Target) -> None:
-    if kube.fake is None:
-        pytest.skip("needs the fake's slow start")
+async def test_a_pod_that_does_not_start_in_time_is_removed(fake_kube: Target) -> None:
+    """Fake only: fault injection (a node that takes 30 s to start the Pod)."""
+    kube = fake_kube
+    assert kube.fake is not None
     kube.fake.start_delay = 30.0
     backend = kube.backend(start_timeout=0.5)
     with anyio.fail_after(20), pytest.raises(SandboxInitFailed, match="did not run within"):
