@@ -18,7 +18,15 @@ On a v4 server, where stdin cannot be closed, the wrapper reads stdin as length-
 decimal length line, then that many bytes; ``0`` is EOF) and pipes it to the command. The
 decoder first sends its own pid down the pipe, so when the command exits without reading
 its input the other side kills the decoder and the exec ends at once (the shell waits for
-every process of a pipeline). Signals sent to the wrapper's shells are caught (the command
+every process of a pipeline). [kube-backend] The runtime (containerd's CRI) ends a v4 exec
+only once its copy of the client's stdin ends, and that copy blocks for good writing into a
+pipe nobody reads: so when the command ends, a ``cat`` that holds only stdin (not the
+output) drains whatever the client still sends, until the runtime closes the exec's stdin;
+and the wrapper reports the exit (``<nonce>:exit:<code>``, last on stderr, stripped), so the
+client stops sending stdin, and still has the exit code when the runtime's reset (it closes
+the exec while input is in flight) loses the status message. The command could read the
+nonce and forge that line: it chooses its own exit code anyway, and the status wins.
+Signals sent to the wrapper's shells are caught (the command
 gets the default dispositions), so the command's own exit code is reported. The frames are
 read with ``dd bs=1`` (busybox's ``head -c`` reads past its count from a pipe), about 1 MB/s:
 the price of a server without v5, which every supported Kubernetes release has (1.30+).
@@ -32,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import signal as _signal
 import time
 import uuid
@@ -77,6 +86,7 @@ MAX_URL_ARGV = 512 << 10
 _WRAP_SH = r"""n="$1"; d="$2"; f="$3"; shift 3
 cd "$d" 2>/dev/null || { printf '%s:workdir\n' "$n" >&2; exit 126; }
 eval "fail() { printf '%s:%s\\n' $n \"\$1\" >&2; exit \"\$2\"; }; framed() { [ $f = framed ]; }"
+eval "ended() { printf '%s:exit:%s\\n' $n \"\$1\" >&2; }"
 while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do export "$1" || fail env 125; shift; done
 shift
 case $1 in
@@ -86,11 +96,12 @@ case $1 in
 esac
 framed || exec "$@"
 trap : TERM INT HUP QUIT USR1 USR2
+exec 3<&0
 { IFS=' ' read -r me _ < /proc/self/stat && echo "$me" || exit 1
   while IFS= read -r len && [ "$len" -gt 0 ] 2>/dev/null; do
     dd bs=1 count="$len" 2>/dev/null || exit 1; done
-} 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@"; c=$?
-  kill -PIPE "$dec" 2>/dev/null; exit "$c"; }
+} 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@" 3<&-; c=$?
+  cat <&3 >/dev/null 2>&1 & kill -PIPE "$dec" 2>/dev/null; ended "$c"; exit "$c"; }
 """
 
 class ExecRefused(CommandStartFailed):
@@ -176,6 +187,8 @@ class KubeProcess:
         self._status: bytes | None = None
         self._start_failed: CommandStartFailed | None = None
         self._first_stderr = True
+        self._exit_suffix = re.compile(re.escape(nonce.encode()) + rb":exit:([0-9]{1,3})\n\Z")
+        self._framed_exit: int | None = None  # [kube-backend] the v4 wrapper's exit report
         self._stdin_closed = False
         self._stdin_lock = anyio.Lock()
         self._last_output = time.monotonic()
@@ -236,7 +249,7 @@ class KubeProcess:
         A server that stopped reading stdin (the command exited, the runtime stopped copying
         its input) leaves the send waiting in TCP flow control for good; the end of the
         output stream is what says the input will never be read (`StdinClosed`)."""
-        ended = False
+        ended, lost = False, None
         async with anyio.create_task_group() as tg:
             async def stop_at_eof() -> None:
                 nonlocal ended
@@ -244,13 +257,18 @@ class KubeProcess:
                 ended = True
                 tg.cancel_scope.cancel()
             tg.start_soon(stop_at_eof)
-            await self._sock.send(message)
+            try:
+                await self._sock.send(message)
+            except ExecStreamLost as exc:  # raised bare, not in the task group's group
+                lost = exc
             tg.cancel_scope.cancel()
         if ended:
             self._raise_if_ended()
+        if lost is not None:
+            raise lost
 
     def _raise_if_ended(self) -> None:
-        if self._eof.is_set() or self._abandoned:
+        if self._eof.is_set() or self._abandoned or self._framed_exit is not None:
             raise StdinClosed(f"cannot write to the stdin of {self.argv[0]!r}: the command "
                               "has exited; input it did not read was dropped")
 
@@ -265,8 +283,8 @@ class KubeProcess:
             message = bytes([STDIN]) + b"0\n" if self._framed else bytes([CLOSE, STDIN])
             if self.protocol != V5 and not self._framed:
                 return  # v4 without the framing wrapper: EOF cannot be sent
-            with contextlib.suppress(ExecStreamLost):
-                await self._sock.send(message)
+            with contextlib.suppress(ExecStreamLost, StdinClosed):
+                await self._send_unless_ended(message)  # [kube-backend] not a bare send
 
     async def kill(self, signal: int | str = "KILL") -> None:
         """Send ``signal`` to the command and everything it started (KILL: until none is left).
@@ -343,6 +361,13 @@ class KubeProcess:
                 if channel not in (STDOUT, STDERR):
                     continue
                 name: StreamName = "stdout" if channel == STDOUT else "stderr"
+                if name == "stderr" and self._framed:
+                    found = self._exit_suffix.search(payload)
+                    if found is not None:  # [kube-backend] the v4 wrapper's exit report
+                        self._framed_exit = int(found.group(1))
+                        payload = payload[:found.start()]
+                        if not payload:
+                            continue
                 if name == "stderr" and self._first_stderr:
                     self._first_stderr = False
                     if payload.startswith(self._start_prefix):
@@ -422,6 +447,15 @@ class KubeProcess:
     async def _finish(self) -> None:
         try:
             await self._eof.wait()
+            if self._status is None and self._framed_exit is not None and not self._killed:
+                # [kube-backend] The runtime reset the stream (input was still arriving) and
+                # lost the status: the wrapper's exit report has the code.
+                self._status = json.dumps({"status": "Failure", "reason": "NonZeroExitCode",
+                                           "details": {"causes": [{
+                                               "reason": "ExitCode",
+                                               "message": str(self._framed_exit)}]}}
+                                          ).encode() if self._framed_exit else \
+                    b'{"status":"Success"}'
             if self._status is None and not self._killed and self._start_failed is None:
                 # The stream ended without the process's status: the connection broke, and
                 # the command may run on unseen (closing an exec does not end it). Kill it.
