@@ -17,15 +17,15 @@ functions before the exports, so no variable of the command (``d``, ``n``, ``IFS
 On a v4 server, where stdin cannot be closed, the wrapper reads stdin as length-prefixed frames (a
 decimal length line, then that many bytes; ``0`` is EOF) and pipes it to the command. The
 decoder first sends its own pid down the pipe, so when the command exits without reading
-its input the other side kills the decoder and the exec ends at once (the shell waits for
-every process of a pipeline). [kube-backend] The runtime (containerd's CRI) ends a v4 exec
-only once its copy of the client's stdin ends, and that copy blocks for good writing into a
-pipe nobody reads: so when the command ends, a ``cat`` that holds only stdin (not the
-output) drains whatever the client still sends, until the runtime closes the exec's stdin;
-and the wrapper reports the exit (``<nonce>:exit:<code>``, last on stderr, stripped), so the
-client stops sending stdin, and still has the exit code when the runtime's reset (it closes
-the exec while input is in flight) loses the status message. The command could read the
-nonce and forge that line: it chooses its own exit code anyway, and the status wins.
+its input the exec still ends (the shell waits for every process of a pipeline): see below.
+[kube-backend] The runtime (containerd's CRI) ends a v4 exec only once its copy of the client's
+stdin ends, and that copy blocks for good writing into a pipe nobody reads; and if it closes the
+stream while input is still arriving, the reset can lose the status. So when the command ends
+the wrapper reports it (``<nonce>:exit:<code>``, last on stderr, stripped by the client) and
+keeps draining frames; the client then stops writing (`StdinClosed`) and sends the end frame;
+the decoder ends, and the exec ends with no input in flight. The code of the report is used only
+if the status is lost all the same. The command could read the nonce and forge the report: that
+only closes its own stdin early (it chooses its own exit code anyway, and the status wins).
 Signals sent to the wrapper's shells are caught (the command
 gets the default dispositions), so the command's own exit code is reported. The frames are
 read with ``dd bs=1`` (busybox's ``head -c`` reads past its count from a pipe), about 1 MB/s:
@@ -96,12 +96,11 @@ case $1 in
 esac
 framed || exec "$@"
 trap : TERM INT HUP QUIT USR1 USR2
-exec 3<&0
 { IFS=' ' read -r me _ < /proc/self/stat && echo "$me" || exit 1
   while IFS= read -r len && [ "$len" -gt 0 ] 2>/dev/null; do
     dd bs=1 count="$len" 2>/dev/null || exit 1; done
-} 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@" 3<&-; c=$?
-  cat <&3 >/dev/null 2>&1 & kill -PIPE "$dec" 2>/dev/null; ended "$c"; exit "$c"; }
+} 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@"; c=$?
+  ended "$c"; cat >/dev/null; exit "$c"; }
 """
 
 class ExecRefused(CommandStartFailed):
@@ -229,6 +228,7 @@ class KubeProcess:
         if isinstance(data, str):
             data = data.encode()
         async with self._stdin_lock:
+            self._raise_if_ended()
             if self._stdin_closed:
                 raise StdinClosed(f"cannot write to the stdin of {self.argv[0]!r}: its stdin "
                                   "was already closed (close_stdin)")
@@ -271,6 +271,15 @@ class KubeProcess:
         if self._eof.is_set() or self._abandoned or self._framed_exit is not None:
             raise StdinClosed(f"cannot write to the stdin of {self.argv[0]!r}: the command "
                               "has exited; input it did not read was dropped")
+
+    async def _end_frame(self) -> None:
+        """[kube-backend] After the v4 wrapper's exit report: send its end frame (once), so
+        its decoder, which drains until then, ends and the exec with it."""
+        async with self._stdin_lock:
+            if not self._stdin_closed:
+                self._stdin_closed = True
+                with contextlib.suppress(ExecStreamLost, StdinClosed):
+                    await self._sock.send(bytes([STDIN]) + b"0\n")
 
     async def close_stdin(self) -> None:
         """Send EOF: v5's close message, or the v4 wrapper's end frame."""
@@ -366,6 +375,7 @@ class KubeProcess:
                     if found is not None:  # [kube-backend] the v4 wrapper's exit report
                         self._framed_exit = int(found.group(1))
                         payload = payload[:found.start()]
+                        await self._end_frame()
                         if not payload:
                             continue
                 if name == "stderr" and self._first_stderr:
