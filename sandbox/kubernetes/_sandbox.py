@@ -264,7 +264,6 @@ class KubernetesBackend(BackendBase):
         if sizes:
             _check_tmpfs_sizes(sizes, lines[1:])
 
-
     async def _wait_running(self) -> None:
         """Watch the Pod until it runs; fail fast on an image or config error.
 
