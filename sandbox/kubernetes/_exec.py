@@ -17,8 +17,16 @@ functions before the exports, so no variable of the command (``d``, ``n``, ``IFS
 On a v4 server, where stdin cannot be closed, the wrapper reads stdin as length-prefixed frames (a
 decimal length line, then that many bytes; ``0`` is EOF) and pipes it to the command. The
 decoder first sends its own pid down the pipe, so when the command exits without reading
-its input the other side kills the decoder and the exec ends at once (the shell waits for
-every process of a pipeline). Signals sent to the wrapper's shells are caught (the command
+its input the exec still ends (the shell waits for every process of a pipeline): see below.
+The runtime (containerd's CRI) ends a v4 exec only once its copy of the client's
+stdin ends, and that copy blocks for good writing into a pipe nobody reads; and if it closes the
+stream while input is still arriving, the reset can lose the status. So when the command ends
+the wrapper reports it (``<nonce>:exit:<code>``, last on stderr, stripped by the client) and
+keeps draining frames; the client then stops writing (`StdinClosed`) and sends the end frame;
+the decoder ends, and the exec ends with no input in flight. The code of the report is used only
+if the status is lost all the same. The command could read the nonce and forge the report: that
+only closes its own stdin early (it chooses its own exit code anyway, and the status wins).
+Signals sent to the wrapper's shells are caught (the command
 gets the default dispositions), so the command's own exit code is reported. The frames are
 read with ``dd bs=1`` (busybox's ``head -c`` reads past its count from a pipe), about 1 MB/s:
 the price of a server without v5, which every supported Kubernetes release has (1.30+).
@@ -33,11 +41,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from typing import ClassVar
 
 import anyio
+from anyio.abc import TaskGroup
 
 from .._backend import ProcessSpec
 from .._errors import CommandStartFailed, EngineUnavailable, SandboxError
@@ -50,7 +60,7 @@ from .._sweep import MARKER_VAR, SWEEP_ATTEMPTS, sweep_argv
 from .._tty import check_terminal_size
 from ._gateway import ExecSocket, ExecStreamLost
 
-__all__ = ["KubeProcess", "open_exec", "parse_status", "wrap_argv"]
+__all__ = ["ExecRefused", "KubeProcess", "open_exec", "parse_status", "wrap_argv"]
 
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
@@ -64,6 +74,7 @@ MAX_URL_ARGV = 512 << 10
 _WRAP_SH = r"""n="$1"; d="$2"; f="$3"; shift 3
 cd "$d" 2>/dev/null || { printf '%s:workdir\n' "$n" >&2; exit 126; }
 eval "fail() { printf '%s:%s\\n' $n \"\$1\" >&2; exit \"\$2\"; }; framed() { [ $f = framed ]; }"
+eval "ended() { printf '%s:exit:%s\\n' $n \"\$1\" >&2; }"
 while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do export "$1" || fail env 125; shift; done
 shift
 case $1 in
@@ -77,8 +88,14 @@ trap : TERM INT HUP QUIT USR1 USR2
   while IFS= read -r len && [ "$len" -gt 0 ] 2>/dev/null; do
     dd bs=1 count="$len" 2>/dev/null || exit 1; done
 } 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@"; c=$?
-  kill -PIPE "$dec" 2>/dev/null; exit "$c"; }
+  ended "$c"; cat >/dev/null; exit "$c"; }
 """
+
+class ExecRefused(CommandStartFailed):
+    """The runtime ended the exec with a status that has no exit code (e.g. the container is
+    not running). A distinct class so the backend can ask whether the Pod ended (then that is
+    the error) without parsing messages."""
+
 
 #: Runs the sweep (argv) in another exec, returns its exit code (None: it could not run).
 Killer = Callable[[Sequence[str]], Awaitable[int | None]]
@@ -148,6 +165,19 @@ class KubeProcess(ProcessBase):
         self._workdir = workdir
         self._status: bytes | None = None
         self._first_stderr = True
+        self._exit_suffix = re.compile(re.escape(nonce.encode()) + rb":exit:([0-9]{1,3})\n\Z")
+        self._framed_exit: int | None = None  # the v4 wrapper's exit report
+        self._end_sent = False  # the v4 wrapper's end frame went out
+        self._tg: TaskGroup | None = None
+
+    def _start(self, tg: TaskGroup, stdin: bytes | AsyncIterable[bytes] | None) -> None:
+        self._tg = tg  # for the end frame, sent beside the pump (see _read)
+        super()._start(tg, stdin)
+
+    def _raise_if_ended(self) -> None:
+        if self._framed_exit is not None:
+            self._stdin_ended = True
+        super()._raise_if_ended()
 
     async def resize(self, rows: int, cols: int) -> None:
         """Checked, then ignored: this backend runs commands without a terminal (tty=True is
@@ -173,6 +203,16 @@ class KubeProcess(ProcessBase):
                 if channel not in (STDOUT, STDERR):
                     continue
                 name: StreamName = "stdout" if channel == STDOUT else "stderr"
+                if name == "stderr" and self._framed:
+                    found = self._exit_suffix.search(payload)
+                    if found is not None:  # the v4 wrapper's exit report
+                        self._framed_exit = int(found.group(1))
+                        payload = payload[:found.start()]
+                        if self._tg is not None:
+                            # Beside the pump: a writer may hold the stdin lock meanwhile.
+                            self._tg.start_soon(self._end_frame)
+                        if not payload:
+                            continue
                 if name == "stderr" and self._first_stderr:
                     self._first_stderr = False
                     if payload.startswith(self._start_prefix):
@@ -187,19 +227,48 @@ class KubeProcess(ProcessBase):
         return None
 
     async def _write_in(self, data: bytes) -> None:
+        # After the v4 wrapper's exit report the command reads no more: `StdinClosed`.
+        self._raise_if_ended()
         if self._framed:
             data = b"%d\n" % len(data) + data
         await self._sock.send(bytes([STDIN]) + data)
 
     async def _write_eof(self) -> None:
         """Send EOF: v5's close message, or the v4 wrapper's end frame."""
-        if self._eof.is_set():
+        if self._eof.is_set() or self._end_sent:
             return
         message = bytes([STDIN]) + b"0\n" if self._framed else bytes([CLOSE, STDIN])
         if self.protocol != V5 and not self._framed:
             return  # v4 without the framing wrapper: EOF cannot be sent
+        self._end_sent = True
         with contextlib.suppress(ExecStreamLost):
-            await self._sock.send(message)
+            await self._send_unless_ended(message)
+
+    async def _end_frame(self) -> None:
+        """After the v4 wrapper's exit report: send its end frame (once), so its decoder,
+        which drains until then, ends and the exec with it."""
+        async with self._stdin_lock:
+            await self._write_eof()
+
+    async def _send_unless_ended(self, message: bytes) -> None:
+        """Send one message, but stop waiting once the exec's stream ended.
+
+        A server that stopped reading stdin (the command exited, the runtime stopped copying
+        its input) leaves the send waiting in TCP flow control for good; the end of the
+        output stream says the input will never be read."""
+        lost: ExecStreamLost | None = None
+        async with anyio.create_task_group() as tg:
+            async def stop_at_eof() -> None:
+                await self._eof.wait()
+                tg.cancel_scope.cancel()
+            tg.start_soon(stop_at_eof)
+            try:
+                await self._sock.send(message)
+            except ExecStreamLost as exc:  # raised bare, not in the task group's group
+                lost = exc
+            tg.cancel_scope.cancel()
+        if lost is not None:
+            raise lost
 
     async def _close_stream(self) -> None:
         await self._sock.close()
@@ -231,6 +300,15 @@ class KubeProcess(ProcessBase):
 
     async def _conclude(self) -> CommandResult:
         await self._eof.wait()
+        if self._status is None and self._framed_exit is not None and not self._killed:
+            # The runtime reset the stream (input was still arriving) and lost the status:
+            # the wrapper's exit report has the code.
+            self._status = json.dumps({"status": "Failure", "reason": "NonZeroExitCode",
+                                       "details": {"causes": [{
+                                           "reason": "ExitCode",
+                                           "message": str(self._framed_exit)}]}}
+                                      ).encode() if self._framed_exit else \
+                b'{"status":"Success"}'
         if self._status is None and not self._killed and self._start_failed is None:
             # The stream ended without the process's status: the connection broke, and
             # the command may run on unseen (closing an exec does not end it). Kill it.
@@ -250,7 +328,8 @@ class KubeProcess(ProcessBase):
             raise self._start_failed
         code, message = (None, "") if self._status is None else parse_status(self._status)
         if code is None and self._status is not None and not self._killed:
-            raise start_error(self.argv[0], "other", details=message)
+            refused = start_error(self.argv[0], "other", details=message)
+            raise ExecRefused(refused.message, details=message)
         exit_code = -1 if code is None else code
         sig = signal_name(exit_code)
         if self._killed and not sig:

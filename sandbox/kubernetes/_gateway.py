@@ -39,6 +39,7 @@ __all__ = [
     "KubeConflict",
     "KubeInvalid",
     "KubeNotFound",
+    "delete_options",
 ]
 
 #: The exec subprotocols the SDK speaks, preferred first (see ``_exec``).
@@ -87,6 +88,19 @@ def _error(what: str, status: int, body: bytes | str | None,
     cls = {404: KubeNotFound, 409: KubeConflict, 422: KubeInvalid}.get(status, KubeApiError)
     return cls(f"the Kubernetes API server refused to {what} (HTTP {status} {reason})".rstrip(),
                status=status, reason=reason, details=message, cause=cause)
+
+
+def delete_options(uid: str, grace_seconds: int = 0) -> dict[str, Any]:
+    """DeleteOptions for one object the SDK made: ``grace_seconds`` (0: the API server removes
+    the object at once and the kubelet stops the containers with its own minimum grace),
+    dependents in the background, and the uid as precondition (409 if the name now belongs
+    to another object) when known."""
+    body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                            "gracePeriodSeconds": grace_seconds,
+                            "propagationPolicy": "Background"}
+    if uid:
+        body["preconditions"] = {"uid": uid}
+    return body
 
 
 class ExecStreamLost(EngineUnavailable):
@@ -229,7 +243,10 @@ class Cluster:
         queries += [("container", container), ("stdin", "true" if stdin else "false"),
                     ("stdout", "true"), ("stderr", "true"), ("tty", "false")]
         headers = await self._auth(queries)
+        # No Accept or Content-Type on the upgrade: the 1.20 kubelet's exec route answers
+        # "Accept: application/json" with 406 Not Acceptable (the stream is not JSON).
         headers.pop("Content-Type", None)
+        headers.pop("Accept", None)
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec"
         url = f"{self.host}{path}?{urlencode(queries)}"
         session = self._api.rest_client.pool_manager

@@ -3,6 +3,9 @@
 The owner (host, boot id, pid, pid start) is in the objects' annotations; the verdict is the
 Docker gc's (`sandbox._gc.owner_verdict`): only an owner provably gone from this host is
 collected. Pods are reported as ``container`` items, NetworkPolicies as ``network`` items.
+Each delete has grace period 0 and the listed uid as precondition (see `delete_options`): an
+orphan's keep-alive has no owner to finish for, and a default 30 s grace would leave it
+Terminating (holding its node resources) after gc said it was removed.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from .._errors import ConfigError, SandboxError
 from .._gc import GcReport
 from .._owner import GcItem, Here, owner_verdict
 from .._wire_time import engine_time
-from ._gateway import Cluster, KubeNotFound
+from ._gateway import Cluster, KubeConflict, KubeNotFound, delete_options
 
 __all__ = ["gc"]
 
@@ -60,9 +63,10 @@ async def gc(*, namespace: str = "default", kubeconfig: str | None = None,
                     continue
                 if not dry_run:
                     try:
-                        await cluster.call(f"delete {kind} {name}", "DELETE", f"{path}/{name}")
-                    except KubeNotFound:
-                        pass
+                        await cluster.call(f"delete {kind} {name}", "DELETE", f"{path}/{name}",
+                                           body=delete_options(str(meta.get("uid") or "")))
+                    except (KubeNotFound, KubeConflict):
+                        pass  # gone already, or the name now belongs to another object
                     except SandboxError as exc:
                         failed.append(attrs.evolve(item, reason=f"{reason}, but removing it "
                                                                 f"failed: {exc}"))

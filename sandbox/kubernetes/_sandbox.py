@@ -30,10 +30,12 @@ from .._deadline import HelperDeadline
 from .._errors import (
     CommandStartFailed,
     ConfigError,
+    LimitNotEnforceable,
     SandboxAlreadyExists,
     SandboxError,
     SandboxInitFailed,
     SandboxNotFound,
+    SandboxNotRunning,
 )
 from .._lifecycle import Lifecycle
 from .._models import (
@@ -50,7 +52,14 @@ from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
 from .._wire_time import engine_time
 from . import _exec
-from ._gateway import Cluster, ExecSocket, KubeApiError, KubeConflict, KubeNotFound
+from ._gateway import (
+    Cluster,
+    ExecSocket,
+    KubeApiError,
+    KubeConflict,
+    KubeNotFound,
+    delete_options,
+)
 from ._plan import CONTAINER, PodPlan, plan_pod
 
 log = logging.getLogger("sandbox.lifecycle")
@@ -59,9 +68,16 @@ log = logging.getLogger("sandbox.lifecycle")
 _FATAL_WAITING = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                             "CreateContainerConfigError", "CreateContainerError",
                             "ErrImageNeverPull", "RunContainerError", "CrashLoopBackOff"})
-#: The probe run once the Pod runs: learns the exec protocol, whether HOME is writable.
-_PROBE_SH = 'if [ -n "$HOME" ] && [ -w "$HOME" ]; then echo home; else echo nohome; fi'
+#: The probe run once the Pod runs: learns the exec protocol, whether HOME is writable and,
+#: when a tmpfs size was asked for ("$1" = sizes), the tmpfs mounts as the node made them.
+_PROBE_SH = ('if [ -n "$HOME" ] && [ -w "$HOME" ]; then echo home; else echo nohome; fi\n'
+             '[ "$1" = sizes ] || exit 0\n'
+             'while read -r _ mnt fs opts _; do [ "$fs" = tmpfs ] && echo "$mnt $opts"; done '
+             '< /proc/mounts; exit 0')
+_TMPFS_SIZE = re.compile(r"size=([0-9]{1,20})([kmg]?)")
 _QUANTITY = re.compile(r"([0-9.]+)([a-zA-Z]*)")
+#: How long a refused exec waits for the API server to show that the Pod ended.
+ENDED_PATIENCE = 3.0
 _SUFFIX = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
            "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
@@ -77,11 +93,58 @@ def quantity(text: str) -> float:
         return 0.0
 
 
+def _sized_tmpfs(pod: Mapping[str, Any]) -> dict[str, int]:
+    """Mount path -> bytes of every memory emptyDir with a sizeLimit in the planned Pod."""
+    spec = pod.get("spec") or {}
+    sized = {v["name"]: int(quantity(v["emptyDir"]["sizeLimit"]))
+             for v in spec.get("volumes") or []
+             if (v.get("emptyDir") or {}).get("medium") == "Memory"
+             and v["emptyDir"].get("sizeLimit")}
+    return {m["mountPath"]: sized[m["name"]] for c in spec.get("containers") or []
+            for m in c.get("volumeMounts") or [] if m.get("name") in sized}
+
+
+def _check_tmpfs_sizes(sizes: Mapping[str, int], mounts: Sequence[str]) -> None:
+    """Refuse a tmpfs whose size the node did not apply (`LimitNotEnforceable`).
+
+    Kubernetes before 1.22 (the SizeMemoryBackedVolumes feature, beta and on by default from
+    1.22) mounts a memory emptyDir with the tmpfs default size (half the node's RAM) whatever
+    its sizeLimit; the kubelet only evicts the Pod, up to its eviction period later, once the
+    volume holds more. The lines come from the Pod before any command of the caller ran
+    (its image's shell could only claim a size, never lift one).
+    """
+    seen: dict[str, int | None] = {}
+    for line in mounts:
+        path, _, opts = line.partition(" ")
+        path = path.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        m = _TMPFS_SIZE.search(opts)
+        seen[path] = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[
+            m.group(2)] if m else None
+    for path, want in sizes.items():
+        got = seen.get(path)
+        if got is None or got > want:
+            raise LimitNotEnforceable(
+                f"security.tmpfs_paths: the size of {path!r} ({want} bytes) is not enforced on "
+                "this cluster: its kubelet mounted the memory emptyDir "
+                + (f"with size {got} bytes" if got else "without a size"),
+                details="Kubernetes before 1.22 ignores an emptyDir's sizeLimit for the tmpfs "
+                        "size (feature gate SizeMemoryBackedVolumes): enable it on the "
+                        "kubelets, or drop size= (the Pod's memory limit still bounds it)")
+
+
+def _count(value: object) -> int:
+    """A non-negative integer from a stats field (absent or malformed: 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(0, min(int(value), 1 << 62))
+
+
 class KubernetesBackend(BackendBase):
     """A sandbox backed by one Pod; use it through `sandbox.Sandbox`.
 
     ``on_sample`` is called with each usage sample; samples are taken when asked for
-    (`get_resource_usage`), from the metrics API, which itself refreshes about every 15 s.
+    (`get_resource_usage`), from the metrics API (which itself refreshes about every 15 s),
+    or without one from the node's summary API.
     """
 
     def __init__(self, config: SandboxConfig | None = None, *, kubeconfig: str | None = None,
@@ -184,12 +247,22 @@ class KubernetesBackend(BackendBase):
         await self._wait_running()
         self._started = time.monotonic()
         self._life.advance(SandboxStatus.RUNNING)
-        probe = await self._run_internal(["/bin/sh", "-c", _PROBE_SH], what="probe the sandbox")
+        sizes = _sized_tmpfs(plan.pod)
+        try:
+            probe = await self._run_internal(
+                ["/bin/sh", "-c", _PROBE_SH, "probe", "sizes" if sizes else ""],
+                what="probe the sandbox")
+        except SandboxNotRunning as exc:  # e.g. a short wall_time_limit ran out meanwhile
+            raise SandboxInitFailed(f"the sandbox Pod ended while starting: {exc.message}",
+                                    cause=exc) from exc
         if not probe.success:
             raise SandboxInitFailed("the sandbox Pod runs, but a command in it failed",
                                     details=probe.error or probe.stderr[:2000])
-        if probe.stdout.strip() != "home" and "HOME" not in self._env:
+        lines = probe.stdout.splitlines()
+        if lines[:1] != ["home"] and "HOME" not in self._env:
             self._env["HOME"] = cfg.working_dir
+        if sizes:
+            _check_tmpfs_sizes(sizes, lines[1:])
 
     async def _wait_running(self) -> None:
         """Watch the Pod until it runs; fail fast on an image or config error.
@@ -227,8 +300,7 @@ class KubernetesBackend(BackendBase):
                 f"the sandbox Pod did not run within {self.start_timeout:g} s ({reason})",
                 details="see `kubectl describe pod` for its events (scheduling, pulls)")
 
-    @staticmethod
-    def _started_ok(pod: Mapping[str, Any]) -> bool:
+    def _started_ok(self, pod: Mapping[str, Any]) -> bool:
         """Whether the Pod's container runs; raise if it never will."""
         status = pod.get("status") or {}
         phase = status.get("phase", "")
@@ -241,6 +313,14 @@ class KubernetesBackend(BackendBase):
             if phase == "Running" and state.get("running") is not None:
                 return True
         if phase in ("Failed", "Succeeded"):
+            wall = self._config.resources.wall_time_limit.total_seconds()
+            if status.get("reason") == "DeadlineExceeded" and wall > 0:
+                # activeDeadlineSeconds counts from the node's acceptance, image pull and
+                # container start included: a short limit can end before the Pod runs.
+                raise SandboxInitFailed(
+                    f"the sandbox Pod reached its wall_time_limit of {wall:g} s before it "
+                    "started running", details="the limit counts from when the node accepted "
+                    "the Pod (pull and start included): raise wall_time_limit")
             raise SandboxInitFailed(f"the sandbox Pod ended while starting ({phase})",
                                     details=str(status.get("message") or status.get("reason")
                                                 or ""))
@@ -293,12 +373,11 @@ class KubernetesBackend(BackendBase):
         else:
             return
         for name, uid in own:
+            if not uid:
+                continue  # no uid, no proof it is ours
             try:
                 await cluster.call(f"delete the sandbox's {kind}", "DELETE", f"{path}/{name}",
-                                   body={"kind": "DeleteOptions", "apiVersion": "v1",
-                                         "gracePeriodSeconds": 0,
-                                         "propagationPolicy": "Background",
-                                         "preconditions": {"uid": uid}})
+                                   body=delete_options(uid))
             except KubeNotFound:
                 pass  # gone already
             except KubeConflict:
@@ -324,11 +403,22 @@ class KubernetesBackend(BackendBase):
                                   cause=exc) from exc
         except KubeApiError as exc:
             # Refused: is the Pod still running? If it ended, that is the news.
-            if await self._pod_ended():
+            if await self._pod_ended_soon():
                 raise self._life.not_running() from exc
             raise
         self._protocol = sock.protocol
         return sock
+
+    async def _pod_ended_soon(self, patience: float = ENDED_PATIENCE) -> bool:
+        """`_pod_ended`, asked again for up to ``patience`` s: when the kubelet ends a Pod
+        (its deadline, its main process) it stops the container before the API server has the
+        Pod's new phase, so an exec refused in that window would otherwise look like a start
+        failure of the command."""
+        with anyio.move_on_after(patience):
+            while not await self._pod_ended():  # noqa: ASYNC110 (polls the API server)
+                await anyio.sleep(0.2)
+            return True
+        return False
 
     async def _pod_ended(self) -> bool:
         """Look at the Pod; if it ended (deadline, OOM, its main process exited), fail the
@@ -375,13 +465,26 @@ class KubernetesBackend(BackendBase):
             await sock.close()
         return _exec.parse_status(status)[0] if status else None
 
-    def _open(self, spec: ProcessSpec, *, attach_stdin: bool, iterate: bool = False,
-              on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
-              ) -> contextlib.AbstractAsyncContextManager[_exec.KubeProcess]:
+    @contextlib.asynccontextmanager
+    async def _open(self, spec: ProcessSpec, *, attach_stdin: bool, iterate: bool = False,
+                    on_stdout: OutputCallback | None = None,
+                    on_stderr: OutputCallback | None = None,
+                    ) -> AsyncIterator[_exec.KubeProcess]:
         self._check_user(spec)
-        return _exec.open_exec(self._open_socket, spec, killer=self._kill_exec,
-                               framed_v4=self._protocol == _exec.V4, attach_stdin=attach_stdin,
-                               on_stdout=on_stdout, on_stderr=on_stderr, iterate=iterate)
+        try:
+            async with _exec.open_exec(
+                    self._open_socket, spec, killer=self._kill_exec,
+                    framed_v4=self._protocol == _exec.V4, attach_stdin=attach_stdin,
+                    on_stdout=on_stdout, on_stderr=on_stderr, iterate=iterate) as proc:
+                yield proc
+        except _exec.ExecRefused as exc:
+            # The runtime refused the exec with no exit code: usually the container is gone
+            # (the Pod's deadline, its main process ended). Then that is the error.
+            with anyio.CancelScope(shield=True):
+                ended = await self._pod_ended_soon()
+            if ended:
+                raise self._life.not_running() from exc
+            raise
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,
                           on_stderr: OutputCallback | None = None) -> CommandResult:
@@ -450,24 +553,30 @@ class KubernetesBackend(BackendBase):
     # -- info --------------------------------------------------------------------------------
 
     async def get_resource_usage(self) -> ResourceUsage:
-        """A sample from the metrics API (metrics-server) when the cluster has one; without it
-        only the timestamp and uptime are known."""
+        """A sample from the metrics API (metrics-server) when the cluster has one, else from
+        the node's own summary API (the kubelet's, through the API server's node proxy: what
+        metrics-server itself reads). Never read from inside the Pod, whose code may lie.
+
+        Raises:
+            KubeApiError: Neither answered (no metrics-server, and no ``get`` on
+                ``nodes/proxy`` for this user): usage is unknown here, not zero.
+        """
         cluster = self._cluster_or_raise()
         now = datetime.now(UTC)
         uptime = timedelta(seconds=time.monotonic() - self._started)
+        limit = self._config.resources.memory_limit or _constants.DEFAULT_MEMORY_LIMIT
         try:
             doc = await cluster.call(
                 "read the sandbox's metrics", "GET",
                 f"/apis/metrics.k8s.io/v1beta1/namespaces/{self.namespace}/pods/{self._name}")
-        except KubeNotFound:
-            sample = ResourceUsage(timestamp=now, uptime=uptime)
+        except KubeNotFound as exc:
+            sample = await self._usage_from_node(cluster, now, uptime, limit, exc)
         else:
             usage: dict[str, Any] = {}
             for c in doc.get("containers") or []:
                 if isinstance(c, dict) and c.get("name") == CONTAINER:
                     usage = c.get("usage") or {}
             memory = int(quantity(usage.get("memory", "0")))
-            limit = self._config.resources.memory_limit or _constants.DEFAULT_MEMORY_LIMIT
             sample = ResourceUsage(
                 timestamp=engine_time(doc.get("timestamp")) or now,
                 cpu_usage=quantity(usage.get("cpu", "0")) * 100, memory_usage=memory,
@@ -479,6 +588,46 @@ class KubernetesBackend(BackendBase):
             except Exception:  # a callback's bug must not break the caller's sample
                 log.exception("on_sample raised")
         return sample
+
+    async def _usage_from_node(self, cluster: Cluster, now: datetime, uptime: timedelta,
+                               limit: int, no_metrics: KubeApiError) -> ResourceUsage:
+        """This Pod's container in the node's ``/stats/summary`` (cpu and memory only)."""
+        node = str((self._pod.get("spec") or {}).get("nodeName") or "")
+        if not node:
+            self._pod = await self._get_pod()
+            node = str((self._pod.get("spec") or {}).get("nodeName") or "")
+        try:
+            doc = await cluster.call(
+                "read the node's usage summary", "GET",
+                f"/api/v1/nodes/{quote(node)}/proxy/stats/summary",
+                query=[("only_cpu_and_memory", "true")])
+        except KubeApiError as exc:
+            raise KubeApiError(
+                "cannot read the sandbox's resource usage: the cluster has no metrics API "
+                f"(metrics-server) and the node's summary API refused (HTTP {exc.status})",
+                status=exc.status, reason=exc.reason,
+                details="install metrics-server, or grant get on nodes/proxy; "
+                        f"{no_metrics.details}; {exc.details}", cause=exc) from exc
+        for pod in doc.get("pods") or []:
+            ref = (pod.get("podRef") or {}) if isinstance(pod, dict) else {}
+            if ref.get("name") != self._name or ref.get("namespace") != self.namespace:
+                continue
+            for c in pod.get("containers") or []:
+                if not isinstance(c, dict) or c.get("name") != CONTAINER:
+                    continue
+                cpu, mem = c.get("cpu") or {}, c.get("memory") or {}
+                memory = _count(mem.get("workingSetBytes"))
+                return ResourceUsage(
+                    timestamp=engine_time(mem.get("time") or cpu.get("time")) or now,
+                    cpu_usage=_count(cpu.get("usageNanoCores")) / 1e7,
+                    cpu_time=timedelta(microseconds=_count(cpu.get("usageCoreNanoSeconds"))
+                                       / 1000),
+                    memory_usage=memory, memory_percent=100.0 * memory / limit,
+                    uptime=uptime)
+        raise KubeApiError(
+            "cannot read the sandbox's resource usage: the cluster has no metrics API and "
+            f"node {node!r}'s summary does not list the sandbox's container yet",
+            status=404, details="the kubelet's stats lag a new container by a few seconds")
 
     def usage_history(self) -> list[ResourceUsage]:
         return list(self._samples)

@@ -39,10 +39,7 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
 
 #: backend -> (text in the error or its causes, why): a breakage of the whole backend that
 #: another branch fixes; such a check is xfailed (not strict: it passes once merged).
-BROKEN_UNTIL_MERGED: dict[str, tuple[str, str]] = {
-    "kubernetes": ("HTTP 406", "the 1.20 kubelet answers the exec upgrade 406 (main sends an "
-                   "Accept header); fixed on branch kube-backend (a195d1f)"),
-}
+BROKEN_UNTIL_MERGED: dict[str, tuple[str, str]] = {}
 
 
 def broken_until_merged(backend: str, exc: BaseException) -> str:

@@ -51,7 +51,7 @@ def _status(code: int, reason: str, message: str) -> web.Response:
 
 async def _precondition(request: web.Request, obj: Mapping[str, Any]) -> web.Response | None:
     """A DeleteOptions uid precondition that does not match: 409, as the API server answers."""
-    body = await request.json() if request.can_read_body else {}
+    body = await request.json() if request.body_exists else {}
     want = ((body or {}).get("preconditions") or {}).get("uid")
     have = obj["metadata"].get("uid")
     if want and want != have:
@@ -94,6 +94,8 @@ class FakePod:
         self.env = {"PATH": PATH, "HOSTNAME": self.name, "HOME": _home(self.uid),
                     **{e["name"]: e.get("value", "") for e in self.container.get("env") or []}}
         self.tasks: set[asyncio.Task[Any]] = set()
+        #: The container was stopped (the phase may not say so yet).
+        self.stopped = False
 
     # -- the manifest as the API server would return it ------------------------------------
 
@@ -149,7 +151,8 @@ class FakePod:
             if empty.get("medium") == "Memory":
                 size = empty.get("sizeLimit", "")
                 opts = f"mode={mode}" + (f",gid={fs_group}" if fs_group is not None else "")
-                opts += f",size={size.replace('i', '').lower()}" if size else ""
+                if size and self.server.sized_memory_volumes:
+                    opts += f",size={size.replace('i', '').lower()}"
                 lines.append(f"mount -t tmpfs -o nosuid,nodev,{opts} tmpfs {target}")
             else:
                 host = self.dir / "volumes" / mount["name"]
@@ -229,7 +232,7 @@ class FakePod:
         assert self.keepalive is not None and self.keepalive.stderr is not None
         err = await self.keepalive.stderr.read()
         code = await self.keepalive.wait()
-        if self.phase == "Running":
+        if self.phase == "Running" and not self.stopped:
             self.phase = "Succeeded" if code == 0 else "Failed"
             self.terminated = {"exitCode": code if code >= 0 else 128 - code,
                                "reason": "Completed" if code == 0 else "Error",
@@ -237,9 +240,13 @@ class FakePod:
 
     async def _deadline(self, seconds: int) -> None:
         await asyncio.sleep(seconds)
+        # As a real node: the container is stopped first, the API server learns the phase
+        # a moment later (``status_lag``); an exec in between is refused by the runtime.
+        self.stopped = True
+        self.kill_all()
+        await asyncio.sleep(self.server.status_lag)
         self.phase, self.reason = "Failed", "DeadlineExceeded"
         self.terminated = {"exitCode": 137, "reason": "Error"}
-        self.kill_all()
 
     def processes(self) -> list[int]:
         """Every process whose root is this Pod's."""
@@ -325,16 +332,24 @@ class FakeApiServer:
     Attributes:
         protocols: The exec subprotocols it accepts (drop v5 to test the v4 path).
         metrics: Whether the metrics API answers.
+        node_stats: Whether the node proxy's summary API answers (else 403).
+        status_lag: Seconds between a node stopping a Pod and its phase showing it.
+        sized_memory_volumes: Whether a memory emptyDir's tmpfs gets its sizeLimit as size
+            (Kubernetes 1.22+; False is a 1.20 kubelet).
         missing_images: Images whose Pods stay waiting in ErrImagePull.
         requests: (method, path) of every request, in order.
     """
 
     def __init__(self, root: Path, *, protocols: tuple[str, ...] = (V5, V4),
-                 metrics: bool = True, start_delay: float = 0.05) -> None:
+                 metrics: bool = True, start_delay: float = 0.05,
+                 status_lag: float = 0.0, sized_memory_volumes: bool = True) -> None:
         self.root = root
         self.protocols = protocols
         self.metrics = metrics
         self.start_delay = start_delay
+        self.status_lag = status_lag
+        self.sized_memory_volumes = sized_memory_volumes
+        self.node_stats = True
         self.missing_images: set[str] = set()
         self.token = uuid.uuid4().hex
         self.pods: dict[tuple[str, str], FakePod] = {}
@@ -365,6 +380,7 @@ class FakeApiServer:
             web.get(f"{net}/{{name}}", self.get_policy),
             web.delete(f"{net}/{{name}}", self.delete_policy),
             web.get("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods/{name}", self.metrics_of),
+            web.get("/api/v1/nodes/{node}/proxy/stats/summary", self.summary),
         ])
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -412,6 +428,7 @@ class FakeApiServer:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
         if not manifest.get("spec", {}).get("containers"):
             return _status(422, "Invalid", "spec.containers: Required value")
+        manifest["spec"].setdefault("nodeName", "fake-node")
         pod = FakePod(self, manifest)
         self.pods[(ns, name)] = pod
         pod._spawn(pod.start())
@@ -465,10 +482,29 @@ class FakeApiServer:
             return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
         if (conflict := await _precondition(request, pod.manifest)) is not None:
             return conflict
+        options = await request.json() if request.body_exists else {}
+        grace = (options or {}).get("gracePeriodSeconds")
+        if grace is None:
+            grace = pod.manifest["spec"].get("terminationGracePeriodSeconds", 30)
+        if grace > 0:
+            # Graceful: the Pod stays, Terminating, for its grace period (as on a real node
+            # when its main process ignores SIGTERM, as a PID 1 without a handler does).
+            if "deletionTimestamp" not in pod.manifest["metadata"]:
+                pod.manifest["metadata"].update(deletionTimestamp=_now(),
+                                                deletionGracePeriodSeconds=grace)
+                pod._spawn(self._delete_later(pod, grace))
+            return web.json_response(pod.to_json())
         del self.pods[(pod.namespace, pod.name)]
         body = pod.to_json()
         await pod.delete()
         return web.json_response(body)
+
+    async def _delete_later(self, pod: FakePod, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if self.pods.get((pod.namespace, pod.name)) is pod:
+            del self.pods[(pod.namespace, pod.name)]
+        pod.kill_all()
+        await asyncio.to_thread(shutil.rmtree, pod.dir, True)
 
     # -- network policies --------------------------------------------------------------------
 
@@ -481,6 +517,10 @@ class FakeApiServer:
             return _status(409, "AlreadyExists",
                            f'networkpolicies.networking.k8s.io "{name}" already exists')
         doc["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=_now())
+        spec = doc.setdefault("spec", {})
+        for key in ("ingress", "egress"):  # omitempty: the API server drops empty rule lists
+            if spec.get(key) == []:
+                del spec[key]
         self.policies[(ns, name)] = doc
         return web.json_response(doc, status=201)
 
@@ -516,6 +556,23 @@ class FakeApiServer:
             "window": "10s", "containers": [{"name": pod.container["name"], "usage": {
                 "cpu": "2500000n", "memory": f"{pod.rss() // 1024}Ki"}}]})
 
+    async def summary(self, request: web.Request) -> web.Response:
+        """The kubelet's summary API through the node proxy (cpu and memory only)."""
+        if not self.node_stats:
+            return _status(403, "Forbidden", 'nodes "fake-node" is forbidden: User cannot get '
+                                             'resource "nodes/proxy"')
+        if request.match_info["node"] != "fake-node":
+            return _status(404, "NotFound", f'nodes "{request.match_info["node"]}" not found')
+        now = _now()
+        pods = [{"podRef": {"name": p.name, "namespace": p.namespace, "uid": p.manifest[
+                    "metadata"]["uid"]},
+                 "containers": [{"name": p.container["name"], "startTime": p.start_time,
+                                 "cpu": {"time": now, "usageNanoCores": 2500000,
+                                         "usageCoreNanoSeconds": 123456789},
+                                 "memory": {"time": now, "workingSetBytes": p.rss()}}]}
+                for p in self.pods.values() if p.phase == "Running"]
+        return web.json_response({"node": {"nodeName": "fake-node"}, "pods": pods})
+
     # -- exec --------------------------------------------------------------------------------
 
     async def exec(self, request: web.Request) -> web.StreamResponse:
@@ -525,6 +582,10 @@ class FakeApiServer:
         if pod.phase != "Running" or pod.keepalive is None:
             return _status(400, "BadRequest", "cannot exec into a container in a completed "
                                               f"pod; current phase is {pod.phase}")
+        accept = request.headers.get("Accept", "")
+        if accept and "*/*" not in accept:
+            # As the 1.20 kubelet's exec route does: its stream is not what was asked for.
+            return web.Response(status=406, text="406: Not Acceptable")
         argv = request.query.getall("command", [])
         want_stdin = request.query.get("stdin") == "true"
         ws = web.WebSocketResponse(protocols=self.protocols, max_msg_size=0)
@@ -536,6 +597,12 @@ class FakeApiServer:
         self.exec_protocols.append(ws.ws_protocol)
         for channel in (1, 2, 3):  # wsstream's "channel open" messages
             await ws.send_bytes(bytes([channel]))
+        if pod.stopped:
+            await ws.send_bytes(b"\x03" + json.dumps({
+                "metadata": {}, "status": "Failure",
+                "message": "cannot exec in a stopped state: unknown"}).encode())
+            await ws.close()
+            return ws
         if not argv or not pod.resolves(argv[0]):
             await ws.send_bytes(b"\x03" + json.dumps({
                 "metadata": {}, "status": "Failure",

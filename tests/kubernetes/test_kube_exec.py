@@ -22,20 +22,23 @@ from sandbox._errors import (
     StdinClosed,
 )
 from sandbox.kubernetes._exec import parse_status
+from sandbox.kubernetes._gateway import Cluster, delete_options
 from tests.kubernetes._cluster import Target, cluster
 from tests.kubernetes._fake_apiserver import V4, V5
 
 
-@pytest_asyncio.fixture(params=[V5, V4])
+@pytest_asyncio.fixture(params=["cluster", "fake-v5"])
 async def box(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Sandbox]:
-    """A sandbox on a server that offers v5 and v4, or v4 only."""
-    protocols = (V5, V4) if request.param == V5 else (V4,)
-    async with cluster(tmp_path, request.config, protocols=protocols) as kube:
-        if kube.fake is None and request.param == V4:
-            pytest.skip("a real cluster chooses its own protocol")
-        async with Sandbox(backend=kube.backend()) as sb:
-            sb.kube = kube  # type: ignore[attr-defined]
-            yield sb
+    """A sandbox on the real cluster (Kubernetes 1.20: v4 only), or on the fake API server
+    speaking v4 only when no cluster is up; and on the fake offering v5 first, because no
+    cluster here speaks v5 (1.30+)."""
+    if request.param == "cluster":
+        target = cluster(tmp_path, request.config, protocols=(V4,))
+    else:
+        target = cluster(tmp_path, request.config, fake_only=True, protocols=(V5, V4))
+    async with target as kube, Sandbox(backend=kube.backend()) as sb:
+        sb.kube = kube  # type: ignore[attr-defined]
+        yield sb
 
 
 def processes(sb: Sandbox) -> list[int]:
@@ -83,6 +86,8 @@ async def test_protocol_is_negotiated(box: Sandbox) -> None:
     if kube.fake is not None:
         assert kube.fake.exec_protocols[-1] == kube.fake.protocols[0]
         assert result.metadata["exec_protocol"] == kube.fake.protocols[0]
+    else:  # a 1.20 API server: v4, and the SDK's upgrade was accepted (no 406)
+        assert result.metadata["exec_protocol"] == V4 == box.backend.exec_protocol
 
 
 @pytest.mark.asyncio
@@ -179,19 +184,24 @@ async def test_a_different_user_per_command_is_refused(box: Sandbox) -> None:
 @pytest.mark.asyncio
 async def test_pod_removed_from_outside(box: Sandbox) -> None:
     kube: Target = box.kube  # type: ignore[attr-defined]
-    if kube.fake is None:
-        pytest.skip("needs the fake to remove the Pod behind the SDK's back")
-    pod = kube.fake.pods.pop((kube.namespace, box.backend.pod_name))
-    await pod.delete()
+    cluster_ = await Cluster.connect(kubeconfig=kube.kubeconfig, context=None,
+                                     in_cluster=False)
+    try:
+        await cluster_.call("remove the Pod behind the SDK's back", "DELETE",
+                            f"/api/v1/namespaces/{kube.namespace}/pods/{box.backend.pod_name}",
+                            body=delete_options(""))
+    finally:
+        await cluster_.close()
     with pytest.raises(SandboxNotFound):
         await box.execute_command("true")
 
 
 @pytest.mark.asyncio
 async def test_a_broken_stream_kills_the_command_and_says_so(box: Sandbox) -> None:
+    """Fake only: fault injection (the API server drops the exec streams)."""
     kube: Target = box.kube  # type: ignore[attr-defined]
     if kube.fake is None:
-        pytest.skip("needs the fake to break the stream")
+        pytest.skip("fault injection: the fake's case of this test covers it")
     with pytest.raises(EngineUnavailable, match="exec stream"):
         async with box.stream_command("echo up; sleep 300") as proc:
             async for _chunk in proc:
@@ -205,10 +215,11 @@ async def test_a_broken_stream_kills_the_command_and_says_so(box: Sandbox) -> No
 @pytest.mark.asyncio
 async def test_the_stdin_messages_on_the_wire(box: Sandbox) -> None:
     """v5: data on channel 0, then the close message [255, 0]. v4: the wrapper's frames, a
-    length line before each piece and "0" for EOF, all on channel 0."""
+    length line before each piece and "0" for EOF, all on channel 0. Fake only: it reads the
+    frames the server received."""
     kube: Target = box.kube  # type: ignore[attr-defined]
     if kube.fake is None:
-        pytest.skip("reads the frames the fake received")
+        pytest.skip("reads the frames the fake received; the fake's case covers it")
     async with box.stream_command("cat") as proc:
         await proc.write_stdin(b"hi")
         await proc.close_stdin()
