@@ -1,10 +1,12 @@
-"""Small anyio helpers shared by the backends: wait for the first of several events, and
-unwrap a task group's lone error."""
+"""Small anyio helpers shared by the backends: wait for the first of several events, unwrap a
+task group's lone error, and cancel asyncio tasks and wait for them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import anyio
 
@@ -29,3 +31,13 @@ async def single_errors() -> AsyncIterator[None]:
         if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
             raise errors[0] from errors[0].__cause__
         raise
+
+
+async def cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and wait until each has ended, shielded from our own cancellation."""
+    with anyio.CancelScope(shield=True):
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
