@@ -29,8 +29,11 @@ from ._constants import (
     LABEL_OWNER_START,
 )
 
-__all__ = ["Collected", "GcItem", "Here", "HostCollector", "age_text", "created_at",
-           "owner_labels", "owner_verdict"]
+__all__ = ["OWNER_KEYS", "Collected", "GcItem", "Here", "HostCollector", "age_text",
+           "created_at", "owner_labels", "owner_verdict"]
+
+#: The labels that name a resource's owner process (host, pid, its start time, the boot).
+OWNER_KEYS = (LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_BOOT_ID)
 
 
 def owner_labels() -> dict[str, str]:
