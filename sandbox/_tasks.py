@@ -1,11 +1,11 @@
 """Small anyio helpers shared by the backends: wait for the first of several events, unwrap a
-task group's lone error, and cancel asyncio tasks and wait for them."""
+task group's lone error, cancel asyncio tasks and wait for them, and watch a file descriptor."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -41,3 +41,15 @@ async def cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+@contextlib.contextmanager
+def fd_readable(fd: int, callback: Callable[[], object]) -> Iterator[None]:
+    """Call ``callback`` on the running loop each time ``fd`` is readable, until the block
+    ends (the reader is removed however it ends)."""
+    loop = asyncio.get_running_loop()
+    loop.add_reader(fd, callback)
+    try:
+        yield
+    finally:
+        loop.remove_reader(fd)

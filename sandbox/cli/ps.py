@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._progress import human_bytes
+from .._tasks import fd_readable
 
 if TYPE_CHECKING:
     from ..docker._ps import SandboxRow, TopRow
@@ -151,7 +152,6 @@ def _keys() -> Iterator[asyncio.Event | None]:
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
     quit_pressed = asyncio.Event()
-    loop = asyncio.get_running_loop()
 
     def read() -> None:
         try:
@@ -162,11 +162,10 @@ def _keys() -> Iterator[asyncio.Event | None]:
             quit_pressed.set()
 
     tty.setcbreak(fd)
-    loop.add_reader(fd, read)
     try:
-        yield quit_pressed
+        with fd_readable(fd, read):
+            yield quit_pressed
     finally:
-        loop.remove_reader(fd)
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
