@@ -274,6 +274,7 @@ def _run_checkpoints(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from ._checkpoint import checkpoints
+    from ._owner import seconds_text
 
     found = asyncio.run(checkpoints())
     now = datetime.now(UTC)
@@ -289,9 +290,7 @@ def _run_checkpoints(args: argparse.Namespace) -> int:
             continue
         age = "?"
         if point.created is not None:
-            secs = int((now - point.created).total_seconds())
-            age = next((f"{secs // n}{u}" for u, n in (("d", 86400), ("h", 3600), ("m", 60))
-                        if secs >= n), f"{max(secs, 0)}s")
+            age = seconds_text(max(int((now - point.created).total_seconds()), 0))
         print(f"{point.name:<40} {created:<20} {age:>8} {point.size / 2**20:>8.1f}Mi  "
               f"{point.source_id or '?':<12}  {point.image}")
     return 0

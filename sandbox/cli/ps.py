@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._owner import seconds_text
 from .._progress import human_bytes
 from .._tasks import fd_readable
 
@@ -63,13 +64,7 @@ def _add_owner(p: argparse.ArgumentParser) -> None:
 
 
 def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    secs = int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
+    return "?" if seconds is None else seconds_text(int(seconds))
 
 
 def _owner(row: SandboxRow) -> str:
