@@ -48,15 +48,12 @@ from ._constants import (
     LABEL_CREATED,
     LABEL_MANAGED_BY,
     LABEL_MANAGED_BY_VALUE,
-    LABEL_OWNER_BOOT_ID,
-    LABEL_OWNER_HOST,
     LABEL_OWNER_PID,
-    LABEL_OWNER_START,
     LABEL_SANDBOX_ID,
 )
 from ._errors import CheckpointFailed, ConfigError, SandboxError
 from ._models import SandboxConfig
-from ._owner import owner_labels
+from ._owner import OWNER_KEYS, owner_labels
 from ._registry import EngineClient, checkpoint_store
 from ._wire_time import engine_time
 
@@ -106,7 +103,6 @@ LABEL_CHECKPOINT_WITHHELD = "io.sandbox.checkpoint.withheld"
 #: prefix, for gc; not under the container owner keys, which containers made from the image
 #: would inherit (and gc would then take for leaks of that owner).
 FORK_OWNER_PREFIX = "io.sandbox.checkpoint.owner."
-_OWNER_KEYS = (LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_BOOT_ID)
 
 #: An image tag's grammar: what a checkpoint name may be.
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -216,15 +212,14 @@ def checkpoint_labels(sb: Source, name: str, *, memory: bool, fork: bool,
     return {
         LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE,
         LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
-        LABEL_OWNER_HOST: "", LABEL_OWNER_PID: "", LABEL_OWNER_START: "",
-        LABEL_OWNER_BOOT_ID: "", LABEL_SANDBOX_ID: "",
+        **dict.fromkeys(OWNER_KEYS, ""), LABEL_SANDBOX_ID: "",
         LABEL_CHECKPOINT: name,
         LABEL_CHECKPOINT_SOURCE: sb.id,
         LABEL_CHECKPOINT_CONFIG: to_json(config),
         LABEL_CHECKPOINT_WITHHELD: json.dumps(withheld),
         LABEL_CHECKPOINT_MEMORY: "true" if memory else "false",
         LABEL_CHECKPOINT_FORK: "true" if fork else "",
-        **{fork_owner_key(key): mine.get(key, "") for key in _OWNER_KEYS},
+        **{fork_owner_key(key): mine.get(key, "") for key in OWNER_KEYS},
     }
 
 
@@ -237,7 +232,7 @@ def fork_owner(labels: Mapping[str, str]) -> dict[str, str]:
     """The owner labels of a fork's checkpoint removed with its forks ({} for any other)."""
     if labels.get(LABEL_CHECKPOINT_FORK) != "true":
         return {}
-    found = {key: str(labels.get(fork_owner_key(key)) or "") for key in _OWNER_KEYS}
+    found = {key: str(labels.get(fork_owner_key(key)) or "") for key in OWNER_KEYS}
     return found if found[LABEL_OWNER_PID] else {}
 
 

@@ -17,15 +17,13 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import re
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._cli_tty import is_terminal, run_on_terminal
+from ._cli_tty import forward_stdin, is_terminal, run_on_terminal
 from ._errors import SandboxError
 from ._json import to_json
 from ._models import Command, CommandResult, SandboxConfig
@@ -51,7 +49,6 @@ __all__ = [
     "parse_size", "register",
 ]
 
-_STDIN_CHUNK = 64 * 1024
 
 
 # -- arguments ----------------------------------------------------------------------------------
@@ -117,31 +114,8 @@ def _exit_status(args: argparse.Namespace, result: CommandResult) -> int:
 
 
 async def _forward_stdin(proc: ExecProcess) -> None:
-    """Copy our stdin to the command's until EOF, then close it.
-
-    A daemon thread does the blocking reads (it works for terminals, pipes and files alike),
-    so a read still pending when the command ends cannot delay the exit.
-    """
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-
-    def reader() -> None:
-        while True:
-            try:
-                data = os.read(sys.stdin.fileno(), _STDIN_CHUNK) if sys.stdin else b""
-            except (OSError, ValueError):
-                data = b""
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, data)
-            except RuntimeError:  # the loop is gone: the command already ended
-                return
-            if not data:
-                return
-
-    threading.Thread(target=reader, name="sandbox-stdin", daemon=True).start()
-    with contextlib.suppress(SandboxError, OSError, RuntimeError):
-        while data := await queue.get():
-            await proc.write_stdin(data)
+    """Copy our stdin to the command's until EOF, then close it."""
+    await forward_stdin(proc)
     with contextlib.suppress(SandboxError, OSError, RuntimeError):
         await proc.close_stdin()
 
@@ -300,6 +274,7 @@ def _run_checkpoints(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from ._checkpoint import checkpoints
+    from ._owner import seconds_text
 
     found = asyncio.run(checkpoints())
     now = datetime.now(UTC)
@@ -315,9 +290,7 @@ def _run_checkpoints(args: argparse.Namespace) -> int:
             continue
         age = "?"
         if point.created is not None:
-            secs = int((now - point.created).total_seconds())
-            age = next((f"{secs // n}{u}" for u, n in (("d", 86400), ("h", 3600), ("m", 60))
-                        if secs >= n), f"{max(secs, 0)}s")
+            age = seconds_text(max(int((now - point.created).total_seconds()), 0))
         print(f"{point.name:<40} {created:<20} {age:>8} {point.size / 2**20:>8.1f}Mi  "
               f"{point.source_id or '?':<12}  {point.image}")
     return 0

@@ -50,25 +50,29 @@ def _size() -> tuple[int, int]:
     return max(rows, 1), max(cols, 1)
 
 
-async def _forward_keys(proc: Process) -> None:
-    """Copy our terminal's bytes to the command's; a daemon thread does the blocking reads."""
+async def forward_stdin(proc: Process, *, thread: str = "sandbox-stdin") -> None:
+    """Copy our stdin's bytes to the command's until EOF (the caller closes its stdin or not).
+
+    A daemon thread does the blocking reads (it works for terminals, pipes and files alike),
+    so a read still pending when the command ends cannot delay the exit.
+    """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[bytes] = asyncio.Queue()
 
     def reader() -> None:
         while True:
             try:
-                data = os.read(sys.stdin.fileno(), _CHUNK)
+                data = os.read(sys.stdin.fileno(), _CHUNK) if sys.stdin else b""
             except (OSError, ValueError):
                 data = b""
             try:
                 loop.call_soon_threadsafe(queue.put_nowait, data)
-            except RuntimeError:  # the loop is gone: the shell already ended
+            except RuntimeError:  # the loop is gone: the command already ended
                 return
             if not data:
                 return
 
-    threading.Thread(target=reader, name="sandbox-keys", daemon=True).start()
+    threading.Thread(target=reader, name=thread, daemon=True).start()
     with contextlib.suppress(SandboxError, OSError, RuntimeError):
         while data := await queue.get():
             await proc.write_stdin(data)
@@ -85,7 +89,7 @@ async def run_on_terminal(sb: Sandbox, argv: list[str]) -> CommandResult:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
         loop.add_signal_handler(signal.SIGWINCH, on_winch)
-        feeder = asyncio.ensure_future(_forward_keys(proc))
+        feeder = asyncio.ensure_future(forward_stdin(proc, thread="sandbox-keys"))
         try:
             with _raw(sys.stdin.fileno()):
                 async for chunk in proc:

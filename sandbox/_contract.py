@@ -233,6 +233,11 @@ class Context:
         r = await sb.execute_command(["/bin/sh", "-c", _PS])
         return [line for line in r.stdout.splitlines() if marker in line]
 
+    async def expect_gone(self, sb: Sandbox, marker: str, after: str) -> None:
+        """No process of the sandbox may hold ``marker`` any more (``after`` says since what)."""
+        left = await self.holding(sb, marker)
+        _expect(not left, f"still running {after}: {left}")
+
     def refuses(self, exc: BaseException) -> None:
         """``exc`` must name the backend, so the user learns which one lacks what."""
         _expect(self.subject.names.lower() in str(exc).lower(),
@@ -536,8 +541,7 @@ async def _exec_timeout_kills_the_tree(ctx: Context) -> None:
         f"echo started; sleep {m} & sleep {m}", timeout=1))
     _expect(r.timed_out and not r.success and "timed out" in r.error, f"{r!r}")
     _expect(r.stdout == "started\n", f"output so far lost: {r.stdout!r}")
-    left = await ctx.holding(sb, m)
-    _expect(not left, f"still running after the timeout: {left}")
+    await ctx.expect_gone(sb, m, "after the timeout")
 
 
 @_check("exec", needs=["commands"])
@@ -547,8 +551,7 @@ async def _exec_timeout_kills_setsid_escapees(ctx: Context) -> None:
     r = await sb.execute_command(Command.shell(
         f"setsid sleep {m} >/dev/null 2>&1 < /dev/null & sleep {m}", timeout=1))
     _expect(r.timed_out, f"{r!r}")
-    left = await ctx.holding(sb, m)
-    _expect(not left, f"still running after the timeout: {left}")
+    await ctx.expect_gone(sb, m, "after the timeout")
 
 
 @_check("exec", needs=["commands"])
@@ -557,8 +560,7 @@ async def _exec_idle_timeout(ctx: Context) -> None:
     sb, m = await ctx.shared(), ctx.marker()
     r = await sb.execute_command(Command.shell(f"echo prompt; sleep {m}", idle_timeout=1))
     _expect(r.timed_out and "idle" in r.error and r.stdout == "prompt\n", f"{r!r}")
-    left = await ctx.holding(sb, m)
-    _expect(not left, f"still running after the idle timeout: {left}")
+    await ctx.expect_gone(sb, m, "after the idle timeout")
 
 
 @_check("exec", needs=["commands"])
@@ -582,8 +584,7 @@ async def _exec_aclose_and_cancel_kill(ctx: Context) -> None:
         tg.start_soon(run)
         await started.wait()
         tg.cancel_scope.cancel()
-    left = await ctx.holding(sb, m)
-    _expect(not left, f"still running after aclose/cancel: {left}")
+    await ctx.expect_gone(sb, m, "after aclose/cancel")
 
 
 @_check("exec", needs=["commands"])
@@ -596,8 +597,7 @@ async def _exec_kill_signals_the_tree(ctx: Context) -> None:
         await proc.kill("TERM")
         result = await proc.wait()
     _expect(result.signal == "SIGTERM" and not result.success, f"{result!r}")
-    left = await ctx.holding(sb, m)
-    _expect(not left, f"still running after kill('TERM'): {left}")
+    await ctx.expect_gone(sb, m, "after kill('TERM')")
 
 
 @_check("exec", needs=["commands"])
@@ -888,8 +888,7 @@ async def _session_state_and_timeouts(ctx: Context) -> None:
         _expect(r.stdout == "in\n", f"stdin: {r!r}")
         r = await sh.run(f"echo a; sleep {m} & sleep {m}", timeout=1)
         _expect(r.timed_out and r.stdout == "a\n", f"timeout: {r!r}")
-        left = await ctx.holding(sb, m)
-        _expect(not left, f"still running after the session's timeout: {left}")
+        await ctx.expect_gone(sb, m, "after the session's timeout")
         r = await sh.run("echo $X ok")
         _expect(r.stdout.endswith("ok\n"), f"the session is unusable after a timeout: {r!r}")
         r = await sh.run("exit 3")

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypedDict, Unpack
 
 if TYPE_CHECKING:
     from ._models import CommandResult
@@ -74,6 +74,14 @@ __all__ = [
     "TimeoutExceeded",
     "UnsafeArchive",
 ]
+
+
+class _ErrorOptions(TypedDict, total=False):
+    """The keyword options every `SandboxError` takes, for subclasses that add their own."""
+
+    details: str
+    retryable: bool | None
+    cause: BaseException | None
 
 
 class SandboxError(Exception):
@@ -175,16 +183,9 @@ class CommandExecutionFailed(SandboxError):
 
     code = "COMMAND_EXECUTION_FAILED"
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        result: CommandResult | None = None,
-        details: str = "",
-        retryable: bool | None = None,
-        cause: BaseException | None = None,
-    ) -> None:
-        super().__init__(message, details=details, retryable=retryable, cause=cause)
+    def __init__(self, message: str, *, result: CommandResult | None = None,
+                 **options: Unpack[_ErrorOptions]) -> None:
+        super().__init__(message, **options)
         self.result = result
 
 
@@ -253,9 +254,9 @@ class CleanupIncomplete(SandboxError):
     code = "CLEANUP_INCOMPLETE"
     retryable = True
 
-    def __init__(self, message: str, *, left: Sequence[str] = (), details: str = "",
-                 retryable: bool | None = None, cause: BaseException | None = None) -> None:
-        super().__init__(message, details=details, retryable=retryable, cause=cause)
+    def __init__(self, message: str, *, left: Sequence[str] = (),
+                 **options: Unpack[_ErrorOptions]) -> None:
+        super().__init__(message, **options)
         self.left = tuple(left)
 
 
@@ -281,16 +282,9 @@ class FileOperationFailed(SandboxError):
 
     code = "FILE_OPERATION_FAILED"
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | None = None,
-        details: str = "",
-        retryable: bool | None = None,
-        cause: BaseException | None = None,
-    ) -> None:
-        super().__init__(message, details=details, retryable=retryable, cause=cause)
+    def __init__(self, message: str, *, path: str | None = None,
+                 **options: Unpack[_ErrorOptions]) -> None:
+        super().__init__(message, **options)
         self.path = path
         if isinstance(self, OSError):
             _fill_os_error(self, self._os_errno, message, path)
@@ -323,11 +317,9 @@ class UnsafeArchive(FileOperationFailed):
 
     code = "UNSAFE_ARCHIVE"
 
-    def __init__(
-        self, message: str, *, member: str = "", path: str | None = None, details: str = "",
-        retryable: bool | None = None, cause: BaseException | None = None,
-    ) -> None:
-        super().__init__(message, path=path, details=details, retryable=retryable, cause=cause)
+    def __init__(self, message: str, *, member: str = "", path: str | None = None,
+                 **options: Unpack[_ErrorOptions]) -> None:
+        super().__init__(message, path=path, **options)
         self.member = member
 
 
@@ -342,12 +334,9 @@ class CopyLimitExceeded(FileOperationFailed, ResourceLimitExceeded):
 
     code = "COPY_LIMIT_EXCEEDED"
 
-    def __init__(
-        self, message: str, *, limit: str = "", value: int = 0, member: str = "",
-        path: str | None = None, details: str = "", retryable: bool | None = None,
-        cause: BaseException | None = None,
-    ) -> None:
-        super().__init__(message, path=path, details=details, retryable=retryable, cause=cause)
+    def __init__(self, message: str, *, limit: str = "", value: int = 0, member: str = "",
+                 path: str | None = None, **options: Unpack[_ErrorOptions]) -> None:
+        super().__init__(message, path=path, **options)
         self.limit = limit
         self.value = value
         self.member = member

@@ -47,6 +47,11 @@ class _Kind:
         return tuple(item for item in items if item.kind == self.kind)
 
 
+def _kinds(kind: str) -> tuple[_Kind, _Kind]:
+    """The removed and the kept view of one kind."""
+    return _Kind("removed", kind), _Kind("kept", kind)
+
+
 @attrs.frozen(kw_only=True)
 class GcReport:
     """What gc removed (or, with ``dry_run``, would remove) and what it kept, whatever the
@@ -76,20 +81,14 @@ class GcReport:
 
     #: Containers (or Pods), networks (or NetworkPolicies), volumes, checkpoint images and
     #: process sandboxes' leftovers (state directory, cgroup), removed or kept.
-    removed_containers = _Kind("removed", "container")
-    kept_containers = _Kind("kept", "container")
-    removed_networks = _Kind("removed", "network")
-    kept_networks = _Kind("kept", "network")
-    removed_volumes = _Kind("removed", "volume")
-    kept_volumes = _Kind("kept", "volume")
-    removed_checkpoints = _Kind("removed", "checkpoint")
-    kept_checkpoints = _Kind("kept", "checkpoint")
-    removed_process = _Kind("removed", "process")
-    kept_process = _Kind("kept", "process")
+    removed_containers, kept_containers = _kinds("container")
+    removed_networks, kept_networks = _kinds("network")
+    removed_volumes, kept_volumes = _kinds("volume")
+    removed_checkpoints, kept_checkpoints = _kinds("checkpoint")
+    removed_process, kept_process = _kinds("process")
     #: Entries of the process backend's rootfs cache whose image the engine no longer has
     #: (removed), or left alone (their image exists, or one is mounted).
-    removed_rootfs = _Kind("removed", "rootfs")
-    kept_rootfs = _Kind("kept", "rootfs")
+    removed_rootfs, kept_rootfs = _kinds("rootfs")
 
 
 async def gc(

@@ -357,17 +357,12 @@ def _reject_constant(name: str) -> Any:
 
 def _describe(exc: BaseException, path: str, out: list[str]) -> None:
     """Append one "path: problem" line per leaf error of a cattrs error tree."""
-    if isinstance(exc, ClassValidationError):
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        # Each sub-error with its note (an attribute or an index), then those without one.
         with_notes, without = exc.group_exceptions()
         for sub, note in with_notes:
             _describe(sub, _join(path, note), out)
         for sub in without:
-            _describe(sub, path, out)
-    elif isinstance(exc, IterableValidationError):
-        items, rest = exc.group_exceptions()
-        for sub, item in items:
-            _describe(sub, _join(path, item), out)
-        for sub in rest:
             _describe(sub, path, out)
     elif isinstance(exc, ForbiddenExtraKeysError):
         where = f"{path}: " if path else ""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._errors import ConfigError, McpServerFailed
+from ._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -97,12 +98,8 @@ async def open_client(server: McpServer, **session_options: Any) -> AsyncIterato
             raise server.failure() from exc
         raise
     finally:
+        await cancel_and_wait(tasks)
         with anyio.CancelScope(shield=True):
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
             await write_send.aclose()
             await read_recv.aclose()
             server.attached = False

@@ -29,8 +29,11 @@ from ._constants import (
     LABEL_OWNER_START,
 )
 
-__all__ = ["Collected", "GcItem", "Here", "HostCollector", "age_text", "created_at",
-           "owner_labels", "owner_verdict"]
+__all__ = ["OWNER_KEYS", "Collected", "GcItem", "Here", "HostCollector", "age_text",
+           "created_at", "owner_labels", "owner_verdict", "seconds_text"]
+
+#: The labels that name a resource's owner process (host, pid, its start time, the boot).
+OWNER_KEYS = (LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_BOOT_ID)
 
 
 def owner_labels() -> dict[str, str]:
@@ -116,7 +119,11 @@ def created_at(labels: Mapping[str, str], engine_created: datetime | None) -> da
 
 
 def age_text(age: timedelta) -> str:
-    secs = int(age.total_seconds())
+    return seconds_text(int(age.total_seconds()))
+
+
+def seconds_text(secs: int) -> str:
+    """A number of seconds in its largest whole unit: 3d, 5h, 2m or 40s."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if secs >= size:
             return f"{secs // size}{unit}"

@@ -1,4 +1,5 @@
-"""Sandbox paths: resolution against the working directory, and ``copy_files`` arguments.
+"""Sandbox paths: resolution against the working directory, ``copy_files`` arguments, and
+``security.tmpfs_paths`` entries.
 
 Backend-neutral: every backend, and the in-memory fake, resolves paths the same way.
 """
@@ -6,12 +7,13 @@ Backend-neutral: every backend, and the in-memory fake, resolves paths the same 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterator, Sequence
 
 import attrs
 
-from ._errors import FileOperationFailed
+from ._errors import ConfigError, FileOperationFailed
 
-__all__ = ["SANDBOX_SCHEME", "CopyPlan", "parse_copy", "resolve"]
+__all__ = ["SANDBOX_SCHEME", "CopyPlan", "parse_copy", "resolve", "tmpfs_entries"]
 
 #: The prefix that marks the sandbox side of ``copy_files``.
 SANDBOX_SCHEME = "sandbox:"
@@ -64,3 +66,19 @@ def parse_copy(cwd: str, source: str, dest: str) -> CopyPlan:
                         sandbox_path=resolve(cwd, dest.removeprefix(SANDBOX_SCHEME)))
     return CopyPlan(into_sandbox=False, host_path=dest,
                     sandbox_path=resolve(cwd, source.removeprefix(SANDBOX_SCHEME)))
+
+
+def tmpfs_entries(entries: Sequence[str]) -> Iterator[tuple[str, str, str]]:
+    """``security.tmpfs_paths`` split into (entry, normalized path, options), one at a time:
+    each path absolute, not /, and listed once; each backend reads the options its own way."""
+    seen: set[str] = set()
+    for entry in entries:
+        path, _, options = entry.partition(":")
+        if not path.startswith("/") or posixpath.normpath(path) == "/":
+            raise ConfigError(f"security.tmpfs_paths: {entry!r} must be an absolute path "
+                              "other than /")
+        path = posixpath.normpath(path)
+        if path in seen:
+            raise ConfigError(f"security.tmpfs_paths: {path!r} is listed twice")
+        seen.add(path)
+        yield entry, path, options

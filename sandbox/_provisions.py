@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import posixpath
 import re
 import shlex
@@ -28,12 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol
 
-import anyio
 import attrs
 
 from ._constants import ANNOTATION_TOOL as TOOL_ANNOTATION
 from ._errors import ConfigError, McpServerFailed, SandboxError, SandboxInitFailed
 from ._models import Command, CommandResult, SandboxConfig, SandboxInfo
+from ._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from ._backend import Process
@@ -373,12 +372,7 @@ class Provisions:
     async def stop(self) -> None:
         """Stop every server (killing its process) and wait for that; shielded."""
         tasks, self._tasks = self._tasks, []
-        with anyio.CancelScope(shield=True):
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await cancel_and_wait(tasks)
 
 
 def check_provisions(config: SandboxConfig) -> dict[str, McpServerSpec]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -33,7 +34,7 @@ from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
 from ._policy import is_root, seconds
 from ._process_base import make_result, overdue, unconfirmed_kill
-from ._session_run import Callback, SessionJob, _check_wait, _Run, _Shell
+from ._session_run import Callback, Run, Shell
 from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
 from ._session_wire import (
     AUTO_SHELL,
@@ -99,7 +100,7 @@ class Session:
         self.id = secrets.token_hex(6)
         self._cwd = host.working_directory()
         self._lock = anyio.Lock()
-        self._shell: _Shell | None = None
+        self._shell: Shell | None = None
         self._shells = 0
         self._tg: TaskGroup | None = None
         self._closed = False
@@ -187,7 +188,7 @@ class Session:
         if keep_chars < 0:
             raise ConfigError(f"keep_chars must be at least 0, not {keep_chars}")
         tg = self._require_open()
-        started: list[_Run] = []
+        started: list[Run] = []
         outcome: list[CommandResult | BaseException] = []
         task_done = anyio.Event()
 
@@ -241,7 +242,7 @@ class Session:
             raise SessionClosed("the session is closed; open a new one with sandbox.session()")
         return self._tg
 
-    async def _start_shell(self) -> _Shell:
+    async def _start_shell(self) -> Shell:
         """Start a shell and probe it. One that should be guarded and is not (its copy was
         removed or replaced before it ran) is replaced once by one from a fresh copy."""
         shell, guarded, retry = await self._try_shell(fresh=False)
@@ -255,7 +256,7 @@ class Session:
         self._guarded = guarded
         return shell
 
-    async def _try_shell(self, *, fresh: bool) -> tuple[_Shell, bool, bool]:
+    async def _try_shell(self, *, fresh: bool) -> tuple[Shell, bool, bool]:
         """Start one shell: it, whether it is guarded, and whether it should have been."""
         tg = self._require_open()
         copy = ShellCopy("", by_root=False)
@@ -274,7 +275,7 @@ class Session:
         # by a program that lies to the probe.
         sealed = copy.by_root and bool(spec.user) and not is_root(spec.user)
         self._shells += 1
-        shell = _Shell(self._shells)
+        shell = Shell(self._shells)
         await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
@@ -298,7 +299,7 @@ class Session:
         closed = ":" + guard == GUARDED
         return shell, sealed and closed, sealed and not closed
 
-    async def _hold(self, shell: _Shell, spec: ProcessSpec, *,
+    async def _hold(self, shell: Shell, spec: ProcessSpec, *,
                     task_status: TaskStatus[None]) -> None:
         """Own the shell process: route its output to the running command until it ends."""
         why = "the session's shell ended"
@@ -338,7 +339,7 @@ class Session:
         if shell is not None:
             await self._stop(shell)
 
-    async def _stop(self, shell: _Shell) -> None:
+    async def _stop(self, shell: Shell) -> None:
         """Kill ``shell`` and all it started (also when it already exited: its background
         jobs may live on), and wait until its task is gone; a second call just waits."""
         with anyio.CancelScope(shield=True):
@@ -365,9 +366,9 @@ class Session:
                 shell.scope.cancel()
                 await shell.ended.wait()
 
-    _running: _Run | None = None
+    _running: Run | None = None
 
-    async def _ready_shell(self) -> _Shell:
+    async def _ready_shell(self) -> Shell:
         self._require_open()
         shell = self._shell
         if shell is not None and shell.alive:
@@ -384,19 +385,21 @@ class Session:
 
     async def _begin(self, cmd: str, *, stdin: bytes | None, open_stdin: bool,
                      max_output_bytes: int, on_stdout: Callback | None,
-                     on_stderr: Callback | None, keep_chars: int) -> _Run:
+                     on_stderr: Callback | None, keep_chars: int) -> Run:
         shell = await self._ready_shell()
         return await self._begin_on(shell, cmd, stdin=stdin, open_stdin=open_stdin,
                                     max_output_bytes=max_output_bytes, on_stdout=on_stdout,
                                     on_stderr=on_stderr, keep_chars=keep_chars)
 
-    async def _begin_on(self, shell: _Shell, cmd: str, *, stdin: bytes | None = None,
+    async def _begin_on(self, shell: Shell, cmd: str, *, stdin: bytes | None = None,
                         open_stdin: bool = False, max_output_bytes: int = 1 << 16,
                         on_stdout: Callback | None = None, on_stderr: Callback | None = None,
-                        keep_chars: int = 0, measure: bool = True) -> _Run:
+                        keep_chars: int = 0, measure: bool = True) -> Run:
         """Send ``cmd`` to ``shell`` (the caller holds the lock); return it in flight."""
-        run = _Run(self, shell, max_output_bytes=max_output_bytes, on_stdout=on_stdout,
-                   on_stderr=on_stderr, keep_chars=keep_chars)
+        run = Run(shell, stale_nonce=self._last_nonce, cwd=self.cwd,
+                  max_output_bytes=max_output_bytes, on_stdout=on_stdout,
+                  on_stderr=on_stderr, keep_chars=keep_chars)
+        self._last_nonce = run.nonce
         if measure and self._usage:
             run.finalize = await self._finalizer()
         reader = stdin is not None or open_stdin
@@ -432,14 +435,14 @@ class Session:
 
     # -- stdin -----------------------------------------------------------------------------
 
-    async def _send_stdin(self, run: _Run, data: bytes) -> None:
+    async def _send_stdin(self, run: Run, data: bytes) -> None:
         assert run.shell.proc is not None
         for line in stdin_lines(data):
             if run.done.is_set():
                 break
             await run.shell.proc.write_stdin(line)
 
-    async def _write_stdin(self, run: _Run, data: bytes) -> None:
+    async def _write_stdin(self, run: Run, data: bytes) -> None:
         async with run.stdin_lock:
             if not run.stdin_open or run.done.is_set():
                 raise StdinClosed("cannot write to the command's stdin: "
@@ -451,7 +454,7 @@ class Session:
                 raise StdinClosed("cannot write to the command's stdin: the session's shell "
                                   "is gone", cause=exc) from exc
 
-    async def _close_stdin(self, run: _Run) -> None:
+    async def _close_stdin(self, run: Run) -> None:
         async with run.stdin_lock:
             if not run.stdin_open:
                 return
@@ -463,7 +466,7 @@ class Session:
 
     # -- ending a command ------------------------------------------------------------------
 
-    async def _finish(self, run: _Run, cmd: str, time_limit: float | None,
+    async def _finish(self, run: Run, cmd: str, time_limit: float | None,
                       idle_timeout: float | None, *, audit: bool = True) -> CommandResult:
         """Wait for ``run`` to end (killing it at its limits) and build its result."""
         limit = time_limit if time_limit is not None else seconds(self._backend.config.timeout)
@@ -500,7 +503,7 @@ class Session:
                     await self._stop(run.shell)
         return result
 
-    async def _watch(self, run: _Run, limit: float | None, idle: float | None) -> None:
+    async def _watch(self, run: Run, limit: float | None, idle: float | None) -> None:
         """Until ``run`` ends or a callback raised; kill it at its limits."""
         reason = await overdue(run.wake, run.t0, limit, idle, lambda: run.last_output,
                                floor=0.005)
@@ -510,7 +513,7 @@ class Session:
         if not run.done.is_set():
             await self._kill_command(run)
 
-    async def _kill_command(self, run: _Run) -> None:
+    async def _kill_command(self, run: Run) -> None:
         """Kill every process ``run`` started; replace the shell if it does not come back."""
         if run.done.is_set():
             return
@@ -550,7 +553,7 @@ class Session:
                 if run.shell is self._shell:
                     await self._stop_shell()
 
-    def _result(self, run: _Run) -> CommandResult:
+    def _result(self, run: Run) -> CommandResult:
         errors = [run.kill_reason]
         if run.forged:
             errors.append("the command's end marker was not the one its shell prints (written "
@@ -605,3 +608,77 @@ async def open_session(host: SessionHost, *, shell: str | None = None, restart: 
             tg.cancel_scope.cancel()
 
 
+class SessionJob:
+    """A command `Session.start` left running: poll it, write to it, kill it.
+
+    Attributes:
+        command: The command line it runs.
+        output: The output printed since the previous look (start or poll), as text bounded
+            with its head and tail kept and a marker where the middle was dropped.
+    """
+
+    def __init__(self, session: Session, run: Run, command: str, task_done: anyio.Event,
+                 outcome: list[CommandResult | BaseException]) -> None:
+        self._session = session
+        self._run = run
+        self.command = command
+        self.output = ""
+        self._task_done = task_done
+        self._outcome = outcome
+
+    @property
+    def running(self) -> bool:
+        """True until the command has ended."""
+        return not self._task_done.is_set()
+
+    async def poll(self, yield_after: float) -> CommandResult | SessionJob:
+        """Wait up to ``yield_after`` seconds: the result if it ended, else this job with
+        `output` set to what it printed meanwhile."""
+        _check_wait("yield_after", yield_after)
+        with anyio.move_on_after(yield_after):
+            await self._task_done.wait()
+        if self._task_done.is_set():
+            return self._result()
+        self.output = self._run.take_recent()
+        return self
+
+    def _result(self) -> CommandResult:
+        if not self._outcome:
+            raise SessionClosed(f"the job {self.command!r} was cancelled with its session")
+        outcome = self._outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def write(self, data: bytes | str) -> None:
+        """Send input to the command's stdin.
+
+        Raises:
+            StdinClosed: The command ended, or its stdin was closed.
+        """
+        await self._session._write_stdin(self._run, data.encode() if isinstance(data, str)
+                                         else data)
+
+    async def close_stdin(self) -> None:
+        """End the command's input: it reads EOF (the session's shell does not)."""
+        await self._session._close_stdin(self._run)
+
+    async def kill(self) -> CommandResult:
+        """Kill the command and everything it started; return its result."""
+        if not self._task_done.is_set():
+            self._run.kill_reason = self._run.kill_reason or "killed by SessionJob.kill()"
+            await self._session._kill_command(self._run)
+        await self._task_done.wait()
+        return self._result()
+
+    async def wait(self) -> CommandResult:
+        """Wait for the command to end and return its result."""
+        await self._task_done.wait()
+        return self._result()
+
+
+def _check_wait(name: str, value: float | None) -> None:
+    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
+                              or math.isnan(value) or value < 0):
+        raise ConfigError(f"{name} must be a number of seconds >= 0 (or None for no limit), "
+                          f"not {value!r}")

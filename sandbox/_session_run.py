@@ -1,33 +1,27 @@
-"""One shell of a `Session`, one command in flight on it (the state the session's reader and
-watcher share: markers seen, output captured, how the command or the shell ended), and the
-`SessionJob` handle of a command `Session.start` left running."""
+"""One shell of a `Session` and one command in flight on it: the state the session's reader and
+watcher share (markers seen, output captured, how the command or the shell ended)."""
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import anyio
 
 from ._backend import Process
-from ._errors import ConfigError, SandboxError, SessionClosed
+from ._errors import SandboxError
 from ._models import CommandResult
 from ._output import OutputCapture, StreamName, deliver
 from ._session_wire import NONCE_LEN, MarkerScanner, head_tail, parse_end, parse_status
 
-if TYPE_CHECKING:
-    from ._session import Session
-
-__all__ = ["Callback", "SessionJob"]
+__all__ = ["Callback", "Run", "Shell"]
 
 Callback = Callable[[bytes], object] | Callable[[bytes], Awaitable[object]]
 
 
-class _Shell:
+class Shell:
     """One shell process: its handle, the task reading it, and how it ended."""
 
     def __init__(self, number: int) -> None:
@@ -47,18 +41,17 @@ class _Shell:
         return self.proc is not None and not self.ended.is_set()
 
 
-class _Run:
+class Run:
     """One command in flight: its markers, captured output and how it ended."""
 
-    def __init__(self, session: Session, shell: _Shell, *, max_output_bytes: int,
+    def __init__(self, shell: Shell, *, stale_nonce: str, cwd: str, max_output_bytes: int,
                  on_stdout: Callback | None, on_stderr: Callback | None,
                  keep_chars: int) -> None:
         self.shell = shell
         self.nonce = secrets.token_hex(NONCE_LEN // 2)
         self.token = secrets.token_hex(NONCE_LEN // 2)  # says status 0 (see _session_wire)
         self.command_id = secrets.token_hex(12)
-        stale = (session._last_nonce,)  # its markers may still come, printed twice
-        session._last_nonce = self.nonce
+        stale = (stale_nonce,)  # the previous command's markers may still come, printed twice
         self.scanners: dict[StreamName, MarkerScanner] = {
             name: MarkerScanner(self.nonce, stale, shell.nonce) for name in ("stdout", "stderr")
         }
@@ -77,7 +70,7 @@ class _Run:
         self.status = -1
         self.got_end = False
         self.forged = False  # an end marker with the nonce but not as the wrapper prints it
-        self.cwd = session.cwd
+        self.cwd = cwd
         self.subshell = False  # the command ran in a subshell (its cd does not persist)
         self.last_output = time.monotonic()
         self.callback_error: BaseException | None = None
@@ -158,79 +151,3 @@ class _Run:
                     self.capture.feed(name, held)
             self.done.set()
             self.wake.set()
-
-
-class SessionJob:
-    """A command `Session.start` left running: poll it, write to it, kill it.
-
-    Attributes:
-        command: The command line it runs.
-        output: The output printed since the previous look (start or poll), as text bounded
-            with its head and tail kept and a marker where the middle was dropped.
-    """
-
-    def __init__(self, session: Session, run: _Run, command: str, task_done: anyio.Event,
-                 outcome: list[CommandResult | BaseException]) -> None:
-        self._session = session
-        self._run = run
-        self.command = command
-        self.output = ""
-        self._task_done = task_done
-        self._outcome = outcome
-
-    @property
-    def running(self) -> bool:
-        """True until the command has ended."""
-        return not self._task_done.is_set()
-
-    async def poll(self, yield_after: float) -> CommandResult | SessionJob:
-        """Wait up to ``yield_after`` seconds: the result if it ended, else this job with
-        `output` set to what it printed meanwhile."""
-        _check_wait("yield_after", yield_after)
-        with anyio.move_on_after(yield_after):
-            await self._task_done.wait()
-        if self._task_done.is_set():
-            return self._result()
-        self.output = self._run.take_recent()
-        return self
-
-    def _result(self) -> CommandResult:
-        if not self._outcome:
-            raise SessionClosed(f"the job {self.command!r} was cancelled with its session")
-        outcome = self._outcome[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    async def write(self, data: bytes | str) -> None:
-        """Send input to the command's stdin.
-
-        Raises:
-            StdinClosed: The command ended, or its stdin was closed.
-        """
-        await self._session._write_stdin(self._run, data.encode() if isinstance(data, str)
-                                         else data)
-
-    async def close_stdin(self) -> None:
-        """End the command's input: it reads EOF (the session's shell does not)."""
-        await self._session._close_stdin(self._run)
-
-    async def kill(self) -> CommandResult:
-        """Kill the command and everything it started; return its result."""
-        if not self._task_done.is_set():
-            self._run.kill_reason = self._run.kill_reason or "killed by SessionJob.kill()"
-            await self._session._kill_command(self._run)
-        await self._task_done.wait()
-        return self._result()
-
-    async def wait(self) -> CommandResult:
-        """Wait for the command to end and return its result."""
-        await self._task_done.wait()
-        return self._result()
-
-
-def _check_wait(name: str, value: float | None) -> None:
-    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
-                              or math.isnan(value) or value < 0):
-        raise ConfigError(f"{name} must be a number of seconds >= 0 (or None for no limit), "
-                          f"not {value!r}")

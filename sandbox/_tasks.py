@@ -1,10 +1,12 @@
-"""Small anyio helpers shared by the backends: wait for the first of several events, and
-unwrap a task group's lone error."""
+"""Small anyio helpers shared by the backends: wait for the first of several events, unwrap a
+task group's lone error, cancel asyncio tasks and wait for them, and watch a file descriptor."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
 
 import anyio
 
@@ -29,3 +31,25 @@ async def single_errors() -> AsyncIterator[None]:
         if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
             raise errors[0] from errors[0].__cause__
         raise
+
+
+async def cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and wait until each has ended, shielded from our own cancellation."""
+    with anyio.CancelScope(shield=True):
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+@contextlib.contextmanager
+def fd_readable(fd: int, callback: Callable[[], object]) -> Iterator[None]:
+    """Call ``callback`` on the running loop each time ``fd`` is readable, until the block
+    ends (the reader is removed however it ends)."""
+    loop = asyncio.get_running_loop()
+    loop.add_reader(fd, callback)
+    try:
+        yield
+    finally:
+        loop.remove_reader(fd)

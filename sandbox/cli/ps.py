@@ -12,7 +12,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._owner import seconds_text
 from .._progress import human_bytes
+from .._tasks import fd_readable
 
 if TYPE_CHECKING:
     from ..docker._ps import SandboxRow, TopRow
@@ -62,13 +64,7 @@ def _add_owner(p: argparse.ArgumentParser) -> None:
 
 
 def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    secs = int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
+    return "?" if seconds is None else seconds_text(int(seconds))
 
 
 def _owner(row: SandboxRow) -> str:
@@ -151,7 +147,6 @@ def _keys() -> Iterator[asyncio.Event | None]:
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
     quit_pressed = asyncio.Event()
-    loop = asyncio.get_running_loop()
 
     def read() -> None:
         try:
@@ -162,11 +157,10 @@ def _keys() -> Iterator[asyncio.Event | None]:
             quit_pressed.set()
 
     tty.setcbreak(fd)
-    loop.add_reader(fd, read)
     try:
-        yield quit_pressed
+        with fd_readable(fd, read):
+            yield quit_pressed
     finally:
-        loop.remove_reader(fd)
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 

@@ -18,6 +18,8 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import attrs
+
 from ._follow import Reconnect, follow_json_lines
 from ._gateway import Engine, EngineNotFound
 from ._wire import ContainerState, container_state
@@ -80,23 +82,21 @@ async def _call(what: str, callback: Callable[..., object] | None, *args: Any) -
         log.exception("the %s callback failed", what)
 
 
+@attrs.define
 class _Watcher:
     """State of one watch: what was seen so far, to explain a ``die`` and replay gaps."""
 
-    def __init__(self, engine: Engine, container_id: str, on_stop: StopCallback,
-                 on_oom: Callable[[], object] | None,
-                 on_pause: Callable[[bool], object] | None) -> None:
-        self.engine = engine
-        self.id = container_id
-        self.on_stop = on_stop
-        self.on_oom = on_oom
-        self.on_pause = on_pause
-        self.paused = False
-        self.kill: tuple[int, str] | None = None  # (timeNano, signal name) of the last kill
-        self.oom_ns: int | None = None
-        self.last_ns = 0  # engine time of the newest event handled, for `since` on reconnect
-        self.keys_at_last: set[str] = set()
-        self.replay = False  # the stream is a reopening: the engine replays what it missed
+    engine: Engine
+    id: str  # the container's
+    on_stop: StopCallback
+    on_oom: Callable[[], object] | None
+    on_pause: Callable[[bool], object] | None
+    paused: bool = False
+    kill: tuple[int, str] | None = None  # (timeNano, signal name) of the last kill
+    oom_ns: int | None = None
+    last_ns: int = 0  # engine time of the newest event handled, for `since` on reconnect
+    keys_at_last: set[str] = attrs.field(factory=set)
+    replay: bool = False  # the stream is a reopening: the engine replays what it missed
 
     async def run(self) -> None:
         await follow_json_lines(
@@ -166,16 +166,16 @@ class _Watcher:
         kind = action.split(":", 1)[0].strip()
         actor = event.get("Actor")
         attributes = actor.get("Attributes") if isinstance(actor, Mapping) else None
-        attrs = attributes if isinstance(attributes, Mapping) else {}
+        fields = attributes if isinstance(attributes, Mapping) else {}
         ns = _int_or_none(event.get("timeNano")) or 0
         if kind == "oom":
             self.oom_ns = ns
             await _call("on_oom", self.on_oom)
         elif kind == "kill":
-            self.kill = (ns, _signal_name(attrs.get("signal")))
+            self.kill = (ns, _signal_name(fields.get("signal")))
         elif kind == "die":
             state = await self._inspect()
-            code = _int_or_none(attrs.get("exitCode"))
+            code = _int_or_none(fields.get("exitCode"))
             if code is None and state is not None:
                 code = state.exit_code
             await self._died(code, ns, state or ContainerState())

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from .._errors import ConfigError, SandboxInitFailed
 from .._models import SecurityPolicy
+from .._paths import tmpfs_entries
 
 __all__ = ["DOCKER_MASKED_PATHS", "DOCKER_READONLY_PATHS", "filesystem_options"]
 
@@ -37,15 +38,7 @@ def filesystem_options(
 ) -> tuple[str, ...]:
     """Fill the root filesystem and tmpfs options of `host`; return the tmpfs mount points."""
     tmpfs: dict[str, str] = {}
-    for entry in sec.tmpfs_paths:
-        path, _, options = entry.partition(":")
-        if not path.startswith("/") or posixpath.normpath(path) == "/":
-            raise ConfigError(
-                f"security.tmpfs_paths: {entry!r} must be an absolute path other than /"
-            )
-        path = posixpath.normpath(path)
-        if path in tmpfs:
-            raise ConfigError(f"security.tmpfs_paths: {path!r} is listed twice")
+    for _entry, path, options in tmpfs_entries(sec.tmpfs_paths):
         # The engine merges options left to right, so the user's own ones win.
         tmpfs[path] = f"{TMPFS_DEFAULT_OPTIONS},{options}" if options else TMPFS_DEFAULT_OPTIONS
     if sec.read_only_root:

@@ -91,6 +91,7 @@ from .._errors import ConfigError, LimitNotEnforceable, SandboxInitFailed
 from .._ids import names_root
 from .._limits import host_size, with_defaults
 from .._models import ResourceLimits, SandboxConfig
+from .._paths import tmpfs_entries
 from .._policy import is_networked
 from .._privileges import seccomp_options
 
@@ -170,14 +171,7 @@ def _ids(cfg: SandboxConfig, image_user: str, lookup: Lookup) -> tuple[int, int]
 
 def _tmpfs(entries: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     out: dict[str, tuple[str, ...]] = {}
-    for entry in entries:
-        path, _, options = entry.partition(":")
-        if not path.startswith("/") or posixpath.normpath(path) == "/":
-            raise ConfigError(f"security.tmpfs_paths: {entry!r} must be an absolute path "
-                              "other than /")
-        path = posixpath.normpath(path)
-        if path in out:
-            raise ConfigError(f"security.tmpfs_paths: {path!r} is listed twice")
+    for entry, path, options in tmpfs_entries(entries):
         args: list[str] = []
         for opt in filter(None, options.split(",")):
             key, _, value = opt.partition("=")

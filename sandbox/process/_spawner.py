@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import CommandStartFailed
+from .._tasks import fd_readable
 from ._channel import Pending, Zygote, close_fds
 from ._server import prepare, start_holder
 
@@ -180,11 +181,8 @@ async def readable(fd: int) -> None:
     def wake() -> None:
         if not ready.done():
             ready.set_result(None)
-    loop.add_reader(fd, wake)
-    try:
+    with fd_readable(fd, wake):
         await ready
-    finally:
-        loop.remove_reader(fd)
 
 
 async def _reader(loop: asyncio.AbstractEventLoop, fd: int,

@@ -29,15 +29,9 @@ KNOWN_CROSS_BACKEND = {
 #: models raise `ConfigError` (no circle at run time).
 KNOWN_CIRCLES = {
     frozenset({"sandbox._errors", "sandbox._models", "sandbox._validate"}),
-    # TODO(exec-handle): the session's exec internals are restructured onto the exec handle.
-    frozenset({"sandbox._session", "sandbox._session_run"}),
 }
-#: Known imports of another module's underscore names. TODO(exec-handle): all three.
-KNOWN_PRIVATE = {
-    ("sandbox._session", "sandbox._session_run", "_Run"),
-    ("sandbox._session", "sandbox._session_run", "_Shell"),
-    ("sandbox._session", "sandbox._session_run", "_check_wait"),
-}
+#: Known imports of another module's underscore names.
+KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 
 
 def _module_name(path: Path) -> str:

@@ -1,27 +1,24 @@
-"""A session command's state machine (`_Run`) in milliseconds: markers in, how it ended out,
+"""A session command's state machine (`Run`) in milliseconds: markers in, how it ended out,
 and the shared watchdog (`overdue`) woken by its end or by a callback that raised."""
 
 from __future__ import annotations
-
-import types
 
 import anyio
 import pytest
 
 from sandbox._process_base import overdue
-from sandbox._session_run import _Run, _Shell
+from sandbox._session_run import Run, Shell
 from sandbox._session_wire import MARK
 
 pytestmark = pytest.mark.asyncio
 
 
-def new_run(**kw: object) -> tuple[_Run, object]:
-    session = types.SimpleNamespace(_last_nonce="", cwd="/start")
+def new_run(**kw: object) -> Run:
     options: dict[str, object] = {"max_output_bytes": 1 << 16, "on_stdout": None,
-                                  "on_stderr": None, "keep_chars": 0}
+                                  "on_stderr": None, "keep_chars": 0,
+                                  "stale_nonce": "", "cwd": "/start"}
     options.update(kw)
-    run = _Run(session, _Shell(1), **options)  # type: ignore[arg-type]
-    return run, session
+    return Run(Shell(1), **options)  # type: ignore[arg-type]
 
 
 def mark(nonce: str, payload: bytes) -> bytes:
@@ -30,8 +27,7 @@ def mark(nonce: str, payload: bytes) -> bytes:
 
 async def test_both_end_markers_end_the_command_with_its_status_and_directory() -> None:
     seen: list[bytes] = []
-    run, session = new_run(on_stdout=seen.append)
-    assert session._last_nonce == run.nonce  # type: ignore[attr-defined]
+    run = new_run(on_stdout=seen.append)
     end = mark(run.nonce, b"o" + run.token.encode() + b":/work")
     await run.feed("stdout", b"hello\n" + end[:5])  # a marker split across chunks
     await run.feed("stdout", end[5:])
@@ -44,19 +40,19 @@ async def test_both_end_markers_end_the_command_with_its_status_and_directory() 
 
 
 async def test_a_failure_is_said_by_its_number_and_a_success_needs_the_token() -> None:
-    run, _ = new_run()
+    run = new_run()
     await run.feed("stdout", mark(run.nonce, b"x3:/w"))
     await run.feed("stderr", mark(run.nonce, b"e"))
     assert (run.status, run.forged) == (3, False)
     # A process that read the nonce off a shared stdout cannot say success without the token.
-    run, _ = new_run()
+    run = new_run()
     await run.feed("stdout", mark(run.nonce, b"oguess:/w"))
     await run.feed("stderr", mark(run.nonce, b"e"))
     assert (run.status, run.forged) == (-1, True)
 
 
 async def test_the_shell_exiting_ends_the_command_with_the_shell_status() -> None:
-    run, _ = new_run()
+    run = new_run()
     await run.feed("stdout", b"bye\n" + mark(run.shell.nonce, b"q7"))
     await run.feed("stderr", mark(run.shell.nonce, b"Q"))
     assert run.done.is_set() and run.shell.exit_code == 7
@@ -64,7 +60,7 @@ async def test_the_shell_exiting_ends_the_command_with_the_shell_status() -> Non
 
 
 async def test_a_lost_shell_keeps_the_held_bytes_and_ends_once() -> None:
-    run, _ = new_run()
+    run = new_run()
     await run.feed("stdout", b"partial" + MARK[:2])  # could begin a marker: held back
     assert run.capture.output().stdout == b"partial"
     run.shell_ended("the session's shell was lost")
@@ -80,7 +76,7 @@ async def test_a_callback_that_raises_wakes_the_watcher_and_is_not_called_again(
         calls.append(data)
         raise ValueError("callback failed")
 
-    run, _ = new_run(on_stdout=boom)
+    run = new_run(on_stdout=boom)
     reasons: list[str] = []
     async with anyio.create_task_group() as tg:
         async def watch() -> None:
@@ -95,7 +91,7 @@ async def test_a_callback_that_raises_wakes_the_watcher_and_is_not_called_again(
 
 
 async def test_the_watchdog_names_the_deadline_that_passed() -> None:
-    run, _ = new_run()
+    run = new_run()
     assert await overdue(run.wake, run.t0, 0.01, None, lambda: run.last_output) == \
         "command timed out after 0.01 s"
     assert await overdue(run.wake, run.t0, None, 0.01, lambda: run.last_output) == \
@@ -105,7 +101,7 @@ async def test_the_watchdog_names_the_deadline_that_passed() -> None:
 
 
 async def test_a_model_sees_the_head_and_tail_of_what_came_since_its_last_look() -> None:
-    run, _ = new_run(keep_chars=40)
+    run = new_run(keep_chars=40)
     for i in range(50):
         await run.feed("stdout", b"line %02d\n" % i)
     text = run.take_recent()
