@@ -80,6 +80,7 @@ from .._constants import DEFAULT_CPU_LIMIT, DEFAULT_MEMORY_LIMIT, DEFAULT_USER, 
 from .._errors import ConfigError, SandboxInitFailed, SecurityViolation
 from .._ids import go_atoi, names_root
 from .._models import NetworkConfig, SandboxConfig, SecurityPolicy
+from .._paths import tmpfs_entries
 from .._policy import is_networked
 from .._privileges import ESCALATING_CAPABILITIES, capability_names
 
@@ -295,14 +296,7 @@ def _working_dir(path: str) -> str:
 def _tmpfs(sec: SecurityPolicy, workdir: str) -> dict[str, str]:
     """Memory-backed emptyDir mount points and their size limits ("" = none)."""
     out: dict[str, str] = {}
-    for entry in sec.tmpfs_paths:
-        path, _, options = entry.partition(":")
-        if not path.startswith("/") or posixpath.normpath(path) == "/":
-            raise ConfigError(f"security.tmpfs_paths: {entry!r} must be an absolute path "
-                              "other than /")
-        path = posixpath.normpath(path)
-        if path in out:
-            raise ConfigError(f"security.tmpfs_paths: {path!r} is listed twice")
+    for _entry, path, options in tmpfs_entries(sec.tmpfs_paths):
         size = ""
         for option in filter(None, options.split(",")):
             key, _, value = option.partition("=")
