@@ -35,6 +35,7 @@ __all__ = [
     "BackendFactory",
     "Capability",
     "CheckpointStore",
+    "ImageStore",
     "Process",
     "ProcessSpec",
     "SupportsCheckpoints",
@@ -273,6 +274,24 @@ class CheckpointStore(Protocol):
 
     async def remove_if_same(self, image: str, image_id: str) -> None:
         """Remove ``image`` if it is still the image ``image_id``."""
+        ...
+
+
+class ImageStore(Protocol):
+    """Local images another backend can build a root filesystem from (the Docker engine's
+    store; the process backend exports from it). ``docker`` is a client to use, or None to
+    open one. No engine answering: `EngineUnavailable`."""
+
+    async def inspect(self, name: str) -> Mapping[str, Any] | None:
+        """The engine's inspect of image ``name`` ("Id", "Config"...), None if it lacks it."""
+        ...
+
+    async def export(self, name: str, write: Callable[[bytes], object]) -> None:
+        """Stream the filesystem of image ``name`` as a tar archive to ``write``."""
+        ...
+
+    async def image_ids(self, docker: Any) -> set[str]:
+        """The ids (``sha256:...``) of every image the engine has."""
         ...
 
 

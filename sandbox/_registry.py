@@ -13,13 +13,24 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from ._backend import Backend, BackendFactory, CheckpointStore
+from ._backend import Backend, BackendFactory, CheckpointStore, ImageStore
 from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
 from ._owner import HostCollector
 
-__all__ = ["BACKENDS", "CHECKPOINT_STORE", "HOST_COLLECTORS", "EngineClient", "backend_class",
-           "backend_for", "check_type", "checkpoint_store", "host_collectors"]
+__all__ = [
+    "BACKENDS",
+    "CHECKPOINT_STORE",
+    "HOST_COLLECTORS",
+    "IMAGE_STORE",
+    "EngineClient",
+    "backend_class",
+    "backend_for",
+    "check_type",
+    "checkpoint_store",
+    "host_collectors",
+    "image_store",
+]
 
 
 #: A client of the engine a host-wide operation talks to (``aiodocker.Docker`` for the Docker
@@ -41,6 +52,9 @@ BACKENDS: Mapping[str, str] = {
 HOST_COLLECTORS = ("sandbox.process._gc", "sandbox.docker._gc")
 #: The module whose ``STORE`` (a `CheckpointStore`) keeps checkpoint images.
 CHECKPOINT_STORE = "sandbox.docker._checkpoint"
+#: The module whose ``IMAGES`` (an `ImageStore`) the process backend exports root filesystems
+#: from, so that it never imports the Docker backend.
+IMAGE_STORE = "sandbox.docker._images"
 
 
 def check_type(kind: str) -> None:
@@ -72,4 +86,10 @@ def host_collectors() -> list[HostCollector]:
 def checkpoint_store() -> CheckpointStore:
     """The store checkpoints live in (loaded lazily: listing them needs an engine client)."""
     store: CheckpointStore = importlib.import_module(CHECKPOINT_STORE).STORE
+    return store
+
+
+def image_store() -> ImageStore:
+    """The local image store root filesystems are exported from (loaded lazily)."""
+    store: ImageStore = importlib.import_module(IMAGE_STORE).IMAGES
     return store

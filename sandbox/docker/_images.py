@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import anyio
+
+from .._backend import ImageStore
 from .._constants import IMAGE_BUSYBOX, IMAGE_PYTHON
 from .._errors import SandboxError, SandboxInitFailed
 from .._image_ref import ImageRef
-from ._gateway import Engine, EngineNotFound
+from .._owner import owner_labels
+from ._gateway import DockerClient, Engine, EngineNotFound, new_client
 
 #: The SDK's own images: no registry has them, `BUILD_COMMAND` builds them.
 BUILT_HERE = (IMAGE_BUSYBOX, IMAGE_PYTHON)
@@ -106,3 +111,51 @@ def pull_hint(ref: ImageRef) -> str:
             f"if it is private (docker login {ref.domain}), or build or load the image on the "
             f"engine yourself and set pull_policy='never'. The SDK's own images "
             f"({', '.join(BUILT_HERE)}) are in no registry: `{BUILD_COMMAND}` builds them")
+
+
+
+@contextlib.asynccontextmanager
+async def _engine(docker: DockerClient | None = None) -> AsyncIterator[Engine]:
+    """An engine over ``docker``, or over a client of its own closed on the way out
+    (shielded: a cancelled caller must not leave it open)."""
+    client = docker if docker is not None else new_client()
+    try:
+        yield Engine(client)
+    finally:
+        if docker is None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await client.close()
+
+
+class DockerImageStore:
+    """The local engine's images, as the process backend reads them (`ImageStore`)."""
+
+    async def inspect(self, name: str) -> Mapping[str, Any] | None:
+        async with _engine() as engine:
+            return await inspect_image(engine, name)
+
+    async def export(self, name: str, write: Callable[[bytes], object]) -> None:
+        async with _engine() as engine:
+            created = await engine.query_json(
+                "create a container to export the image", "containers/create", "POST",
+                data={"Image": name, "Cmd": ["/nonexistent"], "Labels": owner_labels(),
+                      "NetworkDisabled": True})
+            container = str(created["Id"])
+            try:
+                await engine.download("export the image's filesystem",
+                                      f"containers/{container}/export", write, deadline=600)
+            finally:
+                with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
+                    await engine.query_json("remove the export container",
+                                            f"containers/{container}", "DELETE",
+                                            params={"force": "1"})
+
+    async def image_ids(self, docker: Any) -> set[str]:
+        async with _engine(docker) as engine:
+            images = await engine.query_json("list images", "images/json",
+                                             params={"all": "1"})
+        return {str(image.get("Id", "")) for image in images}
+
+
+#: What `sandbox._registry.image_store` loads.
+IMAGES: ImageStore = DockerImageStore()

@@ -10,7 +10,6 @@ tree, no setuid/setgid bits; ownership kept only when root extracts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tarfile
 import tempfile
@@ -23,7 +22,7 @@ import attrs
 
 from .._errors import EngineUnavailable, SandboxError, SandboxInitFailed
 from .._image_ref import parse_image_ref
-from .._owner import owner_labels
+from .._registry import image_store
 from .._rmtree import remove_tree
 from ._rootfs_cache import evict, max_bytes, prune_missing, record_size, touch
 
@@ -81,65 +80,48 @@ async def resolve_rootfs(image: str) -> Rootfs:
 
 
 async def _from_docker(image: str) -> Rootfs:
-    from ..docker._gateway import Engine, new_client
-    from ..docker._images import inspect_image
-
+    store = image_store()  # the Docker engine's images, through the registry
     ref = parse_image_ref(image)
-    docker = new_client()
     try:
-        engine = Engine(docker)
-        try:
-            found = await inspect_image(engine, ref.engine_name)
-        except SandboxError as exc:
-            raise EngineUnavailable(
-                f"image {image!r} names a Docker image, but the engine cannot be asked for it",
-                details=f"{exc.message}; or give a root filesystem directory as image",
-                cause=exc) from exc
-        if found is None:
-            raise SandboxInitFailed(
-                f"image {image!r} is not on the local Docker engine",
-                details="the process backend never pulls: pull or build it with Docker "
-                "first, or give a root filesystem directory as image")
-        image_id = str(found["Id"])
-        config: dict[str, Any] = found.get("Config") or {}
-        env = dict(e.partition("=")[::2] for e in config.get("Env") or [])
-        env.setdefault("PATH", _DEFAULT_PATH)
-        user = str(config.get("User") or "")
-        target = cache_dir() / image_id.removeprefix("sha256:")
-        if not (target / "rootfs").is_dir():
-            await _export(engine, ref.engine_name, target)
-            # The cache stays under its cap: least recently used entries go (never this one,
-            # nor one a sandbox has mounted).
-            await anyio.to_thread.run_sync(lambda: evict(target.parent, max_bytes(),
-                                                         keep=(target.name,)))
-        else:
-            touch(target)
-        return Rootfs(path=target / "rootfs", env=env, image_id=image_id, user=user)
-    finally:
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await docker.close()  # a cancelled create must not leave the client open
+        found = await store.inspect(ref.engine_name)
+    except SandboxError as exc:
+        raise EngineUnavailable(
+            f"image {image!r} names a Docker image, but the engine cannot be asked for it",
+            details=f"{exc.message}; or give a root filesystem directory as image",
+            cause=exc) from exc
+    if found is None:
+        raise SandboxInitFailed(
+            f"image {image!r} is not on the local Docker engine",
+            details="the process backend never pulls: pull or build it with Docker "
+            "first, or give a root filesystem directory as image")
+    image_id = str(found["Id"])
+    config: dict[str, Any] = found.get("Config") or {}
+    env = dict(e.partition("=")[::2] for e in config.get("Env") or [])
+    env.setdefault("PATH", _DEFAULT_PATH)
+    user = str(config.get("User") or "")
+    target = cache_dir() / image_id.removeprefix("sha256:")
+    if not (target / "rootfs").is_dir():
+        await _export(ref.engine_name, target)
+        # The cache stays under its cap: least recently used entries go (never this one,
+        # nor one a sandbox has mounted).
+        await anyio.to_thread.run_sync(lambda: evict(target.parent, max_bytes(),
+                                                     keep=(target.name,)))
+    else:
+        touch(target)
+    return Rootfs(path=target / "rootfs", env=env, image_id=image_id, user=user)
 
 
-async def _export(engine: Any, name: str, target: Path) -> None:
+async def _export(name: str, target: Path) -> None:
     """Export the image's filesystem to ``target/rootfs``, atomically (rename at the end)."""
-    created = await engine.query_json(
-        "create a container to export the image", "containers/create", "POST",
-        data={"Image": name, "Cmd": ["/nonexistent"], "Labels": owner_labels(),
-              "NetworkDisabled": True})
-    container = str(created["Id"])
     target.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(target.parent, 0o755)
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
     try:
         tar = await anyio.to_thread.run_sync(open, work / "rootfs.tar", "wb")
         with tar:
-            await engine.download("export the image's filesystem",
-                                  f"containers/{container}/export", tar.write, deadline=600)
+            await image_store().export(name, tar.write)
         await anyio.to_thread.run_sync(_install, work, target, name)
     finally:
-        with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
-            await engine.query_json("remove the export container",
-                                    f"containers/{container}", "DELETE", params={"force": "1"})
         remove_tree(work)  # an image's tree may be of any depth or mode
 
 
@@ -173,17 +155,9 @@ async def prune_cache(*, dry_run: bool,
                       docker: Any = None) -> tuple[list[Any], list[Any], list[Any]]:
     """Prune the rootfs cache of images the engine no longer has: (removed, kept, failed)
     entries, each with its reason. No engine answering: nothing is pruned."""
-    from ..docker._gateway import Engine, new_client
-
-    client = docker if docker is not None else new_client()
     try:
-        images = await Engine(client).query_json("list images", "images/json",
-                                                 params={"all": "1"})
+        present = await image_store().image_ids(docker)
     except EngineUnavailable:
         return [], [], []
-    finally:
-        if docker is None:
-            await client.close()
-    present = {str(image.get("Id", "")) for image in images}
     return await anyio.to_thread.run_sync(
         lambda: prune_missing(cache_dir(), present, dry_run=dry_run))

@@ -33,3 +33,25 @@ async def test_gc_reports_entries_whose_image_is_gone(tmp_path: Path,
     assert "no longer on the engine" in report.removed_rootfs[0].reason
     assert ("rootfs", str(here)) in [(i.kind, i.name) for i in report.kept_rootfs]
     assert lost.exists()  # a dry run
+
+
+@pytest.mark.asyncio
+async def test_an_image_is_exported_through_the_image_store_and_nothing_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty cache: the process backend exports the image from the Docker engine's store
+    (through the registry, not an import of the Docker backend) and removes its container."""
+    from sandbox import Sandbox, SandboxConfig
+    from sandbox.process import _rootfs
+
+    monkeypatch.setenv("SANDBOX_ROOTFS_CACHE", str(tmp_path))
+    monkeypatch.setattr(_rootfs, "_resolved", {})
+    async with Sandbox(SandboxConfig(type="process", image=IMAGE_BUSYBOX)) as sb:
+        result = await sb.execute_command("cat /etc/hostname >/dev/null; echo exported")
+    assert result.stdout.strip() == "exported"
+    busybox = docker_cli("image", "inspect", "--format", "{{.Id}}", IMAGE_BUSYBOX).strip()
+    entry = tmp_path / busybox.removeprefix("sha256:")
+    assert (entry / "rootfs" / "bin").is_dir()
+    assert json.loads((entry / "image.json").read_text())["image"] == IMAGE_BUSYBOX
+    left = docker_cli("ps", "-a", "--filter", "ancestor=" + IMAGE_BUSYBOX, "--filter",
+                      "status=created", "--format", "{{.Command}}")
+    assert "/nonexistent" not in left

@@ -17,14 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "sandbox"
 #: budget to split one idea into several files for; the before-stop check uses the same 600).
 MAX_DOCKER_LINES = 600
 BACKEND_PACKAGES = ("docker", "process", "kubernetes")
-#: Known arrows from one backend into another, each owned by a slice of issue 27 that moves the
-#: shared code to a neutral module; the lead removes each line when that slice merges.
-KNOWN_CROSS_BACKEND = {
-    # TODO(backend-base follow-up): the process backend reads its root filesystems from the
-    # Docker engine's image store; an image source in the registry would cut this arrow.
-    ("sandbox.process._rootfs", "sandbox.docker._gateway"),
-    ("sandbox.process._rootfs", "sandbox.docker._images"),
-}
+#: Known arrows from one backend into another: none. What one backend needs of another's engine
+#: goes through a protocol in `sandbox._backend` that `sandbox._registry` loads by name (the
+#: process backend's root filesystems come from `registry.image_store()`).
+KNOWN_CROSS_BACKEND: set[tuple[str, str]] = set()
 #: Known circles. The first is type-only: exceptions carry a typed `CommandResult`, and the
 #: models raise `ConfigError` (no circle at run time).
 KNOWN_CIRCLES = {
