@@ -134,10 +134,16 @@ def check_reusable(config: SandboxConfig) -> None:
     sec = config.security
     why = ""
     cls = backend_class(config.type) if config.type in BACKENDS else None
-    if cls is not None and not (supports(cls, SupportsFilesystemChanges)
-                                and supports(cls, SupportsHostInspector)):
+    if cls is None:
+        why = f"type={config.type!r}: no registered backend serves it, so nothing can prove " \
+              "its reset"
+    elif not (supports(cls, SupportsFilesystemChanges) and supports(cls, SupportsHostInspector)):
         why = f"type={config.type!r}: a reset needs the backend's list of changes to the " \
               "image and a view from outside, which it has not"
+    elif config.type == "vm" or config.runtime.startswith("runsc"):
+        why = f"type={config.type!r}, runtime={config.runtime!r}: the reset checks the " \
+              "sandbox's processes from the host, and a gVisor or VM sandbox's run in a " \
+              "kernel of their own, out of its view"
     elif config.repository is not None:
         why = "repository: a bind-mounted repository is shared with the host, not reset"
     elif sec.read_only_root:

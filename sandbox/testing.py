@@ -19,6 +19,7 @@ import inspect
 import math
 import posixpath
 import re
+import secrets
 import signal as _signal
 import stat
 from collections.abc import (
@@ -309,7 +310,7 @@ class FakeBackend(BackendBase):
 
     def __init__(self, config: SandboxConfig | None = None, *,
                  respond: Callable[[ProcessSpec], CommandResult] | None = None) -> None:
-        super().__init__(config, sandbox_id="fake")
+        super().__init__(config, sandbox_id=f"fake-{secrets.token_hex(6)}")  # one id each
         self._respond = respond or (lambda spec: CommandResult(exit_code=0, success=True))
         self.files: dict[str, tuple[bytes, int]] = {}
         self.dirs: set[str] = {"/", self._config.working_dir}

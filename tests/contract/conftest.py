@@ -16,18 +16,6 @@ from tests.kubernetes._fake_apiserver import FakeApiServer
 #: (backend, check) -> why it fails today: the findings, each an xfail(strict=True), so a fix
 #: turns it into an unexpected pass that asks for this line to go.
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("fake", "pool_acquire_release"):
-        "FakeBackend.id is the constant 'fake': two fake sandboxes share one id (audit "
-        "records, pool logs and labels keyed by id conflate them)",
-    ("fake", "pool_reuse_resets"):
-        "SandboxPool(max_uses=2) is not refused for the fake: _reset.check_reusable decides by "
-        "config.type ('process', 'kubernetes'), not by the backend's capability; the fake's "
-        "filesystem_changes then raises SandboxError at the first acquire",
-    ("docker+gvisor", "pool_reuse_resets"):
-        "SandboxPool(max_uses=2) with runtime='runsc' is accepted, then every release discards "
-        "the sandbox (a reset cannot look into gVisor from the host; README: 'no sandbox is "
-        "reused and one warning is logged'): max_uses is silently ignored, not refused with "
-        "ConfigError",
     ("kubernetes-fake-api", "gc_spares_a_live_sandbox"):
         "sandbox.gc() looks at the Docker engine and process sandboxes only: Kubernetes pods "
         "are not in its report (sandbox.kubernetes._gc.gc exists, but nothing calls it)",
