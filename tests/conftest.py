@@ -7,6 +7,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -103,3 +104,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kube-namespace", default="default", help="namespace for --kubeconfig")
     group.addoption("--kube-image", default="busybox:1.36",
                     help="image with sh, tar and stat for --kubeconfig")
+
+
+def derived_image(tmp_path: Path, tag: str, steps: str, *,
+                  base: str = IMAGE_PYTHON) -> Iterator[str]:
+    """Build ``tag`` as ``base`` plus ``steps`` (Dockerfile lines); removed after (a fixture's
+    body: ``yield from derived_image(...)``)."""
+    (tmp_path / "Dockerfile").write_text(f"FROM {base}\n{steps}")
+    docker_cli("build", "-q", "-t", tag, str(tmp_path))
+    try:
+        yield tag
+    finally:
+        docker_cli("rmi", "-f", tag, check=False)

@@ -3,21 +3,18 @@ and how each is looked at from the host after cleanup."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import anyio
-import pytest
 
 from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
 from sandbox._contract import CAPABILITIES, BackendUnderTest
 from sandbox.process._state import base_dir
 from sandbox.testing import FakeSandbox
 from tests.conftest import docker_cli
-from tests.kubernetes._cluster import Target
+from tests.kubernetes._cluster import Target, real_target
 
 #: Where the kube-infra helper's real cluster announces itself (scripts/kube.sh).
-KUBE_RUN = Path(os.environ.get("SANDBOX_KUBE_RUN", "/var/cache/sandbox-sdk/kube/run"))
 
 #: Every backend of the suite, in the order the tests run.
 NAMES = ("fake", "docker", "docker+gvisor", "process", "kubernetes-fake-api", "kubernetes")
@@ -59,19 +56,9 @@ def _kube_leftovers(target: Target, *, host_visible: bool):
     return probe
 
 
-def real_cluster(config: pytest.Config) -> Target | None:
-    """``--kubeconfig``'s cluster, else the kube-infra helper's local one (scripts/kube.sh)
-    once it wrote READY: its namespace ``sandboxes``, the SDK's images imported as
-    ``NAME:local`` and never pulled."""
-    given = config.getoption("kubeconfig")
-    if given == "fake":
-        return None
-    if given:
-        return Target(given, config.getoption("kube_namespace"), config.getoption("kube_image"),
-                      None)
-    if (KUBE_RUN / "READY").exists() and (KUBE_RUN / "kubeconfig").exists():
-        return Target(str(KUBE_RUN / "kubeconfig"), "sandboxes", "sandbox-busybox:local", None)
-    return None
+#: The real cluster the suite runs on (``--kubeconfig``, else the local one while it runs),
+#: chosen as the Kubernetes tests choose it.
+real_cluster = real_target
 
 
 def subject(name: str, *, kube: Target | None = None) -> BackendUnderTest:

@@ -19,20 +19,15 @@ from sandbox import (
     SecurityViolation,
 )
 from sandbox.docker import _gateway
-from tests.conftest import docker_cli
+from tests.integration.test_pool_attacks import derived_image
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
 
 def _build(tmp_path: Path, steps: str) -> Iterator[str]:
     """An image of sandbox-busybox plus ``steps`` (Dockerfile lines); removed after."""
-    tag = f"sandbox-test-create-fast:{uuid.uuid4().hex[:8]}"
-    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE_BUSYBOX}\n{steps}")
-    docker_cli("build", "-q", "-t", tag, str(tmp_path))
-    try:
-        yield tag
-    finally:
-        docker_cli("rmi", "-f", tag, check=False)
+    yield from derived_image(tmp_path, f"sandbox-test-create-fast:{uuid.uuid4().hex[:8]}", steps,
+                             base=IMAGE_BUSYBOX)
 
 
 @pytest.fixture

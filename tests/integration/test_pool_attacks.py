@@ -14,7 +14,7 @@ import pytest
 
 from sandbox import IMAGE_PYTHON, Command, Sandbox, SandboxConfig, SandboxPool
 from sandbox.docker import _checkpoint
-from tests.conftest import docker_cli, ours
+from tests.conftest import derived_image, docker_cli, ours
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
@@ -152,20 +152,10 @@ async def test_baseline_directories_come_back_as_a_fresh_sandbox_has_them(attack
 VOLUME_IMAGE = "sandbox-test-pool-volume:latest"
 
 
-def _derived_image(tmp_path: Path, tag: str, steps: str) -> Iterator[str]:
-    """Build ``tag`` as sandbox-python plus ``steps`` (Dockerfile lines); removed after."""
-    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE_PYTHON}\n{steps}")
-    docker_cli("build", "-q", "-t", tag, str(tmp_path))
-    try:
-        yield tag
-    finally:
-        docker_cli("rmi", "-f", tag, check=False)
-
-
 @pytest.fixture
 def volume_image(tmp_path: Path) -> Iterator[str]:
     """An image like sandbox-python with a ``VOLUME /data`` everyone may write (1777)."""
-    yield from _derived_image(tmp_path, VOLUME_IMAGE,
+    yield from derived_image(tmp_path, VOLUME_IMAGE,
                               "RUN mkdir -p /data && chmod 1777 /data\nVOLUME /data\n")
 
 
@@ -210,7 +200,7 @@ OPEN_TOOLS_IMAGE = "sandbox-test-pool-open-tools:latest"
 @pytest.fixture
 def open_tools_image(tmp_path: Path) -> Iterator[str]:
     """An image like sandbox-python whose /usr/local/bin everyone may write (some do)."""
-    yield from _derived_image(tmp_path, OPEN_TOOLS_IMAGE, "RUN chmod 777 /usr/local/bin\n")
+    yield from derived_image(tmp_path, OPEN_TOOLS_IMAGE, "RUN chmod 777 /usr/local/bin\n")
 
 
 #: A chmod that, run by the reset's wipe, leaves a mark (then does chmod's work).
