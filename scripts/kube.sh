@@ -38,7 +38,7 @@ IMAGES=$K/images
 HERE=$(cd "$(dirname "$0")" && pwd)
 BINS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
 # Changing the patches below must rebuild: the stamp names them.
-BUILD_STAMP="v$KV patches=reflect2-mapiterinit,no-credential-providers,kernel-tunables-warn tags=providerless go=1.19"
+BUILD_STAMP="v$KV patches=reflect2-mapiterinit,no-credential-providers,no-cadvisor-cloudinfo,kernel-tunables-warn tags=providerless go=1.19"
 APISERVER_PORT=16443
 ETCD_PORT=23790
 ETCD_PEER_PORT=23800
@@ -123,6 +123,14 @@ patch_source() {
     if grep -rqE '"k8s.io/kubernetes/pkg/credentialprovider/(aws|azure|gcp)"' --include='*.go' \
         "$SRC/cmd" "$SRC/pkg/kubelet"; then
         die "a cloud credential provider import is left in the kubelet's source"
+    fi
+    # cAdvisor's cloud-info probes (aws, azure, gce) are imported for their side effect in
+    # 1.20's cadvisor_linux.go, outside the providerless tag; aws's asks the metadata address.
+    sed -i -E '/_ "github.com\/google\/cadvisor\/utils\/cloudinfo\/(aws|azure|gce)"/d' \
+        "$SRC/pkg/kubelet/cadvisor/cadvisor_linux.go"
+    if grep -rqE '"github.com/google/cadvisor/utils/cloudinfo/(aws|azure|gce)"' --include='*.go' \
+        "$SRC/cmd" "$SRC/pkg/kubelet"; then
+        die "a cAdvisor cloud-info import is left in the kubelet's source"
     fi
     # 2. The kubelet sets host sysctls it likes (vm.overcommit_memory=1, kernel.panic_on_oops=1,
     # kernel.panic=10) when it starts. This is a shared machine: it only warns about them.
