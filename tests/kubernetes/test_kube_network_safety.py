@@ -164,14 +164,17 @@ def test_the_checkers_see_an_outside_address() -> None:
 
 def test_kubelet_links_no_cloud_credential_provider() -> None:
     """The kubelet binary has none of the in-tree cloud credential providers (the AWS one
-    queried 169.254.169.254 at start-up): their packages' symbols are absent."""
+    queried 169.254.169.254 at start-up) nor cAdvisor's cloud-info probes: their packages'
+    symbols are absent."""
     kubelet = KUBE_CACHE / "bin" / "kubelet"
     if not kubelet.exists():
         pytest.skip("the cluster is not built (make kube)")
     data = kubelet.read_bytes()
     assert b"k8s.io/kubernetes/pkg/kubelet" in data  # symbols are there to look at
     for provider in (b"pkg/credentialprovider/aws", b"pkg/credentialprovider/azure",
-                     b"pkg/credentialprovider/gcp", b"legacy-cloud-providers/aws"):
+                     b"pkg/credentialprovider/gcp", b"legacy-cloud-providers/aws",
+                     b"cadvisor/utils/cloudinfo/aws", b"cadvisor/utils/cloudinfo/azure",
+                     b"cadvisor/utils/cloudinfo/gce"):
         assert provider not in data
 
 
