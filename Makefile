@@ -90,6 +90,7 @@ $(BENCH_VENV)/.installed: pyproject.toml | venv
 bench: $(BENCH_VENV)/.installed engine images test-tools kube
 	$(BENCH_VENV)/bin/python bench/run.py
 	$(BENCH_VENV)/bin/python bench/backends.py
+	$(BENCH_VENV)/bin/python bench/targets.py
 
 # Stops the local Kubernetes; removes the virtualenvs and every container, network and volume
 # carrying our label; nothing else.
