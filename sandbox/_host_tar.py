@@ -9,8 +9,8 @@ What it holds, and why:
   unpacks the archive and owns what it makes: a non-root user cannot give files away, and a root
   one makes them root's, its own. Host ids and names never reach the sandbox.
 - **Whole-second mtimes, as ``docker cp``.** An ordinary member then needs no PAX record (a
-  float mtime costs ``tarfile.add`` one per member): the archive is half the size and takes about
-  a third of the CPU. PAX records stay where they are needed (long or non-ASCII names, big
+  float mtime costs ``tarfile.add`` one per member): the archive is half the size and takes less
+  than half the CPU. PAX records stay where they are needed (long or non-ASCII names, big
   files).
 - Hard links inside the source stay hard links; FIFOs and devices are stored as ``tarfile``
   stores them; sockets are left out (a tar cannot hold one).
