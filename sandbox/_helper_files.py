@@ -11,7 +11,6 @@ import functools
 import posixpath
 import re
 import stat as stat_mod
-import tarfile
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -29,8 +28,10 @@ from ._errors import (
     SandboxIsADirectory,
     SandboxPermissionDenied,
 )
+from ._host_tar import write_host_tar
 from ._models import CommandResult, FileInfo
 from ._paths import resolve as resolve
+from ._tasks import single_errors
 
 #: read_file refuses larger files (it returns them whole); copy_files streams to disk instead.
 DEFAULT_READ_LIMIT = 1 << 30
@@ -89,6 +90,13 @@ _UNTAR_SH = r"""mkdir -p -- "$1" && exec tar -x -f - -C "$1" """
 #: named after the source and unpacked in it) or not (named after $1, unpacked in its parent
 #: $2), then unpack what the SDK sends once it has read that line.
 _COPY_IN_SH = r"""if [ -d "$1" ]; then echo dir; t=$1; else echo other; t=$2; fi
+mkdir -p -- "$t" && exec tar -x -f - -C "$t" """
+
+#: copy in of a directory, in one exec: the archive holds the tree's contents under "." (so it
+#: is the same whatever the answer, and built while the exec starts); they are unpacked in
+#: $1/$2 if the destination $1 is a directory (docker cp: the tree lands in it under its own
+#: name $2), else in $1 itself.
+_COPY_TREE_IN_SH = r"""if [ -d "$1" ]; then echo dir; t=$1/$2; else echo other; t=$1; fi
 mkdir -p -- "$t" && exec tar -x -f - -C "$t" """
 
 _TAR_SH = r"""[ -e "$1/$2" ] || [ -L "$1/$2" ] || { echo "No such file or directory" >&2; exit 2; }
@@ -309,8 +317,7 @@ async def path_kind(run: Runner, path: str) -> str:
 
 
 def _tar_host_path(src: Path, arcname: str, out: IO[bytes]) -> None:
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tf:
-        tf.add(str(src), arcname=arcname, recursive=True)
+    write_host_tar(str(src), arcname, out)
 
 
 async def file_chunks(f: IO[bytes]) -> AsyncIterator[bytes]:
@@ -327,12 +334,15 @@ async def copy_to_sandbox(run: Runner, src: Path, dest: str, *, ask_in_same_exec
 
     With ``ask_in_same_exec`` (a runner that stops feeding stdin once the command exits, as
     Docker's does), in one exec: the command first says whether ``dest`` is a directory, and
-    the archive, named for that answer, is made and sent only then. Otherwise an exec asks
-    first.
+    the archive goes once it has. A directory's archive does not depend on that answer (its
+    contents under "."), so it is built while the exec starts; a file's is named for the
+    answer. Otherwise an exec asks first.
     """
     if not await anyio.Path(src).exists():
         raise SandboxFileNotFound(f"copy {str(src)!r} failed: no such file on the host",
                                   path=str(src))
+    # A link to a directory is copied as the link (nothing is followed): not a tree.
+    is_tree = stat_mod.S_ISDIR((await anyio.Path(src).lstat()).st_mode)
     if not ask_in_same_exec:
         kind = await path_kind(run, dest)
         if kind == "dir":
@@ -346,7 +356,6 @@ async def copy_to_sandbox(run: Runner, src: Path, dest: str, *, ask_in_same_exec
                                stdin=file_chunks(spool))
         raise_for(result, "copy into", dest)
         return
-    parent = posixpath.dirname(dest) or "/"
     heard = bytearray()
     answered = anyio.Event()
 
@@ -356,19 +365,57 @@ async def copy_to_sandbox(run: Runner, src: Path, dest: str, *, ask_in_same_exec
             if b"\n" in heard or len(heard) >= 8:
                 answered.set()
 
-    async def archive() -> AsyncIterator[bytes]:
-        await answered.wait()  # (a command that never says is ended by the helper deadline)
-        into_dir = bytes(heard).split(b"\n", 1)[0] == b"dir"
-        arcname = src.name if into_dir else posixpath.basename(dest)
-        with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
-            await anyio.to_thread.run_sync(_tar_host_path, src, arcname, spool)
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
+        if is_tree:
+            built = _Build(src, ".", spool)
+            argv = ["/bin/sh", "-c", _COPY_TREE_IN_SH, "sandbox-copy-in", dest, src.name]
+        else:
+            built = None
+            argv = ["/bin/sh", "-c", _COPY_IN_SH, "sandbox-copy-in", dest,
+                    posixpath.dirname(dest) or "/"]
+
+        async def archive() -> AsyncIterator[bytes]:
+            await answered.wait()  # (a command that never says is ended by the helper deadline)
+            if built is not None:
+                await built.done()
+            else:
+                into_dir = bytes(heard).split(b"\n", 1)[0] == b"dir"
+                arcname = src.name if into_dir else posixpath.basename(dest)
+                await anyio.to_thread.run_sync(_tar_host_path, src, arcname, spool)
             spool.seek(0)
             async for chunk in file_chunks(spool):
                 yield chunk
 
-    result = await run(["/bin/sh", "-c", _COPY_IN_SH, "sandbox-copy-in", dest, parent],
-                       stdin=archive(), on_stdout=take)
+        async with single_errors(), anyio.create_task_group() as tg:
+            if built is not None:
+                tg.start_soon(built.run)
+            result = await run(argv, stdin=archive(), on_stdout=take)
+        if built is not None:
+            await built.done()  # a host file that could not be read is the news
     raise_for(result, "copy into", dest)
+
+
+class _Build:
+    """A tree's archive built into ``spool`` in a worker thread, waited for by the sender."""
+
+    def __init__(self, src: Path, arcname: str, spool: IO[bytes]) -> None:
+        self._args = (src, arcname, spool)
+        self._finished = anyio.Event()
+        self._error: OSError | None = None
+
+    async def run(self) -> None:
+        try:
+            await anyio.to_thread.run_sync(_tar_host_path, *self._args)
+        except OSError as exc:
+            self._error = exc
+        finally:
+            self._finished.set()
+
+    async def done(self) -> None:
+        """Wait for the archive; raise what stopped it."""
+        await self._finished.wait()
+        if self._error is not None:
+            raise self._error
 
 
 async def copy_from_sandbox(

@@ -18,7 +18,7 @@ from .._errors import CheckpointFailed, ResourceLimitExceeded, SandboxError, Tim
 from .._hostview import HostInspector
 from .._tasks import single_errors
 from ._exec_gate import ExecGate
-from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, new_client
+from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, engine_over
 from ._host import PROC_ROOT, ContainerCgroup, find_container_cgroup, read_stat
 from ._hostview import HostView
 from ._images import inspect_image
@@ -383,33 +383,21 @@ class DockerCheckpointStore:
     async def list_entries(self, docker: DockerClient | None) -> list[Mapping[str, Any]]:
         """The image list entries labelled as checkpoints, over ``docker`` (or a client
         opened and closed here)."""
-        client = docker if docker is not None else new_client()
-        try:
-            return await list_checkpoint_images(Engine(client))
-        finally:
-            if docker is None:
-                await client.close()
+        async with engine_over(docker) as engine:
+            return await list_checkpoint_images(engine)
 
     async def remove_entry(self, ref: str, docker: DockerClient | None) -> None:
         """Remove the checkpoint image ``ref`` (`remove_checkpoint_image`'s checks)."""
-        client = docker if docker is not None else new_client()
-        try:
-            await remove_checkpoint_image(Engine(client), ref)
-        finally:
-            if docker is None:
-                await client.close()
+        async with engine_over(docker) as engine:
+            await remove_checkpoint_image(engine, ref)
 
     async def remove_if_same(self, image: str, image_id: str) -> None:
         """Remove ``image`` if it is still the image ``image_id`` (never a namesake made
         since)."""
-        client = new_client()
-        try:
-            engine = Engine(client)
+        async with engine_over() as engine:
             found = await inspect_image(engine, image)
             if found is not None and found.get("Id") == image_id:
                 await remove_image(engine, image)
-        finally:
-            await client.close()
 
 
 #: What `sandbox._registry.checkpoint_store` loads.

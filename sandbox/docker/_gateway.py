@@ -77,6 +77,20 @@ def new_client(address: str | None = None) -> DockerClient:
     return aiodocker.Docker(url=address)
 
 
+@contextlib.asynccontextmanager
+async def engine_over(docker: DockerClient | None = None) -> AsyncIterator[Engine]:
+    """An `Engine` over the caller's client ``docker`` (theirs to close), or over a client of
+    its own, closed on the way out however the block ends (shielded: a cancelled caller must
+    not leave a connection pool open)."""
+    client = docker if docker is not None else new_client()
+    try:
+        yield Engine(client)
+    finally:
+        if docker is None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await client.close()
+
+
 def client_like(docker: DockerClient) -> DockerClient:
     """Open a new client to the engine ``docker`` talks to, e.g. to clean up after it closed."""
     if isinstance(docker, _OwningDocker) and docker.address:

@@ -20,7 +20,7 @@ from .._errors import SandboxError
 from .._owner import Collected, GcItem, Here, HostCollector, age_text, owner_verdict
 from .._wire_time import engine_time
 from ._checkpoint import list_checkpoint_images, remove_image
-from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, new_client
+from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, engine_over
 
 Kind = Literal["container", "network", "volume"]
 
@@ -101,9 +101,7 @@ async def collect(*, dry_run: bool, older_than: timedelta | None,
                   docker: DockerClient | None) -> Collected:
     """The Docker side of `sandbox.gc`: containers, networks and volumes whose owner is gone,
     and checkpoints by age (or, a fork's, by its maker); a `HostCollector`."""
-    client = docker if docker is not None else new_client()
-    try:
-        engine = Engine(client)
+    async with engine_over(docker) as engine:
         removed: dict[str, list[GcItem]] = {"container": [], "network": [], "volume": []}
         kept: dict[str, list[GcItem]] = {"container": [], "network": [], "volume": []}
         failed: list[GcItem] = []
@@ -125,9 +123,6 @@ async def collect(*, dry_run: bool, older_than: timedelta | None,
         old_checkpoints = await _collect_checkpoints(
             engine, checkpoints_older_than, now=now, dry_run=dry_run, failed=failed,
             here=here, older_than=older_than)
-    finally:
-        if docker is None:
-            await client.close()
     return Collected(
         removed=(*removed["container"], *removed["network"], *removed["volume"],
                  *old_checkpoints[0]),

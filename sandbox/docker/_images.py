@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -14,7 +14,7 @@ from .._constants import IMAGE_BUSYBOX, IMAGE_PYTHON
 from .._errors import SandboxError, SandboxInitFailed
 from .._image_ref import ImageRef
 from .._owner import owner_labels
-from ._gateway import DockerClient, Engine, EngineNotFound, new_client
+from ._gateway import Engine, EngineNotFound, engine_over
 
 #: The SDK's own images: no registry has them, `BUILD_COMMAND` builds them.
 BUILT_HERE = (IMAGE_BUSYBOX, IMAGE_PYTHON)
@@ -114,28 +114,15 @@ def pull_hint(ref: ImageRef) -> str:
 
 
 
-@contextlib.asynccontextmanager
-async def _engine(docker: DockerClient | None = None) -> AsyncIterator[Engine]:
-    """An engine over ``docker``, or over a client of its own closed on the way out
-    (shielded: a cancelled caller must not leave it open)."""
-    client = docker if docker is not None else new_client()
-    try:
-        yield Engine(client)
-    finally:
-        if docker is None:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await client.close()
-
-
 class DockerImageStore:
     """The local engine's images, as the process backend reads them (`ImageStore`)."""
 
     async def inspect(self, name: str) -> Mapping[str, Any] | None:
-        async with _engine() as engine:
+        async with engine_over() as engine:
             return await inspect_image(engine, name)
 
     async def export(self, name: str, write: Callable[[bytes], object]) -> None:
-        async with _engine() as engine:
+        async with engine_over() as engine:
             created = await engine.query_json(
                 "create a container to export the image", "containers/create", "POST",
                 data={"Image": name, "Cmd": ["/nonexistent"], "Labels": owner_labels(),
@@ -151,7 +138,7 @@ class DockerImageStore:
                                             params={"force": "1"})
 
     async def image_ids(self, docker: Any) -> set[str]:
-        async with _engine(docker) as engine:
+        async with engine_over(docker) as engine:
             images = await engine.query_json("list images", "images/json",
                                              params={"all": "1"})
         return {str(image.get("Id", "")) for image in images}

@@ -111,3 +111,52 @@ def test_a_missed_deadline_is_both_engine_unavailable_and_a_timeout() -> None:
     assert isinstance(err, EngineUnavailable) and isinstance(err, TimeoutExceeded)
     assert isinstance(err, TimeoutError) and isinstance(err, ConnectionError)
     assert err.retryable and err.code == "ENGINE_TIMEOUT"
+
+
+class _Client:
+    """Stands in for a client: records whether it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.asyncio
+async def test_engine_over_closes_only_the_client_it_opened(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import anyio
+
+    from sandbox.docker import _gateway
+
+    theirs, opened = _Client(), []
+
+    def new_client() -> _Client:
+        opened.append(_Client())
+        return opened[-1]
+
+    monkeypatch.setattr(_gateway, "new_client", new_client)
+    async with _gateway.engine_over(theirs) as engine:  # type: ignore[arg-type]
+        assert engine.docker is theirs
+    assert not theirs.closed and not opened
+    async with _gateway.engine_over() as engine:
+        assert engine.docker is opened[0]
+    assert opened[0].closed
+    # Cancelled inside: its own client is still closed (the close is shielded).
+    with anyio.move_on_after(0.01):
+        async with _gateway.engine_over():
+            await anyio.sleep(10)
+    assert opened[1].closed
+    with pytest.raises(ValueError, match="boom"):
+        async with _gateway.engine_over():
+            raise ValueError("boom")
+    assert opened[2].closed
+
+
+def test_one_place_opens_a_client_for_a_caller_without_one() -> None:
+    """"The caller's client or one opened and closed here" is `engine_over`, not retyped."""
+    pattern = re.compile(r"docker\s+if\s+docker\s+is\s+not\s+None\s+else\s+new_client\(")
+    found = [path.relative_to(PACKAGE).as_posix() for path in (PACKAGE / "docker").glob("*.py")
+             if pattern.search(path.read_text())]
+    assert found == ["docker/_gateway.py"], found
