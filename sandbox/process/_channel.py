@@ -37,6 +37,8 @@ class Pending:
     def deliver(self, message: dict[str, Any], fds: list[int]) -> None:
         if "pid" in message and fds:
             _settle(self.pidfd, (int(message["pid"]), fds[0]), fds[1:], owned=fds[0])
+            if "exec" in message:  # posix_spawn's: started too, in the same message
+                _settle(self.started, (int(message["exec"]), ""), [])
         elif "exec" in message:
             failed = (int(message["exec"]), str(message.get("step", "")))
             if message.get("final") and not self.pidfd.done():  # it never ran

@@ -203,12 +203,12 @@ class _Zygote:
         except Exception as exc:
             send_message(self.sock, {"id": ident, "error": repr(exc)})
             return
-        send_message(self.sock, {"id": ident, "pid": pid}, [pidfd])
         if read_end >= 0:
+            send_message(self.sock, {"id": ident, "pid": pid}, [pidfd])
             self.errpipes[read_end] = (ident, pid)
             self.poll.register(read_end, select.POLLIN)
-        else:
-            send_message(self.sock, {"id": ident, "exec": 0})
+        else:  # posix_spawn returned: the program runs; one message says both
+            send_message(self.sock, {"id": ident, "pid": pid, "exec": 0}, [pidfd])
         self.pidfds[pidfd] = (ident, pid, read_end)
         self.poll.register(pidfd, select.POLLIN)
 
