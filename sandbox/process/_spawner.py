@@ -50,6 +50,10 @@ class SandboxSpawner:
                         tuple(rlimits))
         self._send_join(self._zygote)
 
+    def moved(self, cgroup_procs: Sequence[str]) -> None:
+        """The sandbox's cgroup was renamed: a zygote made again joins it there."""
+        self._cgroup_procs = tuple(cgroup_procs)
+
     def _send_join(self, zygote: Zygote) -> None:
         assert self._target is not None
         init_pid, pid_ns, names, cgroup_procs, ids, rlimits = self._target
