@@ -283,9 +283,10 @@ class ProcessBackend(BackendBase, HelperFiles):
         return True
 
     def alive(self) -> bool:
-        """Whether the holder (bwrap's pid 1) still runs (a spare's check before a
-        hand-over)."""
-        return self._holder is not None and self._holder.alive()
+        """Whether the holder (bwrap's pid 1) still runs and the zygote is not known to
+        have failed (a spare's check before a hand-over)."""
+        return self._holder is not None and self._holder.alive() and \
+            self._zygote is not None and not self._zygote.failed
 
     def _failed(self, name: str, exc: Exception) -> None:
         self._life.fail(f"{name} failed: {exc}", error=exc)
@@ -465,10 +466,13 @@ class Launch:
 
 
 async def _make_spare(cfg: SandboxConfig, launch: Launch) -> ProcessBackend:
-    """A sandbox made ahead for the next create like ``cfg`` (its own id, never used)."""
+    """A sandbox made ahead for the next create like ``cfg`` (its own id, never used), with
+    its zygote in it: nothing of it is made after the hand-over renamed its cgroup."""
     spare = ProcessBackend(cfg)
     try:
         await spare._launch(launch, None)
+        assert spare._zygote is not None
+        await spare._zygote.joined()
     except BaseException:
         with anyio.CancelScope(shield=True):
             await spare.remove()

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import anyio
 
-__all__ = ["IDLE_TTL", "Spare", "drop_all", "limit", "offer", "stats", "take"]
+__all__ = ["IDLE_TTL", "Spare", "drop_all", "limit", "offer", "settled", "stats", "take"]
 
 #: Seconds an unused spare is kept.
 IDLE_TTL = 30.0
@@ -153,6 +153,12 @@ async def _own(spares: _Spares, key: Hashable, slot: _Slot,
         if spare is not None:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await spare.remove()
+
+
+async def settled() -> list[Spare]:
+    """Wait until this loop's spares being made are made; the ones there are now."""
+    made = [await asyncio.shield(slot.made) for slot in list(_here().slots.values())]
+    return [spare for spare in made if spare is not None]
 
 
 def stats() -> dict[str, int]:
