@@ -12,9 +12,11 @@ Bounded and owned:
 * At most `limit` (``SANDBOX_PROCESS_SPARES``, default 2; 0 turns spares off) idle spares per
   event loop, one per key; a key gets one only once it was seen twice (a create that is never
   repeated makes none), the least recently used key's is dropped for a new one.
-* Each spare is owned by one task on the loop that made it (its channels read there). It
-  removes the spare when nobody took it for `IDLE_TTL` seconds, when it is dropped, and when
-  the task is cancelled (``asyncio.run`` cancels every task before it closes its loop).
+* Each spare is owned by one task on the loop that made it (its channels read there), and
+  is made `START_DELAY` after the create that asked for it (at once when a create waits for
+  it), not during the first command of the sandbox just made. The task removes the spare
+  when nobody took it for `IDLE_TTL` seconds, when it is dropped, and when the task is
+  cancelled (``asyncio.run`` cancels every task before it closes its loop).
 * The holders are the fork server's children and die with it (bwrap's ``--die-with-parent``),
   and it exits when this process does: a process killed hard leaves only a state directory and
   a cgroup, with the same owner labels as any sandbox's, for ``gc``.
@@ -36,6 +38,10 @@ __all__ = ["IDLE_TTL", "Spare", "drop_all", "limit", "offer", "settled", "stats"
 
 #: Seconds an unused spare is kept.
 IDLE_TTL = 30.0
+#: Seconds after the create that asked for it before a spare is made, unless a create wants it
+#: sooner: its making (a fork server request, bwrap, cgroup moves) would otherwise compete for
+#: the CPU with the first command of the sandbox just made or handed out.
+START_DELAY = 0.05
 #: Keys remembered for the "seen twice" rule.
 SEEN = 64
 
@@ -60,6 +66,7 @@ class _Slot:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.made: asyncio.Future[Spare | None] = loop.create_future()
         self.claimed: asyncio.Future[bool] = loop.create_future()  # True: handed over
+        self.wanted = asyncio.Event()  # a create waits for it: make it now
         self.task: asyncio.Task[None] | None = None
 
     def release(self, taken: bool) -> None:
@@ -95,6 +102,7 @@ async def take(key: Hashable) -> Spare | None:
     slot = spares.slots.pop(key, None)
     if slot is None:
         return None
+    slot.wanted.set()
     try:
         spare = await asyncio.shield(slot.made)
     except BaseException:  # cancelled while it was being made: its owner removes it
@@ -134,6 +142,10 @@ async def _own(spares: _Spares, key: Hashable, slot: _Slot,
     it was handed over."""
     spare: Spare | None = None
     try:
+        with anyio.move_on_after(START_DELAY):
+            await slot.wanted.wait()
+        if slot.claimed.done():  # dropped before it was made
+            return
         try:
             spare = await make()
         except Exception:
@@ -175,6 +187,7 @@ async def drop_all() -> None:
     spares.slots.clear()
     for slot in slots:
         slot.release(False)
+        slot.wanted.set()
     for slot in slots:
         if slot.task is not None:
             with contextlib.suppress(BaseException):
