@@ -20,7 +20,7 @@ from pathlib import Path
 from .._cgroup_usage import HostCgroup
 from .._models import ResourceLimits
 
-__all__ = ["SandboxCgroup", "available"]
+__all__ = ["SandboxCgroup", "available", "renames"]
 
 ROOT = Path("/sys/fs/cgroup")
 PARENT = "sandbox-sdk"
@@ -47,6 +47,11 @@ def available() -> str:
         return (f"the cgroup v1 hierarchies under {ROOT} are not writable by uid "
                 f"{os.getuid()}; run as root")
     return ""
+
+
+def renames() -> bool:
+    """Whether a sandbox's cgroup can be renamed (cgroup v1; v2 refuses rename(2))."""
+    return not _v2()
 
 
 class SandboxCgroup:

@@ -37,6 +37,8 @@ class Pending:
     def deliver(self, message: dict[str, Any], fds: list[int]) -> None:
         if "pid" in message and fds:
             _settle(self.pidfd, (int(message["pid"]), fds[0]), fds[1:], owned=fds[0])
+            if "exec" in message:  # posix_spawn's: started too, in the same message
+                _settle(self.started, (int(message["exec"]), ""), [])
         elif "exec" in message:
             failed = (int(message["exec"]), str(message.get("step", "")))
             if message.get("final") and not self.pidfd.done():  # it never ran
@@ -94,6 +96,8 @@ class Zygote:
         self._lock = threading.Lock()
         self._failure = ""
         self._loop = asyncio.get_running_loop()
+        #: Resolved once the zygote is in its sandbox (see `Zygote.join`).
+        self.joined: asyncio.Future[None] = self._loop.create_future()
         self._loop.add_reader(sock.fileno(), self._readable)
         _open.add(self)
 
@@ -158,9 +162,15 @@ class Zygote:
         except (ValueError, TypeError):
             close_fds(fds)
             return
+        if message.get("joined") and ident is None:
+            close_fds(fds)
+            if not self.joined.done():
+                self.joined.set_result(None)
+            return
         if ident is None:  # the zygote could not enter the sandbox, or a bad request
             close_fds(fds)
             self._failure = str(message.get("error", "unknown"))
+            self._not_joined()
             return
         with self._lock:
             pending = self._pending.get(int(ident))
@@ -175,10 +185,18 @@ class Zygote:
             with contextlib.suppress(RuntimeError):  # that loop was closed meanwhile
                 pending.loop.call_soon_threadsafe(pending.deliver, message, fds)
 
+    def _not_joined(self) -> None:
+        if not self.joined.done():
+            self.joined.set_exception(CommandStartFailed(
+                "the process sandbox's spawner could not enter it", details=self._failure))
+            self.joined.exception()  # retrieved: only a spare's making waits for it
+
     def _fail_all(self, why: str) -> None:
         with self._lock:
             self._failure = self._failure or why
             pending, self._pending = list(self._pending.values()), {}
+        with contextlib.suppress(RuntimeError):  # that loop was closed meanwhile
+            self._loop.call_soon_threadsafe(self._not_joined)
         for entry in pending:
             with contextlib.suppress(RuntimeError):
                 entry.loop.call_soon_threadsafe(entry.deliver, {"error": self._failure}, [])

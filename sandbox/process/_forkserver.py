@@ -6,11 +6,12 @@ starts without the SDK's imports), once per SDK process. Each request on the SEQ
 sandbox. It sets NoNewPrivs and loads the filter at once, while bwrap is still starting the
 sandbox (a load took ~3 ms here), then waits on its socket for the sandbox: its cgroup, its
 namespaces (joined as nsenter does: the filter allows ``setns``) and its ids (an empty bounding
-set, undumpable). It then serves that sandbox. A command is one ``posix_spawn`` (vfork and
-exec: it inherits all of that) with its stdio, working directory and a new session; with
-rlimits, a fork that sets them first (they would limit the zygote too). The zygote reports
-``pid`` (with a pidfd), ``exec`` (0, or the errno of the ``step`` that failed) and ``status``
-(the raw wait status).
+set, undumpable); it says ``joined`` once it is in. It then serves that sandbox. A command
+is one ``posix_spawn`` (vfork and exec: it inherits all of that) with its stdio, working
+directory and a new session; with rlimits, a fork that sets them first (they would limit the
+zygote too). The zygote reports ``pid`` (with a pidfd), ``exec`` (0, or the errno of the
+``step`` that failed; one message with the pid when posix_spawn ran it) and ``status`` (the
+raw wait status).
 
 Why not ``setpriv`` + ``nsenter`` per command: two more execs of dynamically linked programs
 cost about 2.5 ms of a 4.3 ms round trip here, and nothing could install a seccomp filter in
@@ -203,12 +204,12 @@ class _Zygote:
         except Exception as exc:
             send_message(self.sock, {"id": ident, "error": repr(exc)})
             return
-        send_message(self.sock, {"id": ident, "pid": pid}, [pidfd])
         if read_end >= 0:
+            send_message(self.sock, {"id": ident, "pid": pid}, [pidfd])
             self.errpipes[read_end] = (ident, pid)
             self.poll.register(read_end, select.POLLIN)
-        else:
-            send_message(self.sock, {"id": ident, "exec": 0})
+        else:  # posix_spawn returned: the program runs; one message says both
+            send_message(self.sock, {"id": ident, "pid": pid, "exec": 0}, [pidfd])
         self.pidfds[pidfd] = (ident, pid, read_end)
         self.poll.register(pidfd, select.POLLIN)
 
@@ -323,6 +324,7 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
         # Last: in the sandbox's user namespace, RLIMIT_NPROC counts that sandbox's processes.
         for which, soft, hard in join.get("rlimits") or ():
             resource.setrlimit(which, (soft, hard))
+        send_message(sock, {"joined": True})
     except Exception as exc:
         send_message(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
         os._exit(1)

@@ -11,6 +11,8 @@ tmpfs /tmp would be per command (README, "Backends").
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import json
 import os
 import signal
@@ -19,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import attrs
 
 from .._backend import ProcessSpec
 from .._backend_base import BackendBase
@@ -38,18 +41,18 @@ from .._policy import seconds
 from .._protocol import OutputCallback
 from .._supervisor import Supervisor
 from .._workspace import Workspace
-from . import _seccomp, _usage
+from . import _seccomp, _spares, _usage
 from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, prepare_state
-from ._cgroup import SandboxCgroup, available
+from ._cgroup import SandboxCgroup, available, renames
 from ._exec import Entry, SandboxProcess, open_command
 from ._helpers import HelperRunner, helper_runner
 from ._inroot import missing, open_in_root
 from ._overlay import overlay_options, overlay_problem, prepare_overlay
 from ._plan import ProcessPlan, plan_sandbox
-from ._repository import prepare_repository
-from ._rootfs import resolve_rootfs
+from ._repository import RepoBind, prepare_repository
+from ._rootfs import Rootfs, resolve_rootfs
 from ._spawner import RemoteProcess, SandboxSpawner, readable
-from ._state import new_state, remove_state
+from ._state import new_state, remove_state, write_owner
 from ._tree import sweep
 
 #: The host user the sandbox runs as when the SDK runs as root (never host root itself).
@@ -130,6 +133,51 @@ class ProcessBackend(BackendBase, HelperFiles):
         self._audit.resources(dict(plan.limits))
         self._user = f"{plan.uid}:{plan.gid}"
         self._cwd = plan.working_dir
+        home = home_of(rootfs.path, plan.uid)
+        self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
+        self._workspace = Workspace(cfg.repository)  # owned first: remove() undoes a failure
+        self._life.advance(SandboxStatus.STARTING)
+        launch = Launch(bwrap=bwrap, rootfs=rootfs, plan=plan, home=home, root_user=root_user)
+        # A spare is only for what it was made for: no repository (bound per sandbox), and
+        # a cgroup that can take this sandbox's name (v1; v2 renames no cgroup).
+        key = launch.key() if cfg.repository is None and (
+            self._cgroup_renames() or plan.cgroup is None) else None
+        spare = await _spares.take(key) if key is not None else None
+        assert spare is None or isinstance(spare, ProcessBackend)
+        if spare is None or not self._take_over(spare):
+            if spare is not None:
+                with anyio.CancelScope(shield=True):
+                    await spare.remove()
+            repo = await prepare_repository(self._workspace,
+                                            host_user=":".join(map(str, HOST_NOBODY))
+                                            if root_user else "")
+            await self._launch(launch, repo)
+        if key is not None:  # the next create like this one takes a sandbox made ahead
+            _spares.offer(key, functools.partial(_make_spare, cfg, launch))
+        self._accounting = _usage.CommandAccounting(self._cgroup, per_command=any(
+            getattr(cfg.resources, f) for f in ("cpu_limit", "cpu_request", "memory_limit",
+                                                "memory_request", "process_limit")))
+        assert self._zygote is not None and self._plan is not None
+        self._entry = Entry(spawner=self._zygote, rlimits=plan.rlimits)
+        self._created_at = datetime.now(UTC)
+        self._life.advance(SandboxStatus.RUNNING)
+        self._env = {**await self._workspace.populate(
+            self._helper("set up the repository"), sandbox_user=self._user), **self._env}
+        work = [("the holder watcher", self._watch_holder)]
+        wall = seconds(cfg.resources.wall_time_limit)
+        if wall is not None:
+            work.append(("the wall clock", lambda: self._wall_clock(wall)))
+        self._supervisor.start(work)
+        interval = cfg.stats_interval.total_seconds()
+        if interval > 0:  # at least 1 s apart, as on Docker; one sampler for all sandboxes
+            self._sampler.start(max(interval, 1.0), self._on_sample)
+
+    async def _launch(self, launch: Launch, repo: RepoBind | None) -> None:
+        """Make the sandbox named by this backend's id: its state directory, cgroup and
+        overlay, its holder (bwrap) up and ready, and its zygote sent in. Whatever it made is
+        the backend's already (`remove` undoes a failure)."""
+        plan, rootfs, home, root_user = launch.plan, launch.rootfs, launch.home, launch.root_user
+        self._plan = plan
         self._state = state = new_state(self.id, {**owner_labels(), LABEL_SANDBOX_ID: self.id})
         prepare_state(state, HOST_NOBODY if root_user else None)
         cgroup_procs: list[str] = []
@@ -138,18 +186,9 @@ class ProcessBackend(BackendBase, HelperFiles):
             self._cgroup.create()
             self._cgroup.apply(plan.cgroup)
             cgroup_procs = self._cgroup.procs_files
-        self._accounting = _usage.CommandAccounting(self._cgroup, per_command=any(
-            getattr(cfg.resources, f) for f in ("cpu_limit", "cpu_request", "memory_limit",
-                                                "memory_request", "process_limit")))
-        home = home_of(rootfs.path, plan.uid)
-        self._base_env = {**rootfs.env, "HOME": home or plan.working_dir, **plan.env}
         program = await _seccomp.compiled(plan.seccomp)
         merged = prepare_overlay(state, rootfs.path, mount_points(plan)) \
             if plan.writable_root else None
-        self._workspace = Workspace(cfg.repository)  # owned first: remove() undoes a failure
-        repo = await prepare_repository(self._workspace,
-                                        host_user=":".join(map(str, HOST_NOBODY))
-                                        if root_user else "")
         pipes = [os.pipe() for _ in range(4)]  # ready, block, info, stderr
         owned = [fd for pair in pipes for fd in pair]  # closed at the end, unless handed over
         try:
@@ -163,7 +202,7 @@ class ProcessBackend(BackendBase, HelperFiles):
             elif program:  # the holder is the sandbox user's: it needs the filter too
                 child_fds.append(_seccomp.memfd(program))
                 owned.append(child_fds[-1])
-            spec = {"argv": bwrap_argv(bwrap, plan, rootfs.path, state, home=home,
+            spec = {"argv": bwrap_argv(launch.bwrap, plan, rootfs.path, state, home=home,
                                        userns_fds=(3, 4), overlay=merged, repo=repo,
                                        holder=holder,
                                        seccomp_fd=5 if len(child_fds) > 5 else -1),
@@ -173,7 +212,6 @@ class ProcessBackend(BackendBase, HelperFiles):
                     "rlimits": plan.rlimits, "ids": [HOST_HOLDER] * 2 if root_user else None,
                     "overlay": {"merged": str(merged), "options": overlay_options(
                         state, rootfs.path)} if merged is not None else None}
-            self._life.advance(SandboxStatus.STARTING)
             # The fork server starts the holder; the zygote loads the filter while bwrap starts.
             self._zygote = SandboxSpawner(program, spec, child_fds, cgroup_procs)
             for fd in child_fds:  # the server has its copies
@@ -206,19 +244,49 @@ class ProcessBackend(BackendBase, HelperFiles):
             "user", "mnt", "pid", "ipc", "uts", "cgroup",
             *([] if plan.host_network else ["net"])], (),  # in its cgroup already
             (plan.uid, plan.gid) if root_user else None, plan.sandbox_rlimits)
-        self._entry = Entry(spawner=self._zygote, rlimits=plan.rlimits)
-        self._created_at = datetime.now(UTC)
-        self._life.advance(SandboxStatus.RUNNING)
-        self._env = {**await self._workspace.populate(
-            self._helper("set up the repository"), sandbox_user=self._user), **self._env}
-        work = [("the holder watcher", self._watch_holder)]
-        wall = seconds(cfg.resources.wall_time_limit)
-        if wall is not None:
-            work.append(("the wall clock", lambda: self._wall_clock(wall)))
-        self._supervisor.start(work)
-        interval = cfg.stats_interval.total_seconds()
-        if interval > 0:  # at least 1 s apart, as on Docker; one sampler for all sandboxes
-            self._sampler.start(max(interval, 1.0), self._on_sample)
+
+    @staticmethod
+    def _cgroup_renames() -> bool:
+        return renames()
+
+    def _take_over(self, spare: ProcessBackend) -> bool:
+        """Make ``spare`` (made ahead for this config, never used) this sandbox: its state
+        directory and cgroup renamed to this id, its holder, zygote and root ours. False
+        (nothing moved: the caller removes it) when a rename failed."""
+        assert spare._state is not None and spare._zygote is not None
+        state = spare._state.with_name(self.id)
+        pairs = [(spare._state, state)]
+        cgroup = SandboxCgroup(self.id) if spare._cgroup is not None else None
+        if spare._cgroup is not None and cgroup is not None:
+            pairs += zip(spare._cgroup.dirs, cgroup.dirs, strict=True)
+        moved: list[tuple[Path, Path]] = []
+        try:
+            for old, new in pairs:
+                if os.path.lexists(new):
+                    raise FileExistsError(errno.EEXIST, "exists", str(new))
+                os.rename(old, new)
+                moved.append((old, new))
+            write_owner(state, self.id, {**owner_labels(), LABEL_SANDBOX_ID: self.id})
+        except OSError:
+            for old, new in reversed(moved):
+                with contextlib.suppress(OSError):
+                    os.rename(new, old)
+            return False
+        self._state, self._cgroup = state, cgroup
+        self._holder, self._zygote = spare._holder, spare._zygote
+        self._init_pid, self._root_fd, self._pid_ns = spare._init_pid, spare._root_fd, \
+            spare._pid_ns
+        if cgroup is not None:  # a zygote made again joins the cgroup by its new name
+            self._zygote.moved(cgroup.procs_files)
+        spare._state = spare._cgroup = spare._holder = spare._zygote = None
+        spare._root_fd = -1
+        return True
+
+    def alive(self) -> bool:
+        """Whether the holder (bwrap's pid 1) still runs and the zygote is not known to
+        have failed (a spare's check before a hand-over)."""
+        return self._holder is not None and self._holder.alive() and \
+            self._zygote is not None and not self._zygote.failed
 
     def _failed(self, name: str, exc: Exception) -> None:
         self._life.fail(f"{name} failed: {exc}", error=exc)
@@ -378,6 +446,38 @@ class ProcessBackend(BackendBase, HelperFiles):
             config=self._config, labels=dict(self._config.labels),
             annotations=dict(self._config.annotations), status_reason=life.reason,
             exit_code=life.exit_code, oom_killed=life.oom_killed)
+
+
+@attrs.frozen(kw_only=True)
+class Launch:
+    """What a create makes a sandbox from, once its config is planned (see `key`)."""
+
+    bwrap: str
+    rootfs: Rootfs
+    plan: ProcessPlan
+    home: str
+    root_user: bool
+
+    def key(self) -> tuple[object, ...]:
+        """Everything that shapes the sandbox `_launch` makes: a spare made from an equal
+        key is the sandbox this create would make."""
+        return (self.bwrap, str(self.rootfs.path), self.rootfs.image_id, self.home,
+                self.root_user, repr(self.plan))
+
+
+async def _make_spare(cfg: SandboxConfig, launch: Launch) -> ProcessBackend:
+    """A sandbox made ahead for the next create like ``cfg`` (its own id, never used), with
+    its zygote in it: nothing of it is made after the hand-over renamed its cgroup."""
+    spare = ProcessBackend(cfg)
+    try:
+        await spare._launch(launch, None)
+        assert spare._zygote is not None
+        await spare._zygote.joined()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await spare.remove()
+        raise
+    return spare
 
 
 def _map_user(info_fd: int, block_fd: int, ids: list[tuple[int, int]],

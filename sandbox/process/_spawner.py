@@ -50,6 +50,23 @@ class SandboxSpawner:
                         tuple(rlimits))
         self._send_join(self._zygote)
 
+    async def joined(self) -> None:
+        """Wait until the zygote is in its sandbox (in its cgroup, namespaces and ids).
+
+        Raises:
+            CommandStartFailed: It could not enter it, or it is gone.
+        """
+        await asyncio.shield(self._zygote.joined)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the zygote is known to be gone or unable to enter its sandbox."""
+        return self._zygote.failed
+
+    def moved(self, cgroup_procs: Sequence[str]) -> None:
+        """The sandbox's cgroup was renamed: a zygote made again joins it there."""
+        self._cgroup_procs = tuple(cgroup_procs)
+
     def _send_join(self, zygote: Zygote) -> None:
         assert self._target is not None
         init_pid, pid_ns, names, cgroup_procs, ids, rlimits = self._target

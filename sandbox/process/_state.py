@@ -19,7 +19,7 @@ from pathlib import Path
 from .._rmtree import remove_tree
 from ._cgroup import SandboxCgroup
 
-__all__ = ["OWNER_FILE", "base_dir", "leftovers", "new_state", "remove_state"]
+__all__ = ["OWNER_FILE", "base_dir", "leftovers", "new_state", "remove_state", "write_owner"]
 
 OWNER_FILE = "owner.json"
 
@@ -42,6 +42,13 @@ def new_state(sandbox_id: str, labels: Mapping[str, str]) -> Path:
     state.mkdir(mode=0o711)
     (state / OWNER_FILE).write_text(json.dumps({"id": sandbox_id, "labels": dict(labels)}))
     return state
+
+
+def write_owner(state: Path, sandbox_id: str, labels: Mapping[str, str]) -> None:
+    """Record a new owner in ``state`` (a spare taken over), replacing the old at once."""
+    temp = state / f".{OWNER_FILE}.new"
+    temp.write_text(json.dumps({"id": sandbox_id, "labels": dict(labels)}))
+    os.replace(temp, state / OWNER_FILE)
 
 
 def read_owner(state: Path) -> dict[str, str]:

@@ -36,6 +36,7 @@ from sandbox import (
     SecurityPolicy,
 )
 from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
+from sandbox.process import _spares
 from sandbox.process._rootfs import resolve_rootfs
 from sandbox.process._state import base_dir
 from tests.integration._limit_attacks import EAGAIN, EMFILE
@@ -322,7 +323,9 @@ async def test_a_create_cancelled_anywhere_leaves_no_holder() -> None:
         with anyio.move_on_after(delay):
             await sb.initialize()
         await sb.cleanup()
-        # A holder given up is killed by the server, even one whose pid had not come yet.
+        # A holder given up is killed by the server, even one whose pid had not come yet;
+        # a spare made ahead (once a create succeeded) is removed when its owner drops it.
+        await _spares.drop_all()
         await anyio.to_thread.run_sync(_no_holders_but, before)
 
 
