@@ -313,7 +313,7 @@ class _Call:
         self._scope.__enter__()
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> bool:
+                        exc: BaseException | None, tb: TracebackType | None) -> bool | None:
         scope = self._scope
         swallowed = scope.__exit__(exc_type, exc, tb)
         if scope.cancelled_caught and anyio.current_time() >= scope.deadline:
