@@ -266,7 +266,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             return  # a read-only root's tmpfs gets its owner as options
         assert self._container_id is not None
         self._workdir_given = await give_workdir_before_start(
-            self._engine_or_fail(), self._container_id, cwd, self._user, image_id=self._image_id)
+            self._engine_or_fail(), self._container_id, cwd, self._user, image_id=self._image_id,
+            mounts=self._mounts_key or "")
 
     def _engine_or_fail(self) -> Engine:
         assert self._engine is not None

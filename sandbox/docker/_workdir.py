@@ -8,9 +8,12 @@ A probe run as the user reads its real ids and whether its HOME is writable.
 Both steps cost about a third of a create, so what they learn is kept per image id (a content
 hash: every fresh container of it holds the same files) and the settings that change what a
 fresh container holds (`mounts_key`). Only what needs no exec to be true is skipped: the archive
-hand-over where the image already gives the working dir away, and the probe for a numeric
-non-root ``uid:gid`` (the engine runs an exec as exactly those ids, whatever the image says;
-the probe's root check is for names, which the image's files resolve, and always runs).
+hand-over where the image's working dir is already the user's (the SDK's own images hold
+/workspace as 1000:0 mode 0775: the default user owns it, capability-less root writes it
+through group 0, any other uid gets it handed over as it is empty; `DirEntry.needs_owner`),
+and the probe for a numeric non-root ``uid:gid`` (the engine runs an exec as exactly those
+ids, whatever the image says; the probe's root check is for names, which the image's files
+resolve, and always runs).
 An image's labels are never read here: an image can lie.
 """
 
@@ -98,15 +101,43 @@ def dir_tar(name: str, uid: int, gid: int) -> bytes:
 #: Enough of a directory's tar to read its own entry and see whether a second one follows.
 PROBE_BYTES = 64 << 10
 
-#: Per (image id, working dir): must the SDK make the dir or give it to the user? Image ids
-#: are content hashes, so an answer holds for every container of that image.
-_WORKDIR_NEEDS_OWNER: dict[tuple[str, str], bool] = {}
-_PROBES_KEPT = 256
+
+@attrs.frozen
+class DirEntry:
+    """What a fresh container holds at the working dir, read from the engine's tar of it
+    (the archive, unlike an image's labels, cannot lie about it)."""
+
+    exists: bool
+    is_dir: bool = False
+    uid: int = -1
+    gid: int = -1
+    mode: int = 0
+    #: Holds nothing (only the directory's own entry came, and the tar ended).
+    empty: bool = False
+
+    def needs_owner(self, uid: int) -> bool:
+        """Must the SDK hand this working dir to ``uid`` (an archive PUT) so it can write?
+
+        - missing: made with that owner;
+        - already ``uid``'s and writable and searchable by its owner: no (the SDK's own
+          images hold /workspace as 1000:0 mode 0775, so the default user needs no PUT and
+          root without capabilities still writes through group 0);
+        - empty: yes, whoever owns it (an empty directory holds nothing to give away);
+        - anything else (a file, or a directory with contents that another uid owns, or
+          too big to tell): never handed over.
+        """
+        if not self.exists:
+            return True
+        if not self.is_dir:
+            return False
+        if self.uid == uid and self.mode & 0o300 == 0o300:
+            return False
+        return self.empty
 
 
-def root_owned_empty_dir(head: bytes) -> bool:
-    """From the first bytes of the engine's tar of a directory: is it a directory that root
-    owns and that holds nothing?"""
+def read_dir_entry(head: bytes) -> DirEntry:
+    """The working dir's entry from the first bytes (up to `PROBE_BYTES`) of the engine's tar
+    of it; anything unreadable counts as an existing non-directory (never handed over)."""
     members: list[tarfile.TarInfo] = []
     try:
         with tarfile.open(fileobj=io.BytesIO(head), mode="r|") as tf:
@@ -116,8 +147,17 @@ def root_owned_empty_dir(head: bytes) -> bool:
                     break
     except (tarfile.TarError, EOFError):
         pass  # cut short inside the second entry, or not a tar: decided below
-    return len(members) == 1 and members[0].isdir() and members[0].uid == 0 and \
-        len(head) < PROBE_BYTES
+    if not members or not members[0].isdir():
+        return DirEntry(exists=True)
+    first = members[0]
+    return DirEntry(exists=True, is_dir=True, uid=first.uid, gid=first.gid, mode=first.mode,
+                    empty=len(members) == 1 and len(head) < PROBE_BYTES)
+
+
+#: Per (image id, working dir, mounts key): what a fresh container holds there. Image ids are
+#: content hashes, so an answer holds for every container of that image and those mounts.
+_WORKDIR_ENTRIES: dict[tuple[str, str, str], DirEntry] = {}
+_PROBES_KEPT = 256
 
 
 #: Per (image id, user spec): the names the image gives the user's ids. A fresh container's
@@ -200,31 +240,32 @@ async def give_workdir_after_start(run: Runner, engine: Engine, container_id: st
 
 
 async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str, user: str, *,
-                                    image_id: str) -> bool:
-    """Before start, make `cwd` owned by a numeric non-root `user` ("uid:gid") if it is
-    missing, or root's and empty. Return whether this step dealt with the working dir (False:
-    a name, root, or "/", left to the steps after start)."""
+                                    image_id: str, mounts: str = "") -> bool:
+    """Before start, make `cwd` owned by a numeric non-root `user` ("uid:gid") where
+    `DirEntry.needs_owner` says so (missing, or empty and not already the user's). Return
+    whether this step dealt with the working dir (False: a name, root, or "/", left to the
+    steps after start)."""
     uid, _, gid = user.partition(":")
     if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
         return False
     archive = f"containers/{container_id}/archive"
     # What a new container holds at cwd is the image's: probe once per image (an archive
     # call on a created container costs about a fifth of its start).
-    key = (image_id, cwd)
-    needed = _WORKDIR_NEEDS_OWNER.get(key) if image_id else None
-    if needed is None:
+    key = (image_id, cwd, mounts)
+    entry = _WORKDIR_ENTRIES.get(key) if image_id else None
+    if entry is None:
         try:
             head = await engine.request(
                 "look at the working directory", archive, params={"path": cwd},
                 max_bytes=PROBE_BYTES)
         except EngineNotFound:
-            needed = True
+            entry = DirEntry(exists=False)
         else:
-            needed = root_owned_empty_dir(head)
-        if len(_WORKDIR_NEEDS_OWNER) >= _PROBES_KEPT:
-            _WORKDIR_NEEDS_OWNER.clear()
-        _WORKDIR_NEEDS_OWNER[key] = needed
-    if needed:
+            entry = read_dir_entry(head)
+        if len(_WORKDIR_ENTRIES) >= _PROBES_KEPT:
+            _WORKDIR_ENTRIES.clear()
+        _WORKDIR_ENTRIES[key] = entry
+    if entry.needs_owner(int(uid)):
         # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
         # only the working dir itself.
         await engine.request(
