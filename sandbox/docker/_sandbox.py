@@ -48,6 +48,7 @@ from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, engine_address, new_client
 from ._helpers import HelperRunner, Helpers
 from ._images import ensure_image
+from ._main_pid import MainPid
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._stats import StatsSampler
@@ -290,10 +291,11 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._helpers = Helpers(engine, self._container_id, user=self._user,
                                 ready=self._life.require_running, tracked=self._tracked,
                                 gate=self._gate)
+        main_pid = MainPid(engine, self._container_id)  # one inspect for both below
         self._finisher = ResultFinisher(
             engine, self._container_id, life=self._life, resources=cfg.resources,
             gvisor=self._gvisor, sampler=lambda: self._background.sampler,
-            on_stop=self._background.on_container_stop)
+            on_stop=self._background.on_container_stop, main_pid=main_pid)
         await self._prepare_workdir()
         git_env = await self._workspace.populate(self._helpers.named("set up the repository"),
                                                  sandbox_user=self._user)
@@ -301,7 +303,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._background.start(
             engine, self._container_id, life=self._life, config=cfg, finisher=self._finisher,
             helpers=self._helpers, on_sample=self._on_sample,
-            host_mem=self._facts.mem_total if self._facts else 0)
+            host_mem=self._facts.mem_total if self._facts else 0, main_pid=main_pid)
         return True
 
     async def _prepare_workdir(self) -> None:
