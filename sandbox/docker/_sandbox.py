@@ -49,6 +49,8 @@ from ._gateway import DockerClient, Engine, client_like, engine_address, new_cli
 from ._helpers import HelperRunner, Helpers
 from ._images import ensure_image
 from ._main_pid import MainPid
+from ._netless import applies as netless_applies
+from ._netless import disable_network, write_hosts
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._stats import StatsSampler
@@ -271,6 +273,11 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                                        audit=lambda: self._audit, facts=self._facts)
         await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
+        # No network: a bare namespace instead of libnetwork's "none" sandbox (`_netless`).
+        netless = not plan.networked and not self._gvisor and netless_applies(
+            body, runtime=cfg.runtime or self._facts.default_runtime)
+        if netless:
+            disable_network(body)
         self._mounts_key = mounts_key(body)  # what the user probe's answer depends on
 
         async def create() -> None:
@@ -279,6 +286,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         assert self._container_id is not None
+        if netless:
+            await write_hosts(engine, self._container_id)
         await self._give_workdir()
         if await self._facts_changed(fresh):
             return False
