@@ -37,6 +37,7 @@ from .._errors import (
 )
 from .._ids import go_atoi, split_spec
 from .._models import CommandResult
+from .._single_flight import SingleFlight
 from ._gateway import Engine, EngineNotFound
 
 
@@ -154,10 +155,12 @@ def read_dir_entry(head: bytes) -> DirEntry:
                     empty=len(members) == 1 and len(head) < PROBE_BYTES)
 
 
+_PROBES_KEPT = 256
+
 #: Per (image id, working dir, mounts key): what a fresh container holds there. Image ids are
 #: content hashes, so an answer holds for every container of that image and those mounts.
-_WORKDIR_ENTRIES: dict[tuple[str, str, str], DirEntry] = {}
-_PROBES_KEPT = 256
+#: Asked once: concurrent creates of one new image wait for the first one's look.
+_WORKDIR_ENTRIES: SingleFlight[tuple[str, str, str], DirEntry] = SingleFlight(_PROBES_KEPT)
 
 
 #: Per (image id, user spec): the names the image gives the user's ids. A fresh container's
@@ -166,8 +169,8 @@ _NAMES: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 #: Per (image id, user, working dir, mounts key): what the probe found, for a numeric non-root
-#: user whose working dir the steps before start dealt with (see `settle_user`).
-_PROBED: dict[tuple[str, str, str, str], UserIds] = {}
+#: user whose working dir the steps before start dealt with (see `settle_user`); asked once.
+_PROBED: SingleFlight[tuple[str, str, str, str], UserIds] = SingleFlight(_PROBES_KEPT)
 
 
 def numeric_non_root(user: str) -> tuple[int, int] | None:
@@ -251,20 +254,17 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
     archive = f"containers/{container_id}/archive"
     # What a new container holds at cwd is the image's: probe once per image (an archive
     # call on a created container costs about a fifth of its start).
-    key = (image_id, cwd, mounts)
-    entry = _WORKDIR_ENTRIES.get(key) if image_id else None
-    if entry is None:
+    async def look() -> DirEntry:
         try:
             head = await engine.request(
                 "look at the working directory", archive, params={"path": cwd},
                 max_bytes=PROBE_BYTES)
         except EngineNotFound:
-            entry = DirEntry(exists=False)
-        else:
-            entry = read_dir_entry(head)
-        if len(_WORKDIR_ENTRIES) >= _PROBES_KEPT:
-            _WORKDIR_ENTRIES.clear()
-        _WORKDIR_ENTRIES[key] = entry
+            return DirEntry(exists=False)
+        return read_dir_entry(head)
+
+    entry = await _WORKDIR_ENTRIES.ask((image_id, cwd, mounts), look) if image_id else \
+        await look()
     if entry.needs_owner(int(uid)):
         # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
         # only the working dir itself.
@@ -287,18 +287,17 @@ async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: s
     """
     key = (image_id, user, cwd, mounts) if mounts is not None and image_id and \
         (covered or given) and numeric_non_root(user) is not None else None
-    if key is not None and (known := _PROBED.get(key)) is not None:
-        return known
-    ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,
-                           image_id=image_id)
-    if (numeric := numeric_non_root(user)) is not None:
-        # The engine ran the probe as exactly these ids; what the image's shell printed
-        # (a checkpoint's shell is the last user's) does not get to say otherwise.
-        ids = attrs.evolve(ids, uid=numeric[0], gid=numeric[1])
-    if key is not None:
-        if len(_PROBED) >= _PROBES_KEPT:
-            _PROBED.clear()
-        _PROBED[key] = ids
+
+    async def probe() -> UserIds:
+        ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,
+                               image_id=image_id)
+        if (numeric := numeric_non_root(user)) is not None:
+            # The engine ran the probe as exactly these ids; what the image's shell printed
+            # (a checkpoint's shell is the last user's) does not get to say otherwise.
+            ids = attrs.evolve(ids, uid=numeric[0], gid=numeric[1])
+        return ids
+
+    ids = await (_PROBED.ask(key, probe) if key is not None else probe())
     if 0 in (ids.uid, ids.gid) and not root_ok:
         # A name, or the image's own user, that the image maps to root (user or group).
         raise audit.refused("security.run_as_user", f"user={user!r}", SecurityViolation(

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig, SecurityPolicy
@@ -97,3 +98,26 @@ async def test_a_directory_with_someone_elses_files_is_not_given_away(
             'touch /workspace/f 2>/dev/null && echo wrote || echo denied; '
             'echo x > /workspace/keep 2>/dev/null && echo changed || echo kept')
     assert done.stdout.split() == ["3000:3000", "3000:3000", "mine", "denied", "kept"], done
+
+
+async def test_concurrent_creates_of_a_new_image_look_and_probe_once(
+        busybox_sdk_image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Like a fork's children: five creates of an image nobody has read yet, at once.
+    calls = Calls(monkeypatch)
+    config = SandboxConfig(image=busybox_sdk_image, security=SecurityPolicy(
+        run_as_user="2000", run_as_group="2000"))
+    outs: list[str] = []
+
+    async def one() -> None:
+        async with Sandbox(config) as sb:
+            outs.append((await sb.execute_command(SHOW)).stdout)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(one)
+    assert calls.actions.count("look at the working directory") == 1, calls.actions
+    # One probe for all five (the user's ids are the spec's), and each one's SHOW.
+    assert calls.actions.count("start a command") == 1 + 5, calls.actions
+    assert calls.actions.count(HAND_OVER) == 5, calls.actions  # each its own container's
+    assert [out.split()[:5] for out in outs] == [["2000", "2000", "2000:2000", "755",
+                                                  "wrote"]] * 5, outs
