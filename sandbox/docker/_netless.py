@@ -10,9 +10,10 @@ body, so every inspect, report and check reads "no network" as before.
 What libnetwork did for a ``none`` container, done here so a command sees the same:
 
 - ``/etc/hosts``: Docker's file for ``none`` (localhost and the ip6 names; no hostname line),
-  written by the archive API before start. Without it the container reads the empty
-  placeholder the engine's init layer puts over the image's own /etc/hosts (whatever the
-  image holds: measured), and ``localhost`` does not resolve;
+  written by the archive API before start (in the working dir's PUT where there is one).
+  Without it the container reads the empty placeholder the engine's init layer puts over
+  the image's own /etc/hosts (whatever the image holds: measured), and ``localhost`` does
+  not resolve;
 - IPv6 off in the namespace (``disable_ipv6`` on all, default and lo): with it on, ``::1``
   would sort before 127.0.0.1 for ``localhost`` and a client trying only the first address
   would miss a server on 127.0.0.1;
@@ -41,7 +42,8 @@ from typing import Any
 from .._errors import SandboxError, SandboxInitFailed
 from ._gateway import Engine
 
-__all__ = ["HOSTS", "SYSCTLS", "applies", "disable_network", "hosts_tar", "write_hosts"]
+__all__ = ["HOSTS", "SYSCTLS", "applies", "disable_network", "hosts_entry", "hosts_tar",
+           "write_hosts"]
 
 #: What Docker 20.10 writes to /etc/hosts for a ``NetworkMode: none`` container.
 HOSTS = (
@@ -99,16 +101,23 @@ def disable_network(body: dict[str, Any]) -> None:
     body["HostConfig"] = {**(body.get("HostConfig") or {}), "Sysctls": dict(SYSCTLS)}
 
 
-def hosts_tar() -> bytes:
-    """A tar of ``hosts`` (root's, 0644, `HOSTS`), to extract into /etc."""
-    info = tarfile.TarInfo("hosts")
+def hosts_entry(name: str = "etc/hosts") -> tuple[tarfile.TarInfo, bytes]:
+    """The tar entry ``name`` (root's, 0644) holding `HOSTS`, with its contents: for the
+    working dir's PUT at / where there is one (`_workdir.give_workdir_before_start`)."""
+    info = tarfile.TarInfo(name)
     info.size = len(HOSTS)
     info.mode = 0o644
     info.uid = info.gid = 0
     info.mtime = int(time.time())
+    return info, HOSTS
+
+
+def hosts_tar() -> bytes:
+    """A tar of ``hosts`` (`hosts_entry`), to extract into /etc."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        tf.addfile(info, io.BytesIO(HOSTS))
+        info, data = hosts_entry("hosts")
+        tf.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 

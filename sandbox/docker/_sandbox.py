@@ -50,13 +50,13 @@ from ._helpers import HelperRunner, Helpers
 from ._images import ensure_image
 from ._main_pid import MainPid
 from ._netless import applies as netless_applies
-from ._netless import disable_network, write_hosts
+from ._netless import disable_network, hosts_entry, write_hosts
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
-from ._workdir import give_workdir_before_start, mounts_key, settle_user
+from ._workdir import Extra, give_workdir_before_start, mounts_key, settle_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
@@ -286,9 +286,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         assert self._container_id is not None
-        if netless:
+        if not await self._give_workdir([hosts_entry()] if netless else []) and netless:
             await write_hosts(engine, self._container_id)
-        await self._give_workdir()
         if await self._facts_changed(fresh):
             return False
         self._life.advance(SandboxStatus.STARTING)
@@ -331,15 +330,18 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # checkout.
             self._env["HOME"] = "/tmp" if self._workspace.covers(self._cwd) else self._cwd
 
-    async def _give_workdir(self) -> None:
-        """Before start, hand the working dir to a numeric non-root user (see `_workdir`)."""
+    async def _give_workdir(self, extra: list[Extra]) -> bool:
+        """Before start, hand the working dir to a numeric non-root user (see `_workdir`);
+        say whether its PUT carried the ``extra`` files."""
         cwd = posixpath.normpath(self._cwd or "/")
         if self._config.security.read_only_root or self._workspace.covers(cwd):
-            return  # a read-only root's tmpfs gets its owner as options
+            return False  # a read-only root's tmpfs gets its owner as options
         assert self._container_id is not None
-        self._workdir_given = await give_workdir_before_start(
+        done = await give_workdir_before_start(
             self._engine_or_fail(), self._container_id, cwd, self._user, image_id=self._image_id,
-            mounts=self._mounts_key or "")
+            mounts=self._mounts_key or "", extra=extra)
+        self._workdir_given = done.dealt
+        return done.wrote_extra
 
     def _engine_or_fail(self) -> Engine:
         assert self._engine is not None

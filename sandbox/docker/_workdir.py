@@ -86,9 +86,13 @@ if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown
 """
 
 
-def dir_tar(name: str, uid: int, gid: int) -> bytes:
+#: A file for the same archive PUT as the working dir: its tar entry and contents.
+Extra = tuple[tarfile.TarInfo, bytes]
+
+
+def dir_tar(name: str, uid: int, gid: int, extra: Sequence[Extra] = ()) -> bytes:
     """A tar of one directory entry, which the engine extracts with that owner (a chown that
-    needs no capability inside the sandbox)."""
+    needs no capability inside the sandbox), and the ``extra`` files after it."""
     info = tarfile.TarInfo(name)
     info.type = tarfile.DIRTYPE
     info.mode = 0o755
@@ -96,7 +100,18 @@ def dir_tar(name: str, uid: int, gid: int) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         tf.addfile(info)
+        for member, data in extra:
+            tf.addfile(member, io.BytesIO(data))
     return buf.getvalue()
+
+
+@attrs.frozen
+class Handover:
+    """What `give_workdir_before_start` did: whether it dealt with the working dir (else the
+    steps after start do), and whether its PUT carried the ``extra`` files."""
+
+    dealt: bool
+    wrote_extra: bool = False
 
 
 #: Enough of a directory's tar to read its own entry and see whether a second one follows.
@@ -243,14 +258,16 @@ async def give_workdir_after_start(run: Runner, engine: Engine, container_id: st
 
 
 async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str, user: str, *,
-                                    image_id: str, mounts: str = "") -> bool:
+                                    image_id: str, mounts: str = "",
+                                    extra: Sequence[Extra] = ()) -> Handover:
     """Before start, make `cwd` owned by a numeric non-root `user` ("uid:gid") where
-    `DirEntry.needs_owner` says so (missing, or empty and not already the user's). Return
-    whether this step dealt with the working dir (False: a name, root, or "/", left to the
-    steps after start)."""
+    `DirEntry.needs_owner` says so (missing, or empty and not already the user's), with the
+    ``extra`` files (paths relative to /) in the same PUT. Say whether this step dealt with
+    the working dir (not for a name, root, or "/": left to the steps after start) and
+    wrote the extra files."""
     uid, _, gid = user.partition(":")
     if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
-        return False
+        return Handover(dealt=False)
     archive = f"containers/{container_id}/archive"
     # What a new container holds at cwd is the image's: probe once per image (an archive
     # call on a created container costs about a fifth of its start).
@@ -270,9 +287,10 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
         # only the working dir itself.
         await engine.request(
             "give the working directory to the sandbox user", archive, "PUT",
-            params={"path": "/"}, data=dir_tar(cwd.lstrip("/"), int(uid), int(gid)),
+            params={"path": "/"}, data=dir_tar(cwd.lstrip("/"), int(uid), int(gid), extra),
             headers={"Content-Type": "application/x-tar"})
-    return True
+        return Handover(dealt=True, wrote_extra=bool(extra))
+    return Handover(dealt=True)
 
 
 async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: str, cwd: str,

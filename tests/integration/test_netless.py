@@ -18,6 +18,11 @@ import pytest
 from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig, SecurityPolicy
 from sandbox.docker._netless import HOSTS
 from tests.conftest import LABEL, derived_image, docker_cli
+from tests.integration.test_create_fast import Calls
+
+#: The engine calls that write the working dir's owner and /etc/hosts.
+HAND_OVER = "give the working directory to the sandbox user"
+HOSTS_PUT = "write the sandbox's /etc/hosts"
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
@@ -141,3 +146,19 @@ async def test_an_images_own_hosts_file_is_not_what_the_sandbox_reads(lying_imag
         assert inspect(sb.backend.container_id)["Config"].get(  # type: ignore[attr-defined]
             "NetworkDisabled") is True
         assert (await sh(sb, "cat /etc/hosts")).encode() == HOSTS
+
+
+@pytest.mark.parametrize("user", ["", "2000"], ids=["default", "uid-2000"])
+async def test_hosts_ride_in_the_working_dirs_put_where_there_is_one(
+        user: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    security = SecurityPolicy(run_as_user=user, run_as_group=user) if user else SecurityPolicy()
+    config = SandboxConfig(image=IMAGE_BUSYBOX, security=security)
+    async with Sandbox(config):
+        pass  # the image's working dir is read once per image id
+    calls = Calls(monkeypatch)
+    async with Sandbox(config) as sb:
+        puts = [a for a in calls.actions if a in (HAND_OVER, HOSTS_PUT)]
+        hosts = await sh(sb, "cat /etc/hosts; stat -c '%u:%g %a' /etc/hosts /workspace")
+    # One PUT either way: the hand-over carrying /etc/hosts, or /etc/hosts alone.
+    assert len(puts) == 1 and (puts == [HAND_OVER] or not user), (puts, hosts)
+    assert hosts.encode().startswith(HOSTS) and "0:0 644" in hosts.splitlines()
