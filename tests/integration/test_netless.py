@@ -13,9 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
-from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig, SecurityPolicy
+from sandbox import (
+    IMAGE_BUSYBOX,
+    IMAGE_PYTHON,
+    NetworkConfig,
+    Sandbox,
+    SandboxConfig,
+    SecurityPolicy,
+    remove_checkpoint,
+)
 from sandbox.docker._netless import HOSTS
 from tests.conftest import LABEL, derived_image, docker_cli
 from tests.integration.test_create_fast import Calls
@@ -162,3 +171,28 @@ async def test_hosts_ride_in_the_working_dirs_put_where_there_is_one(
     # One PUT either way: the hand-over carrying /etc/hosts, or /etc/hosts alone.
     assert len(puts) == 1 and (puts == [HAND_OVER] or not user), (puts, hosts)
     assert hosts.encode().startswith(HOSTS) and "0:0 644" in hosts.splitlines()
+
+
+async def test_a_checkpoint_of_a_bare_namespace_sandbox_starts_with_a_network(
+        neighbour: tuple[str, str], prefix: str) -> None:
+    # The bare namespace is the container's setting, not its image's: a sandbox with a
+    # network made from the checkpoint (on the test's own internal network) has one.
+    ip, network = neighbour
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+        point = await sb.checkpoint(f"{prefix}-netless")
+    try:
+        config = attrs.evolve(
+            point.config, network=NetworkConfig(isolated=False, bridge=network),
+            security=SecurityPolicy(allow_networking=True, isolate_network=False))
+        async with Sandbox(config) as again:
+            data = inspect(again.backend.container_id)  # type: ignore[attr-defined]
+            assert not data["Config"].get("NetworkDisabled")
+            assert data["HostConfig"]["NetworkMode"] == network
+            fetch = ("python3 -c 'import urllib.request as u; "
+                     f"print(u.urlopen(\"http://{ip}:8080/hostname\", timeout=3).read())'")
+            done = await again.execute_command(
+                f"for i in 1 2 3 4 5 6; do {fetch} && exit; sleep 0.5; done; exit 1")
+            assert done.success, done
+            assert "localhost" in await sh(again, "cat /etc/hosts")
+    finally:
+        await remove_checkpoint(point.name)
