@@ -139,6 +139,10 @@ class Bench:
         body = {"User": cfg.get("User") or "", "Env": cfg.get("Env") or [],
                 "WorkingDir": cfg.get("WorkingDir") or "", "HostConfig": host,
                 "Labels": {BENCH_LABEL: "aiodocker"}}
+        if cfg.get("NetworkDisabled"):
+            # The SDK's bare namespace (`sandbox.docker._netless`): the same body for the raw
+            # rows (docker-py says it too; the CLI has no flag for it and keeps --network none).
+            body["NetworkDisabled"] = True
         kwargs: dict[str, Any] = {"labels": {BENCH_LABEL: "docker-py"}}
         flags: list[str] = []
 
@@ -151,6 +155,11 @@ class Bench:
                     flags.extend([flag] if item is True else [flag, str(conv(item))])
 
         both("NetworkMode", "network_mode", "--network")
+        if cfg.get("NetworkDisabled"):
+            kwargs["network_disabled"] = True
+        for key, value in (host.get("Sysctls") or {}).items():
+            kwargs.setdefault("sysctls", {})[key] = value
+            flags += ["--sysctl", f"{key}={value}"]
         both("Init", "init", "--init")
         both("CapDrop", "cap_drop", "--cap-drop")
         both("CapAdd", "cap_add", "--cap-add")

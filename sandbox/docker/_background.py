@@ -23,6 +23,7 @@ from ._finish import ResultFinisher
 from ._gateway import Engine
 from ._health import REMOVED_REASON, watch_container
 from ._helpers import Helpers
+from ._main_pid import MainPid
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
 
 __all__ = ["Background"]
@@ -55,7 +56,8 @@ class Background:
 
     def start(self, engine: Engine, container_id: str, *, life: Lifecycle,
               config: SandboxConfig, finisher: ResultFinisher, helpers: Helpers,
-              on_sample: Callable[[ResourceUsage], object] | None, host_mem: int) -> None:
+              on_sample: Callable[[ResourceUsage], object] | None, host_mem: int,
+              main_pid: MainPid | None = None) -> None:
         """Start the event watcher, the wall clock (if limited) and the sampler (if asked)."""
         self._engine, self._container_id, self._helpers = engine, container_id, helpers
         self._life = life
@@ -71,7 +73,7 @@ class Background:
             sampler = self.sampler = StatsSampler(
                 engine, container_id, interval=max(interval, 1.0), on_sample=on_sample,
                 proc_reader=self._read_proc_counts, started_at=time.monotonic(),
-                host_mem=host_mem, host=True,
+                host_mem=host_mem, host=True, main_pid=main_pid,
             )
             work.append(("the stats sampler", sampler.run))
         self._supervisor.start(work)

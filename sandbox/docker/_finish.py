@@ -20,6 +20,7 @@ from .._errors import SandboxError
 from .._lifecycle import Lifecycle
 from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatus
 from ._gateway import Engine
+from ._main_pid import MainPid
 from ._stats import StatsSampler
 
 __all__ = ["CommandFinalizer", "ResultFinisher"]
@@ -61,8 +62,10 @@ class ResultFinisher:
 
     def __init__(self, engine: Engine, container_id: str, *, life: Lifecycle,
                  resources: ResourceLimits, gvisor: bool,
-                 sampler: Callable[[], StatsSampler | None], on_stop: OnStop) -> None:
+                 sampler: Callable[[], StatsSampler | None], on_stop: OnStop,
+                 main_pid: MainPid | None = None) -> None:
         self._engine, self._container_id, self._life = engine, container_id, life
+        self._main_pid = main_pid or MainPid(engine, container_id)
         self._resources, self._gvisor = resources, gvisor
         self._sampler, self._on_stop = sampler, on_stop
         self._cgroup: HostCgroup | None = None
@@ -80,9 +83,7 @@ class ResultFinisher:
         """The container's cgroup on this host, looked up once; None for a remote engine."""
         if not self._cgroup_looked_up:
             with contextlib.suppress(SandboxError):
-                data = await self._engine.query_json(
-                    "inspect the sandbox", f"containers/{self._container_id}/json", deadline=5)
-                pid = int((data.get("State") or {}).get("Pid") or 0)
+                pid = await self._main_pid.get()  # shared with the sampler: one inspect
                 self._cgroup = HostCgroup.find(pid, self._container_id)
                 self._cgroup_looked_up = True  # an engine error is worth another try
         return self._cgroup

@@ -493,8 +493,7 @@ class Engine:
 
         async def read_info() -> None:
             try:
-                async with self._call("read engine info"):
-                    found.append(await self.docker._query_json("info", versioned_api=False))
+                found.append(await self.engine_info())
             except Exception as exc:  # raised below, after the ping's own error if any
                 failed.append(exc)
 
@@ -511,6 +510,12 @@ class Engine:
         if failed:
             raise failed[0]
         return found[0]
+
+    async def engine_info(self) -> dict[str, Any]:
+        """The engine's ``/info``, unversioned (no API version needs negotiating first)."""
+        async with self._call("read engine info"):
+            result: dict[str, Any] = await self.docker._query_json("info", versioned_api=False)
+        return result
 
     async def info(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.query_json("read engine info", "info")

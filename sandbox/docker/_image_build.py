@@ -6,6 +6,11 @@ images`` (``scripts/images.py`` and ``make images`` call this too).
 - ``sandbox-python:latest``: Debian bookworm (minbase) with python3, git, ca-certificates and
   procps, made by mmdebstrap from the machine's own Debian sources, with the same user.
 
+Both hold /workspace as ``WORKSPACE_OWNER`` (1000:0) mode ``WORKSPACE_MODE`` (0775): the
+default user owns it, so a create needs no archive PUT to hand it over (`_workdir` reads the
+owner from the image's own files, once per image id); root without capabilities writes it
+through group 0; any other ``run_as_user`` is handed the (empty) directory as before.
+
 Idempotent: an image the engine has is kept unless ``rebuild``. Building needs Debian's
 ``busybox-static`` and ``mmdebstrap``; as root they are installed when missing, otherwise the
 error says what to install. The root filesystem is imported through the engine API (no docker
@@ -45,6 +50,9 @@ PASSWD = (
     "sandbox:x:1000:1000:sandbox user:/home/sandbox:/bin/sh\n"
 )
 GROUP = "root:x:0:\nnogroup:x:65534:\nsandbox:x:1000:\n"
+#: /workspace's owner (uid, gid) and mode in both images (see the module's docstring).
+WORKSPACE_OWNER = (1000, 0)
+WORKSPACE_MODE = 0o775
 #: Seconds the engine may take to import a root filesystem.
 IMPORT_TIMEOUT = 600.0
 _CHUNK = 1 << 20
@@ -119,6 +127,9 @@ def rootfs_busybox(work: Path) -> Path:
         # whoever builds (root is not needed for this image).
         uid = 1000 if member.name in ("./home/sandbox", "home/sandbox") else 0
         member.uid = member.gid = uid
+        if member.name in ("./workspace", "workspace"):
+            member.uid, member.gid = WORKSPACE_OWNER
+            member.mode = WORKSPACE_MODE
         member.uname = member.gname = ""
         return member
 
@@ -141,8 +152,10 @@ def rootfs_python(work: Path) -> Path:
         raise ImageBuildFailed("building sandbox-python needs Debian's apt sources",
                                details=f"neither {deb822} nor {legacy} exists")
     tarball = work / "python.tar"
+    uid, gid = WORKSPACE_OWNER
     hook = ("chroot \"$1\" sh -c 'groupadd -g 1000 sandbox && "
-            "useradd -m -u 1000 -g 1000 -s /bin/bash sandbox && mkdir -p /workspace'")
+            "useradd -m -u 1000 -g 1000 -s /bin/bash sandbox && mkdir -p /workspace && "
+            f"chown {uid}:{gid} /workspace && chmod {WORKSPACE_MODE:o} /workspace'")
     _run(["mmdebstrap", "--quiet", "--variant=minbase",
           "--include=python3,git,ca-certificates,procps", f"--customize-hook={hook}",
           "--aptopt=APT::Install-Recommends \"false\"", "bookworm", str(tarball), "-"],

@@ -22,7 +22,7 @@ from .._errors import (
 )
 from .._helper_files import HelperFiles
 from .._ids import Identity
-from .._image_ref import parse_image_ref
+from .._image_ref import ImageRef, parse_image_ref
 from .._lifecycle import Lifecycle
 from .._models import (
     CommandResult,
@@ -36,6 +36,7 @@ from .._owner import owner_labels
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
 from .._workspace import Workspace, live_mount_user
+from . import _facts_cache
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
@@ -44,15 +45,18 @@ from ._exec_gate import ExecGate
 from ._exec_kill import kill_marked
 from ._facts import EngineFacts
 from ._finish import ResultFinisher
-from ._gateway import DockerClient, Engine, client_like, new_client
+from ._gateway import DockerClient, Engine, client_like, engine_address, new_client
 from ._helpers import HelperRunner, Helpers
 from ._images import ensure_image
+from ._main_pid import MainPid
+from ._netless import applies as netless_applies
+from ._netless import disable_network, hosts_entry, write_hosts
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
-from ._workdir import give_workdir_before_start, mounts_key, settle_user
+from ._workdir import Extra, give_workdir_before_start, mounts_key, settle_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
@@ -92,6 +96,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._identity: Identity | None = None
         self._root_opt_in = False
         self._workdir_given = False
+        self._given_config = self._config
+        self._replanned = False  # a create that found its kept facts outdated started over
         self._mounts_key: str | None = None
         self._image_id = ""
         self._started_at: datetime | None = None
@@ -149,7 +155,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await self._create()
 
     async def _create(self) -> None:
-        cfg = self._config
+        cfg = self._given_config = self._config
         if cfg.type not in ("docker", "vm"):
             raise SandboxInitFailed(f"unknown sandbox type {cfg.type!r}; available: 'docker', "
                                     "'vm'")
@@ -161,15 +167,68 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         if self._docker is None:
             self._docker = new_client()
         engine = self._engine = Engine(self._docker)
+        # Facts kept from an earlier create on our own client's engine are planned from at
+        # once while /info is read again; they must match before start (`_facts_cache`).
+        address = engine_address() if self._owns_docker else ""
+        cached = _facts_cache.kept(address) if address and not self._replanned else None
+        fresh = _facts_cache.FreshFacts(engine) if cached is not None else None
         try:
-            info = await engine.ping_and_info()  # one round trip where there were three
-        except EngineUnavailable:
-            raise
-        except SandboxError as exc:
-            if exc.message.startswith("read engine info"):
+            if fresh is None:
+                info = await engine.ping_and_info()  # one round trip where there were three
+            else:
+                await engine.ping()
+        except BaseException as exc:
+            if fresh is not None:
+                fresh.cancel()
+            if isinstance(exc, EngineUnavailable) or not isinstance(exc, SandboxError) or \
+                    exc.message.startswith("read engine info"):
                 raise
             raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
-        self._facts = EngineFacts.from_info(info)
+        if fresh is None or cached is None:
+            self._facts = EngineFacts.from_info(info)
+            if address:
+                _facts_cache.keep(address, self._facts)
+            await self._build(engine, ref, None)
+            return
+        self._facts = cached
+        try:
+            planned_from_current = await self._build(engine, ref, fresh)
+        except SandboxError:
+            if not await self._facts_changed(fresh):
+                raise
+            planned_from_current = False  # failed from outdated facts
+        finally:
+            fresh.cancel()
+        if not planned_from_current:
+            # The engine changed since the facts were kept: nothing ran in what was made
+            # from them; remove it and plan again from what the engine says now.
+            _facts_cache.forget(address)
+            await self._start_over()
+
+    async def _facts_changed(self, fresh: _facts_cache.FreshFacts | None) -> bool:
+        """Whether the engine's facts now differ from those this create planned from."""
+        return fresh is not None and await fresh.result() != self._facts
+
+    async def _start_over(self) -> None:
+        """Undo a create planned from outdated facts (before start) and create again, reading
+        the facts first this time."""
+        await self.remove()
+        self._container_id = None
+        self._created_resources = False
+        self._network = None
+        self._workspace = Workspace(None)
+        self._workdir_given = False
+        self._config = self._given_config
+        self._replanned = True
+        await self._create()
+
+    async def _build(self, engine: Engine, ref: ImageRef,
+                     fresh: _facts_cache.FreshFacts | None) -> bool:
+        """Everything after reading the facts; False when ``fresh`` (the facts read during
+        this create) shows the ones planned from were outdated, before the container
+        started."""
+        cfg = self._config
+        assert self._facts is not None
         if cfg.type == "vm":  # a VM-isolated runtime the engine has, or a refusal naming them
             cfg = self._config = attrs.evolve(
                 cfg, runtime=pick_vm_runtime(self._facts.runtimes, cfg.runtime))
@@ -187,6 +246,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             plan = plan_container(cfg, name=self._name, labels=labels, engine=self._facts,
                                   command=list(KEEPALIVE), image_user=image_user)
         except SandboxInitFailed as exc:
+            if await self._facts_changed(fresh):
+                return False  # refused from outdated facts: plan again from the current
             # A setting this engine cannot enforce, refused: "resources.x: why".
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
@@ -212,6 +273,11 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                                        audit=lambda: self._audit, facts=self._facts)
         await self._network.set_up(body, plan)  # shielded like the container create below
         self._created_resources = True
+        # No network: a bare namespace instead of libnetwork's "none" sandbox (`_netless`).
+        netless = not plan.networked and not self._gvisor and netless_applies(
+            body, runtime=cfg.runtime or self._facts.default_runtime)
+        if netless:
+            disable_network(body)
         self._mounts_key = mounts_key(body)  # what the user probe's answer depends on
 
         async def create() -> None:
@@ -220,7 +286,10 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         assert self._container_id is not None
-        await self._give_workdir()
+        if not await self._give_workdir([hosts_entry()] if netless else []) and netless:
+            await write_hosts(engine, self._container_id)
+        if await self._facts_changed(fresh):
+            return False
         self._life.advance(SandboxStatus.STARTING)
         await engine.request("start the sandbox container",
                              f"containers/{self._container_id}/start", "POST")
@@ -230,10 +299,11 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._helpers = Helpers(engine, self._container_id, user=self._user,
                                 ready=self._life.require_running, tracked=self._tracked,
                                 gate=self._gate)
+        main_pid = MainPid(engine, self._container_id)  # one inspect for both below
         self._finisher = ResultFinisher(
             engine, self._container_id, life=self._life, resources=cfg.resources,
             gvisor=self._gvisor, sampler=lambda: self._background.sampler,
-            on_stop=self._background.on_container_stop)
+            on_stop=self._background.on_container_stop, main_pid=main_pid)
         await self._prepare_workdir()
         git_env = await self._workspace.populate(self._helpers.named("set up the repository"),
                                                  sandbox_user=self._user)
@@ -241,7 +311,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._background.start(
             engine, self._container_id, life=self._life, config=cfg, finisher=self._finisher,
             helpers=self._helpers, on_sample=self._on_sample,
-            host_mem=self._facts.mem_total if self._facts else 0)
+            host_mem=self._facts.mem_total if self._facts else 0, main_pid=main_pid)
+        return True
 
     async def _prepare_workdir(self) -> None:
         """Check the sandbox user's ids and give it a writable HOME and working dir."""
@@ -259,14 +330,18 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # checkout.
             self._env["HOME"] = "/tmp" if self._workspace.covers(self._cwd) else self._cwd
 
-    async def _give_workdir(self) -> None:
-        """Before start, hand the working dir to a numeric non-root user (see `_workdir`)."""
+    async def _give_workdir(self, extra: list[Extra]) -> bool:
+        """Before start, hand the working dir to a numeric non-root user (see `_workdir`);
+        say whether its PUT carried the ``extra`` files."""
         cwd = posixpath.normpath(self._cwd or "/")
         if self._config.security.read_only_root or self._workspace.covers(cwd):
-            return  # a read-only root's tmpfs gets its owner as options
+            return False  # a read-only root's tmpfs gets its owner as options
         assert self._container_id is not None
-        self._workdir_given = await give_workdir_before_start(
-            self._engine_or_fail(), self._container_id, cwd, self._user, image_id=self._image_id)
+        done = await give_workdir_before_start(
+            self._engine_or_fail(), self._container_id, cwd, self._user, image_id=self._image_id,
+            mounts=self._mounts_key or "", extra=extra)
+        self._workdir_given = done.dealt
+        return done.wrote_extra
 
     def _engine_or_fail(self) -> Engine:
         assert self._engine is not None

@@ -28,6 +28,7 @@ from .._errors import SandboxError, SandboxNotRunning, TimeoutExceeded
 from .._models import ResourceUsage
 from ._follow import GAVE_UP, Reconnect, follow_json_lines
 from ._gateway import Engine, EngineNotFound
+from ._main_pid import MainPid
 from ._usage import (
     PROC_SCRIPT,
     parse_proc_counts,
@@ -106,6 +107,7 @@ class StatsSampler:
         started_at: float | None = None,
         host_mem: int = 0,
         host: bool = False,
+        main_pid: MainPid | None = None,
     ) -> None:
         """Prepare a sampler; nothing runs until `run` is awaited.
 
@@ -124,9 +126,12 @@ class StatsSampler:
                 event loop's one sampler (`_sampling`), instead of following the engine's
                 stats stream (which costs the engine ~0.2 % of a core per container); the
                 stream remains the way for a remote engine.
+            main_pid: Where the container's main pid is read (shared with the result
+                finisher, one inspect for both); a private one when not given.
         """
         self._engine = engine
         self._id = container_id
+        self._main_pid = main_pid or MainPid(engine, container_id)
         self._interval = max(interval, 0.0)
         self._history = _sampling.History(history)
         self._records: collections.deque[_Record] = collections.deque(
@@ -266,10 +271,7 @@ class StatsSampler:
     async def _find_on_host(self) -> _HostReader | None:
         """The container's cgroup on this host through its main process; None: not local."""
         with contextlib.suppress(SandboxError):
-            data = await self._engine.query_json(
-                "inspect the container", f"containers/{self._id}/json",
-                deadline=SLOW_CALL_TIMEOUT)
-            pid = int((data.get("State") or {}).get("Pid") or 0)
+            pid = await self._main_pid.get(deadline=SLOW_CALL_TIMEOUT)
             cgroup = await anyio.to_thread.run_sync(HostCgroup.find, pid, self._id)
             if cgroup is not None:
                 return _HostReader(self, cgroup, pid)

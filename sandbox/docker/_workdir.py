@@ -8,9 +8,12 @@ A probe run as the user reads its real ids and whether its HOME is writable.
 Both steps cost about a third of a create, so what they learn is kept per image id (a content
 hash: every fresh container of it holds the same files) and the settings that change what a
 fresh container holds (`mounts_key`). Only what needs no exec to be true is skipped: the archive
-hand-over where the image already gives the working dir away, and the probe for a numeric
-non-root ``uid:gid`` (the engine runs an exec as exactly those ids, whatever the image says;
-the probe's root check is for names, which the image's files resolve, and always runs).
+hand-over where the image's working dir is already the user's (the SDK's own images hold
+/workspace as 1000:0 mode 0775: the default user owns it, capability-less root writes it
+through group 0, any other uid gets it handed over as it is empty; `DirEntry.needs_owner`),
+and the probe for a numeric non-root ``uid:gid`` (the engine runs an exec as exactly those
+ids, whatever the image says; the probe's root check is for names, which the image's files
+resolve, and always runs).
 An image's labels are never read here: an image can lie.
 """
 
@@ -34,6 +37,7 @@ from .._errors import (
 )
 from .._ids import go_atoi, split_spec
 from .._models import CommandResult
+from .._single_flight import SingleFlight
 from ._gateway import Engine, EngineNotFound
 
 
@@ -82,9 +86,13 @@ if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown
 """
 
 
-def dir_tar(name: str, uid: int, gid: int) -> bytes:
+#: A file for the same archive PUT as the working dir: its tar entry and contents.
+Extra = tuple[tarfile.TarInfo, bytes]
+
+
+def dir_tar(name: str, uid: int, gid: int, extra: Sequence[Extra] = ()) -> bytes:
     """A tar of one directory entry, which the engine extracts with that owner (a chown that
-    needs no capability inside the sandbox)."""
+    needs no capability inside the sandbox), and the ``extra`` files after it."""
     info = tarfile.TarInfo(name)
     info.type = tarfile.DIRTYPE
     info.mode = 0o755
@@ -92,21 +100,60 @@ def dir_tar(name: str, uid: int, gid: int) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         tf.addfile(info)
+        for member, data in extra:
+            tf.addfile(member, io.BytesIO(data))
     return buf.getvalue()
+
+
+@attrs.frozen
+class Handover:
+    """What `give_workdir_before_start` did: whether it dealt with the working dir (else the
+    steps after start do), and whether its PUT carried the ``extra`` files."""
+
+    dealt: bool
+    wrote_extra: bool = False
 
 
 #: Enough of a directory's tar to read its own entry and see whether a second one follows.
 PROBE_BYTES = 64 << 10
 
-#: Per (image id, working dir): must the SDK make the dir or give it to the user? Image ids
-#: are content hashes, so an answer holds for every container of that image.
-_WORKDIR_NEEDS_OWNER: dict[tuple[str, str], bool] = {}
-_PROBES_KEPT = 256
+
+@attrs.frozen
+class DirEntry:
+    """What a fresh container holds at the working dir, read from the engine's tar of it
+    (the archive, unlike an image's labels, cannot lie about it)."""
+
+    exists: bool
+    is_dir: bool = False
+    uid: int = -1
+    gid: int = -1
+    mode: int = 0
+    #: Holds nothing (only the directory's own entry came, and the tar ended).
+    empty: bool = False
+
+    def needs_owner(self, uid: int) -> bool:
+        """Must the SDK hand this working dir to ``uid`` (an archive PUT) so it can write?
+
+        - missing: made with that owner;
+        - already ``uid``'s and writable and searchable by its owner: no (the SDK's own
+          images hold /workspace as 1000:0 mode 0775, so the default user needs no PUT and
+          root without capabilities still writes through group 0);
+        - empty: yes, whoever owns it (an empty directory holds nothing to give away);
+        - anything else (a file, or a directory with contents that another uid owns, or
+          too big to tell): never handed over.
+        """
+        if not self.exists:
+            return True
+        if not self.is_dir:
+            return False
+        if self.uid == uid and self.mode & 0o300 == 0o300:
+            return False
+        return self.empty
 
 
-def root_owned_empty_dir(head: bytes) -> bool:
-    """From the first bytes of the engine's tar of a directory: is it a directory that root
-    owns and that holds nothing?"""
+def read_dir_entry(head: bytes) -> DirEntry:
+    """The working dir's entry from the first bytes (up to `PROBE_BYTES`) of the engine's tar
+    of it; anything unreadable counts as an existing non-directory (never handed over)."""
     members: list[tarfile.TarInfo] = []
     try:
         with tarfile.open(fileobj=io.BytesIO(head), mode="r|") as tf:
@@ -116,8 +163,19 @@ def root_owned_empty_dir(head: bytes) -> bool:
                     break
     except (tarfile.TarError, EOFError):
         pass  # cut short inside the second entry, or not a tar: decided below
-    return len(members) == 1 and members[0].isdir() and members[0].uid == 0 and \
-        len(head) < PROBE_BYTES
+    if not members or not members[0].isdir():
+        return DirEntry(exists=True)
+    first = members[0]
+    return DirEntry(exists=True, is_dir=True, uid=first.uid, gid=first.gid, mode=first.mode,
+                    empty=len(members) == 1 and len(head) < PROBE_BYTES)
+
+
+_PROBES_KEPT = 256
+
+#: Per (image id, working dir, mounts key): what a fresh container holds there. Image ids are
+#: content hashes, so an answer holds for every container of that image and those mounts.
+#: Asked once: concurrent creates of one new image wait for the first one's look.
+_WORKDIR_ENTRIES: SingleFlight[tuple[str, str, str], DirEntry] = SingleFlight(_PROBES_KEPT)
 
 
 #: Per (image id, user spec): the names the image gives the user's ids. A fresh container's
@@ -126,8 +184,8 @@ _NAMES: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 #: Per (image id, user, working dir, mounts key): what the probe found, for a numeric non-root
-#: user whose working dir the steps before start dealt with (see `settle_user`).
-_PROBED: dict[tuple[str, str, str, str], UserIds] = {}
+#: user whose working dir the steps before start dealt with (see `settle_user`); asked once.
+_PROBED: SingleFlight[tuple[str, str, str, str], UserIds] = SingleFlight(_PROBES_KEPT)
 
 
 def numeric_non_root(user: str) -> tuple[int, int] | None:
@@ -200,38 +258,39 @@ async def give_workdir_after_start(run: Runner, engine: Engine, container_id: st
 
 
 async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str, user: str, *,
-                                    image_id: str) -> bool:
-    """Before start, make `cwd` owned by a numeric non-root `user` ("uid:gid") if it is
-    missing, or root's and empty. Return whether this step dealt with the working dir (False:
-    a name, root, or "/", left to the steps after start)."""
+                                    image_id: str, mounts: str = "",
+                                    extra: Sequence[Extra] = ()) -> Handover:
+    """Before start, make `cwd` owned by a numeric non-root `user` ("uid:gid") where
+    `DirEntry.needs_owner` says so (missing, or empty and not already the user's), with the
+    ``extra`` files (paths relative to /) in the same PUT. Say whether this step dealt with
+    the working dir (not for a name, root, or "/": left to the steps after start) and
+    wrote the extra files."""
     uid, _, gid = user.partition(":")
     if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
-        return False
+        return Handover(dealt=False)
     archive = f"containers/{container_id}/archive"
     # What a new container holds at cwd is the image's: probe once per image (an archive
     # call on a created container costs about a fifth of its start).
-    key = (image_id, cwd)
-    needed = _WORKDIR_NEEDS_OWNER.get(key) if image_id else None
-    if needed is None:
+    async def look() -> DirEntry:
         try:
             head = await engine.request(
                 "look at the working directory", archive, params={"path": cwd},
                 max_bytes=PROBE_BYTES)
         except EngineNotFound:
-            needed = True
-        else:
-            needed = root_owned_empty_dir(head)
-        if len(_WORKDIR_NEEDS_OWNER) >= _PROBES_KEPT:
-            _WORKDIR_NEEDS_OWNER.clear()
-        _WORKDIR_NEEDS_OWNER[key] = needed
-    if needed:
+            return DirEntry(exists=False)
+        return read_dir_entry(head)
+
+    entry = await _WORKDIR_ENTRIES.ask((image_id, cwd, mounts), look) if image_id else \
+        await look()
+    if entry.needs_owner(int(uid)):
         # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
         # only the working dir itself.
         await engine.request(
             "give the working directory to the sandbox user", archive, "PUT",
-            params={"path": "/"}, data=dir_tar(cwd.lstrip("/"), int(uid), int(gid)),
+            params={"path": "/"}, data=dir_tar(cwd.lstrip("/"), int(uid), int(gid), extra),
             headers={"Content-Type": "application/x-tar"})
-    return True
+        return Handover(dealt=True, wrote_extra=bool(extra))
+    return Handover(dealt=True)
 
 
 async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: str, cwd: str,
@@ -246,18 +305,17 @@ async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: s
     """
     key = (image_id, user, cwd, mounts) if mounts is not None and image_id and \
         (covered or given) and numeric_non_root(user) is not None else None
-    if key is not None and (known := _PROBED.get(key)) is not None:
-        return known
-    ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,
-                           image_id=image_id)
-    if (numeric := numeric_non_root(user)) is not None:
-        # The engine ran the probe as exactly these ids; what the image's shell printed
-        # (a checkpoint's shell is the last user's) does not get to say otherwise.
-        ids = attrs.evolve(ids, uid=numeric[0], gid=numeric[1])
-    if key is not None:
-        if len(_PROBED) >= _PROBES_KEPT:
-            _PROBED.clear()
-        _PROBED[key] = ids
+
+    async def probe() -> UserIds:
+        ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,
+                               image_id=image_id)
+        if (numeric := numeric_non_root(user)) is not None:
+            # The engine ran the probe as exactly these ids; what the image's shell printed
+            # (a checkpoint's shell is the last user's) does not get to say otherwise.
+            ids = attrs.evolve(ids, uid=numeric[0], gid=numeric[1])
+        return ids
+
+    ids = await (_PROBED.ask(key, probe) if key is not None else probe())
     if 0 in (ids.uid, ids.gid) and not root_ok:
         # A name, or the image's own user, that the image maps to root (user or group).
         raise audit.refused("security.run_as_user", f"user={user!r}", SecurityViolation(

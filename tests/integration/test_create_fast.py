@@ -107,3 +107,20 @@ async def test_the_image_shell_does_not_choose_the_sandbox_identity(
             assert (identity.uid, identity.gid) == (1000, 1000), identity
             done = await sb.execute_command(["id", "-u"])
             assert done.stdout.strip() == "1000", done
+
+
+async def test_one_inspect_finds_the_main_process_for_results_and_sampler(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The result finisher and the host sampler share one inspect for the container's main
+    pid (`_main_pid`); command usage still comes from the container's cgroup."""
+    calls = Calls(monkeypatch)
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        done = await sb.execute_command("i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+        again = await sb.execute_command("true")
+        usage = await sb.get_resource_usage()
+    assert done.success and again.success, (done, again)
+    assert done.resource_usage.cpu_time.total_seconds() > 0, done.resource_usage
+    assert usage.memory_usage > 0, usage
+    pid_reads = [a for a in calls.actions if a in ("inspect the sandbox", "inspect the container")]
+    # The event watcher's check once subscribed, and the main pid: no more.
+    assert len(pid_reads) <= 2, calls.actions

@@ -1,0 +1,96 @@
+"""The engine's facts kept between creates (`_facts_cache`): a create plans from them while it
+reads /info again, and no container starts before its own create's read confirmed them; facts
+that went out of date make the create start over from the current ones."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+
+from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
+from sandbox.docker import _facts_cache, _gateway
+from sandbox.docker._gateway import engine_address
+from tests.conftest import docker_cli, sandbox_containers
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+
+class Trace:
+    """The order of the create's engine steps: each action, and when /info answered."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.steps: list[str] = []
+        for name in ("request", "query_json"):
+            original = getattr(_gateway.Engine, name)
+
+            async def spy(engine: Any, action: str, *args: Any, _original: Any = original,
+                          **kwargs: Any) -> Any:
+                self.steps.append(action)
+                return await _original(engine, action, *args, **kwargs)
+
+            monkeypatch.setattr(_gateway.Engine, name, spy)
+        read = _gateway.Engine.engine_info
+
+        async def info(engine: Any) -> dict[str, Any]:
+            answer = await read(engine)
+            self.steps.append("info answered")
+            return answer
+
+        monkeypatch.setattr(_gateway.Engine, "engine_info", info)
+
+
+def memory_of(sb: Sandbox) -> int:
+    cid = sb.backend.container_id
+    return int(json.loads(docker_cli("inspect", cid))[0]["HostConfig"]["Memory"])
+
+
+async def test_each_start_waits_for_its_own_read_of_the_facts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass  # keeps the facts
+    assert _facts_cache.kept(engine_address()) is not None
+    for _ in range(2):
+        trace = Trace(monkeypatch)
+        async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+            steps = list(trace.steps)
+            assert (await sb.execute_command("true")).success
+        assert steps.count("info answered") == 1, steps
+        assert steps.index("info answered") < steps.index("start the sandbox container"), steps
+        assert steps.count("create the sandbox container") == 1, steps
+        monkeypatch.undo()
+
+
+async def test_outdated_facts_make_the_create_start_over(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        expected = memory_of(sb)  # the default limit follows the host's memory
+    real = _facts_cache.kept(engine_address())
+    assert real is not None and real.mem_total > 0
+    # What a reconfigured engine would leave: a plan from these has another default limit.
+    _facts_cache.keep(engine_address(), attrs.evolve(real, mem_total=real.mem_total // 4))
+    trace = Trace(monkeypatch)
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        steps = list(trace.steps)
+        assert memory_of(sb) == expected  # the started container is the current facts' plan
+        assert sandbox_containers(sb.id) == [sb.backend.container_id[:12]], \
+            "the outdated container was left behind"
+    assert steps.count("create the sandbox container") == 2, steps
+    assert steps.count("start the sandbox container") == 1, steps
+    assert _facts_cache.kept(engine_address()) == real
+    assert sandbox_containers(sb.id) == []
+
+
+async def test_a_refusal_from_outdated_facts_is_checked_against_current_ones() -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass
+    real = _facts_cache.kept(engine_address())
+    assert real is not None
+    # Kept facts claiming 64 MiB of host memory would refuse a 256 MiB limit.
+    _facts_cache.keep(engine_address(), attrs.evolve(real, mem_total=64 << 20))
+    config = SandboxConfig(image=IMAGE_BUSYBOX, resources=ResourceLimits(memory_limit=256 << 20))
+    async with Sandbox(config) as sb:
+        assert memory_of(sb) == 256 << 20
+    assert _facts_cache.kept(engine_address()) == real
