@@ -29,8 +29,9 @@ async def _exit_code(ex: Exec) -> int:
 class RawAiodocker:
     name = "aiodocker"
 
-    def __init__(self, create_body: dict[str, Any]) -> None:
+    def __init__(self, create_body: dict[str, Any], etc_tar: bytes | None = None) -> None:
         self.create_body = create_body
+        self.etc_tar = etc_tar  # extracted into /etc before start, as the SDK does
         self.docker: aiodocker.Docker | None = None
 
     async def open(self) -> None:
@@ -49,6 +50,8 @@ class RawAiodocker:
         body = {**self.create_body, "Image": image, "Cmd": KEEPALIVE}
         body["Labels"] = {**body.get("Labels", {}), BENCH_LABEL: "aiodocker"}
         container = await self.docker.containers.create(body)
+        if self.etc_tar is not None:
+            await container.put_archive("/etc", self.etc_tar)
         await container.start()
         return container
 

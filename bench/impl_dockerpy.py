@@ -22,8 +22,9 @@ T = TypeVar("T")
 class DockerPy:
     name = "docker-py"
 
-    def __init__(self, create_kwargs: dict[str, Any]) -> None:
+    def __init__(self, create_kwargs: dict[str, Any], etc_tar: bytes | None = None) -> None:
         self.create_kwargs = create_kwargs
+        self.etc_tar = etc_tar  # extracted into /etc before start, as the SDK does
         self.client: docker.DockerClient | None = None
         # A pool as large as the largest concurrent batch, so urllib3 never discards sockets.
         self.limiter = anyio.CapacityLimiter(64)
@@ -50,6 +51,8 @@ class DockerPy:
         labels = {**self.create_kwargs.get("labels", {}), BENCH_LABEL: "docker-py"}
         kwargs = {**self.create_kwargs, "labels": labels}
         container = await self._t(self.client.containers.create, image, KEEPALIVE, **kwargs)
+        if self.etc_tar is not None:
+            await self._t(container.put_archive, "/etc", self.etc_tar)
         await self._t(container.start)
         return container
 

@@ -135,13 +135,18 @@ class Bench:
         async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
             cid = sb.backend.container_id
             raw = json.loads((await anyio.run_process(["docker", "inspect", cid])).stdout)[0]
+            # A bare namespace gets its /etc/hosts written before start; the raw rows write
+            # the same file the same way (a tar of the SDK's, `docker cp` to stdout).
+            hosts = (await anyio.run_process(["docker", "cp", f"{cid}:/etc/hosts", "-"])).stdout \
+                if raw["Config"].get("NetworkDisabled") else None
         cfg, host = raw["Config"], raw["HostConfig"]
         body = {"User": cfg.get("User") or "", "Env": cfg.get("Env") or [],
                 "WorkingDir": cfg.get("WorkingDir") or "", "HostConfig": host,
                 "Labels": {BENCH_LABEL: "aiodocker"}}
         if cfg.get("NetworkDisabled"):
-            # The SDK's bare namespace (`sandbox.docker._netless`): the same body for the raw
-            # rows (docker-py says it too; the CLI has no flag for it and keeps --network none).
+            # The SDK's bare namespace (`sandbox.docker._netless`): the same body and the same
+            # /etc/hosts write for the raw rows (docker-py too; the CLI has no flag for it and
+            # keeps --network none, libnetwork's sandbox).
             body["NetworkDisabled"] = True
         kwargs: dict[str, Any] = {"labels": {BENCH_LABEL: "docker-py"}}
         flags: list[str] = []
@@ -179,7 +184,8 @@ class Bench:
             flags += ["--workdir", cfg["WorkingDir"]]
         self.spec = {"body": {**body, "Image": IMAGE_BUSYBOX, "Cmd": KEEPALIVE},
                      "kwargs": kwargs, "command": KEEPALIVE, "flags": flags}
-        self.impls = [SDK(), RawAiodocker(body), DockerPy(kwargs), DockerCLI(flags)]
+        self.impls = [SDK(), RawAiodocker(body, etc_tar=hosts), DockerPy(kwargs, etc_tar=hosts),
+                      DockerCLI(flags)]
         for impl in self.impls:
             await impl.open()
 
