@@ -140,3 +140,28 @@ async def test_the_host_view_is_taken_only_of_the_containers_own_init() -> None:
         found.close()
         assert HostHealth.open(cid, int(child)) == SHAPE
         assert "not visible" in str(HostHealth.open("f" * 64, pid))
+
+
+async def test_gvisor_is_not_read_from_the_host_and_the_engine_decides(
+        engine_asked: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """gVisor's processes live in its sentry: the engine's pid is runsc's, whose freezer a
+    pause does not touch. The host view must refuse it; the engine then sees the pause."""
+    answers: list[object] = []
+    real = HostHealth.open.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type[HostHealth], *args: Any, **kwargs: Any) -> object:
+        answers.append(found := real(cls, *args, **kwargs))
+        return found
+
+    monkeypatch.setattr(HostHealth, "open", classmethod(recording))
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, stats_interval=0,
+                                     runtime="runsc")) as sb:
+        backend: Any = sb.backend
+        await wait_for(lambda: bool(answers), "the watcher's first look")
+        assert isinstance(answers[0], str), answers
+        assert await backend.health() == ""
+        assert backend._background.host_health is None
+        docker_cli("pause", backend.container_id)
+        assert await backend.health() == "the container is paused"
+        assert engine_asked.count(backend.container_id) == 2
+    assert ours("container") == []
