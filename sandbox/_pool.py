@@ -16,7 +16,9 @@ Rules:
   owns; leaving it (normally, by an error or a cancellation) removes every sandbox, ready or
   in use, and waits for the removals. A process killed hard leaves containers labelled with
   its pid, which ``sandbox.gc()`` proves dead and removes, like any sandbox's.
-* At most ``max_size`` sandboxes exist at once, counting those being created and removed.
+* At most ``max_size`` sandboxes are ready, in use or being created at once. A used one
+  whose removal has begun (Docker kills it first) holds no place, so a removal does not hold
+  back the create behind it; counting removals, at most twice ``max_size`` exist.
 * A sandbox goes to one user (``max_uses=1``, the default) and is then destroyed: nothing
   can leak between users. With ``max_uses > 1`` it is reset between users (see
   ``sandbox._reset`` for what that proves) and destroyed instead when the reset cannot
@@ -145,7 +147,8 @@ class SandboxPool:
     Args:
         config: What every sandbox of the pool is created from.
         min_ready: Sandboxes kept started and waiting (as far as ``max_size`` allows).
-        max_size: Most sandboxes that exist at once: ready, in use, being created or removed.
+        max_size: Most sandboxes ready, in use or being created at once (used ones being
+            removed may add as many again).
         max_uses: Users a sandbox serves before it is destroyed; 1 (the default) gives every
             user a fresh one. Above 1, a sandbox is reset between users, and configs whose
             state a reset cannot check are refused (`ConfigError`).
@@ -393,13 +396,17 @@ class SandboxPool:
         self._changed.set()
         self._changed = anyio.Event()
 
-    def _total(self) -> int:
-        return len(self._ready) + len(self._held) + self._creating + self._removing
+    def _live(self) -> int:
+        return len(self._ready) + len(self._held) + self._creating
 
     def _to_create(self) -> int:
+        """Creates to start now: a lease taken leaves a deficit at once (not at its release),
+        and a used sandbox being removed holds no place, so a slow removal never holds back
+        the next create, unless removals pile up: with them, at most twice ``max_size``."""
         want = self._min_ready + self._waiting
         deficit = want - len(self._ready) - self._creating
-        room = self._max_size - self._total()
+        live = self._live()
+        room = min(self._max_size - live, 2 * self._max_size - live - self._removing)
         return max(0, min(deficit, room, self._concurrency - self._creating))
 
     async def _refiller(self, scope: anyio.CancelScope) -> None:
