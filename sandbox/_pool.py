@@ -460,6 +460,10 @@ class SandboxPool:
             await sb.initialize()  # a failed or cancelled one removes what it made
             started = True
             baseline = await record_baseline(sb) if self._max_uses > 1 else None
+            # Checked once here, off the acquire's path: a backend may prepare its quick
+            # check meanwhile (Docker takes its host view of the container from the answer).
+            backend = sb.backend
+            why = await backend.health() if isinstance(backend, SupportsHealth) else ""
         except Exception as exc:
             self._creating -= 1
             if sb is not None and started:
@@ -491,9 +495,12 @@ class SandboxPool:
                         "verify one (%s); each user gets a fresh sandbox", self._max_uses,
                         baseline.unverifiable)
         lease = _Lease(sb, baseline)
-        if self._closed:
+        if self._closed or why:
+            if why:
+                self._counts["unhealthy"] += 1
+                log.info("pool: new sandbox %s not handed out: %s", sb.id, why)
             self._held.add(lease)
-            self._discard(lease, "the pool closed")
+            self._discard(lease, why or "the pool closed")
         else:
             self._ready.append(lease)
         self._notify()

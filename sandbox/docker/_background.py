@@ -93,15 +93,22 @@ class Background:
     async def aclose(self) -> None:
         """End all background work and wait for it; idempotent."""
         await self._supervisor.aclose()
-        self._init_pid = 0
+        self._init_pid, self._host_until = 0, -1.0  # closed: no host view any more
         host, self.host_health = self.host_health, None
         if host is not None:
             host.close()
 
     def _found_init(self, pid: int) -> None:
         """The watcher saw the container run with init ``pid``: look at it from the host."""
+        if self._host_until:
+            return  # looked already (the engine's answer to `health` came first)
         self._init_pid, self._host_until = pid, time.monotonic() + HOST_VIEW_PATIENCE
         self.host_view()
+
+    def offer_init(self, pid: int) -> None:
+        """An inspect made anyway (`health` asking the engine) gave the init's pid before the
+        watcher's first look: take the host view from it, so the next `health` is local."""
+        self._found_init(pid)
 
     def host_view(self) -> HostHealth | None:
         """The container seen from the host, or None (health is asked of the engine then).

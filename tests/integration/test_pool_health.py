@@ -46,9 +46,9 @@ def engine_asked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     asked: list[str] = []
     real = _checkpoint.container_health
 
-    async def spy(engine: Any, container_id: str) -> tuple[str, bool]:
+    async def spy(engine: Any, container_id: str, **kwargs: Any) -> tuple[str, bool]:
         asked.append(container_id)
-        return await real(engine, container_id)
+        return await real(engine, container_id, **kwargs)
 
     monkeypatch.setattr(_checkpoint, "container_health", spy)
     yield asked
@@ -56,11 +56,16 @@ def engine_asked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 async def _ready_one(pool: SandboxPool, *, host: bool, looked: list[str] | None = None
                      ) -> Sandbox:
+    """The sandbox the next acquire takes, once its host view is taken (``host``; then
+    ``looked``, the engine's answers so far, is cleared) or refused (``looked`` is the list
+    of containers the host view was asked of)."""
     await wait_for(lambda: pool.stats().ready >= 1, "one sandbox ready")
     sb: Sandbox = pool._ready[0].sb  # the one the next acquire takes
     background = sb.backend._background  # type: ignore[attr-defined]
     if host:
         await wait_for(lambda: background.host_view() is not None, "the host view taken")
+        if looked is not None:
+            looked.clear()  # the pool's own check at create asked the engine: not counted
     else:
         # The watcher's first look has come: the host view was refused.
         assert looked is not None
@@ -86,7 +91,7 @@ async def _acquire_after(pool: SandboxPool, how: str, *, host: bool,
 async def test_host_health_catches_a_change_right_before_acquire(
         how: str, engine_asked: list[str]) -> None:
     async with SandboxPool(BUSYBOX, min_ready=1, max_size=3) as pool:
-        victim, got = await _acquire_after(pool, how, host=True)
+        victim, got = await _acquire_after(pool, how, host=True, looked=engine_asked)
         assert got != victim
         assert pool.stats().unhealthy == 1
         # Decided on the host: the victim's engine was not asked (its replacement, handed out
@@ -118,7 +123,7 @@ async def test_engine_fallback_catches_a_change_right_before_acquire(
 async def test_a_healthy_sandbox_is_handed_out_without_asking_the_engine(
         engine_asked: list[str]) -> None:
     async with SandboxPool(BUSYBOX, min_ready=1, max_size=2) as pool:
-        idle = await _ready_one(pool, host=True)
+        idle = await _ready_one(pool, host=True, looked=engine_asked)
         async with pool.acquire() as sb:
             assert sb.id == idle.id
         assert pool.stats().unhealthy == 0 and engine_asked == []
