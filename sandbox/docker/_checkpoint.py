@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -235,15 +235,20 @@ _CHANGE_KINDS = {0: "C", 1: "A", 2: "D"}
 MAX_CHANGES_BYTES = 8 << 20
 
 
-async def container_health(engine: Engine, container_id: str) -> tuple[str, bool]:
+async def container_health(engine: Engine, container_id: str, *,
+                           on_pid: Callable[[int], object] | None = None) -> tuple[str, bool]:
     """("", False) when the container runs and is not paused, else (why it cannot take
-    commands, whether it is paused)."""
+    commands, whether it is paused). ``on_pid`` is given the init's host pid (``State.Pid``)
+    of a running container."""
     try:
         data = await engine.query_json("inspect the sandbox", f"containers/{container_id}/json",
                                        deadline=10)
     except EngineNotFound:
         return "the container is gone", False
     state = (data or {}).get("State") or {}
+    pid = state.get("Pid")
+    if on_pid is not None and state.get("Running") and isinstance(pid, int) and pid > 0:
+        on_pid(pid)
     if state.get("Paused"):
         return "the container is paused", True
     if not state.get("Running") or state.get("Restarting"):
@@ -317,9 +322,16 @@ class PoolPrimitives:
         return found
 
     async def health(self) -> str:
-        """Ask the engine whether the container runs now: "" if so, else why not."""
+        """Whether the container runs now and is not paused: "" if so, else why not.
+
+        Asked of the host where it sees the container (its init's pidfd and its freezer,
+        `_host_health`: microseconds), else of the engine (one inspect, milliseconds).
+        """
         engine, container_id = self._running()
-        why, paused = await container_health(engine, container_id)
+        host = self._background.host_view()
+        seen = host.check() if host is not None else None
+        why, paused = seen if seen is not None else \
+            await container_health(engine, container_id, on_pid=self._background.offer_init)
         if paused:
             self._background.paused = True  # so removal thaws it first
         return why

@@ -24,6 +24,11 @@ class MainPid:
         self._pid: int | None = None
         self._lock = anyio.Lock()
 
+    def offer(self, pid: int) -> None:
+        """An inspect made for another reason (the event watcher's first look) gave the pid."""
+        if self._pid is None and pid > 0:
+            self._pid = pid
+
     async def get(self, *, deadline: float = 5.0) -> int:
         """The main process's pid on the engine's host (0 when it is not running)."""
         if self._pid is None:

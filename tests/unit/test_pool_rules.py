@@ -29,9 +29,12 @@ from sandbox.testing import FakeBackend
 class SlowFake(FakeBackend):
     """A fake whose create takes a moment, counting how many exist at once."""
 
-    alive = 0
+    alive = 0  # created and not yet being removed
     peak = 0
+    removing = 0
+    peak_total = 0  # alive and being removed
     fail = False
+    hold_removal: anyio.Event | None = None  # when set, removals wait for it
 
     made = False
 
@@ -42,14 +45,21 @@ class SlowFake(FakeBackend):
             raise SandboxInitFailed("no engine today")
         SlowFake.alive += 1
         SlowFake.peak = max(SlowFake.peak, SlowFake.alive)
+        SlowFake.peak_total = max(SlowFake.peak_total, SlowFake.alive + SlowFake.removing)
         self.made = True
         await super().create(lifecycle, config, environment=environment)
 
     async def remove(self) -> None:
         if self.made:
             self.made = False
-            await anyio.sleep(0.01)
-            SlowFake.alive -= 1
+            SlowFake.alive -= 1  # killed first, as the engine does
+            SlowFake.removing += 1
+            try:
+                await anyio.sleep(0.01)
+                if SlowFake.hold_removal is not None:
+                    await SlowFake.hold_removal.wait()
+            finally:
+                SlowFake.removing -= 1
         await super().remove()
 
 
@@ -59,8 +69,9 @@ def fake(config: SandboxConfig) -> Sandbox:
 
 @pytest.fixture(autouse=True)
 def reset_counts() -> None:
-    SlowFake.alive = SlowFake.peak = 0
+    SlowFake.alive = SlowFake.peak = SlowFake.removing = SlowFake.peak_total = 0
     SlowFake.fail = False
+    SlowFake.hold_removal = None
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [
@@ -109,8 +120,37 @@ async def test_never_more_than_max_size_and_all_removed_at_close() -> None:
                     tg.start_soon(user)
         assert pool.stats().acquired == 20
     assert SlowFake.peak <= 3 and SlowFake.alive == 0
+    assert SlowFake.peak_total <= 6 and SlowFake.removing == 0
     assert len({id(b) for b in boxes}) == 20  # max_uses=1: no sandbox served twice
     assert all(b.status is SandboxStatus.DESTROYED for b in boxes)
+
+
+@pytest.mark.asyncio
+async def test_a_slow_removal_does_not_hold_back_the_next_create() -> None:
+    """max_size=1: the used sandbox's removal is stuck, yet its replacement is made and
+    handed out; only when removals reach max_size beyond the live ones does creation wait."""
+    SlowFake.hold_removal = hold = anyio.Event()
+    async with SandboxPool(SandboxConfig(), min_ready=1, max_size=1, factory=fake) as pool:
+        try:
+            with anyio.fail_after(10):
+                async with pool.acquire() as first:
+                    # Taken, not yet released: no replacement yet (max_size 1).
+                    assert pool.stats().creating == 0
+                # Released: its removal is stuck, and the next one is made meanwhile.
+                async with pool.acquire() as second:
+                    assert second is not first
+                    assert pool.stats().removing == 1 and SlowFake.removing == 1
+                # Two removals stuck (max_size beyond the live ones): the third create waits.
+                while SlowFake.removing < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+                await anyio.sleep(0.05)
+                assert pool.stats().creating == 0 and pool.stats().ready == 0
+                hold.set()
+                async with pool.acquire() as third:
+                    assert third is not second
+        finally:
+            hold.set()  # else closing the pool waits for the stuck removals
+    assert SlowFake.alive == 0 and SlowFake.removing == 0
 
 
 @pytest.mark.asyncio
