@@ -156,7 +156,8 @@ class _KeptFiles:
 
     def __del__(self) -> None:
         if self.fds:
-            self.close()
+            with contextlib.suppress(Exception):  # at interpreter exit the module may be gone
+                self.close()
 
 
 @attrs.frozen
