@@ -10,9 +10,14 @@ else.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
+import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -72,6 +77,89 @@ def _stat_value(text: str, key: str) -> int:
     return int(value) if value.isdigit() else 0
 
 
+#: The most counter-file descriptors all sandboxes of this process keep open together (see
+#: `HostCgroup.keep_open`); past it a sandbox opens its files per read, as before. A quarter of
+#: the soft open-files limit (1,024 with 256 for these: ~40 sandboxes of six files), so the
+#: fds kept never crowd out what the program opens itself.
+_FD_BUDGET_SHARE = 4
+_fd_lock = threading.Lock()
+_fds_kept = 0
+
+
+def _fd_budget() -> int:
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 0
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(soft // _FD_BUDGET_SHARE, 0)
+
+
+_FD_BUDGET = _fd_budget()
+
+
+class _KeptFiles:
+    """Open descriptors of one cgroup's counter files (-1: the file is absent), read with
+    pread at offset 0 (a cgroup file answers afresh at offset 0): an open and a close fewer
+    per file and read, where the open (a path walk through the cgroup filesystem) cost the
+    most. Counted against `_FD_BUDGET`; closed by `close` or when dropped."""
+
+    def __init__(self, fds: list[int]) -> None:
+        self.fds = fds
+
+    @classmethod
+    def open(cls, paths: tuple[str, ...]) -> _KeptFiles | None:
+        """Open ``paths`` if the budget has room for them all, else None."""
+        global _fds_kept
+        with _fd_lock:
+            if _fds_kept + len(paths) > _FD_BUDGET:
+                return None
+            _fds_kept += len(paths)
+        fds: list[int] = []
+        try:
+            for path in paths:
+                try:
+                    fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+                except FileNotFoundError:
+                    fds.append(-1)
+        except OSError:
+            kept = cls(fds)
+            kept.close(len(paths))
+            return None
+        return cls(fds)
+
+    def read(self, index: int) -> str | None:
+        """The text of file ``index``; None: absent. Raises OSError once the cgroup is gone."""
+        fd = self.fds[index]
+        if fd < 0:
+            return None
+        data = os.pread(fd, _READ_SIZE, 0)
+        if len(data) == _READ_SIZE:  # longer than one read: the rest, at its offset
+            chunks = [data]
+            while len(chunk := os.pread(fd, _READ_SIZE, _READ_SIZE * len(chunks))):
+                chunks.append(chunk)
+                if len(chunk) < _READ_SIZE:
+                    break
+            data = b"".join(chunks)
+        return data.decode()
+
+    def close(self, counted: int | None = None) -> None:
+        global _fds_kept
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        with _fd_lock:
+            _fds_kept -= len(fds) if counted is None else counted
+
+    def __del__(self) -> None:
+        if self.fds:
+            with contextlib.suppress(Exception):  # at interpreter exit the module may be gone
+                self.close()
+
+
 @attrs.frozen
 class HostCgroup:
     """The cgroup directories of one container: v1 per controller, or one v2 directory."""
@@ -83,6 +171,8 @@ class HostCgroup:
     #: The counter files' paths as strings, joined once (a Path join per file per read cost
     #: more than the read): cpu, memory in use, memory.stat, io, high-water mark, limit.
     _files: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+    #: The files kept open (`keep_open`), else None: opened per read.
+    _kept: _KeptFiles | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         names = (("cpu.stat", "memory.current", "memory.stat", "io.stat", "memory.peak",
@@ -123,9 +213,42 @@ class HostCgroup:
             return None
         return found if found.read() is not None else None
 
+    def keep_open(self) -> bool:
+        """Keep the counter files open from now on and read them in place (`close` them):
+        for a caller that reads them per command, from one thread (the event loop). False:
+        the process's budget of kept files is spent (reads open the files, as before)."""
+        if self._kept is None:
+            object.__setattr__(self, "_kept", _KeptFiles.open(self._files))
+        return self._kept is not None
+
+    def close(self) -> None:
+        """Close the files `keep_open` kept (idempotent); reads open them again."""
+        kept = self._kept
+        if kept is not None:
+            object.__setattr__(self, "_kept", None)
+            kept.close()
+
+    def _text(self, index: int) -> str:
+        """Counter file ``index``'s text (FileNotFoundError: it does not exist)."""
+        kept = self._kept
+        if kept is None:
+            return _read(self._files[index])
+        text = kept.read(index)
+        if text is None:
+            raise FileNotFoundError(self._files[index])
+        return text
+
     def read(self, *, limit: bool = True) -> Counters | None:
         """Read the counters now; None once the cgroup is gone or unreadable. ``limit``:
         read the memory limit too (else it is 0: a command's start needs none)."""
+        try:
+            return self._read_v2(limit) if self.v2 else self._read_v1(limit)
+        except (OSError, ValueError):
+            if self._kept is None:
+                return None
+        # Kept files of a cgroup that was removed (and made again, by a restart) answer
+        # ENODEV: the paths, then, are the truth.
+        self.close()
         try:
             return self._read_v2(limit) if self.v2 else self._read_v1(limit)
         except (OSError, ValueError):
@@ -145,13 +268,13 @@ class HostCgroup:
             return None
 
     def _read_v1(self, limit: bool) -> Counters:
-        cpu, current, stat, io, peak, most = self._files
-        used = int(_read(current))
-        inactive = _stat_value(_read(stat), "total_inactive_file")
+        text = self._text
+        used = int(text(1))
+        inactive = _stat_value(text(2), "total_inactive_file")
         reads = writes = 0
         # Block I/O only counts on cgroup v1 when the kernel attributes it to the cgroup
         # (direct or synchronous I/O); page-cache writeback is charged to the root.
-        for line in _read(io).splitlines():
+        for line in text(3).splitlines():
             parts = line.split()
             if len(parts) == 3 and parts[1] in ("Read", "Write"):
                 if parts[1] == "Read":
@@ -159,53 +282,49 @@ class HostCgroup:
                 else:
                     writes += int(parts[2])
         return Counters(
-            cpu_ns=int(_read(cpu)),
+            cpu_ns=int(text(0)),
             memory=_without_cache(used, inactive),
             read_bytes=reads, write_bytes=writes,
-            high_water=int(_read(peak)),
-            limit=_limit(most) if limit else 0,
+            high_water=int(text(4)),
+            limit=self._limit() if limit else 0,
         )
 
     def _read_v2(self, limit: bool) -> Counters:
-        cpu, current, stat, io, peak, most = self._files
-        used = int(_read(current))
-        inactive = _stat_value(_read(stat), "inactive_file")
+        text = self._text
+        used = int(text(1))
+        inactive = _stat_value(text(2), "inactive_file")
         reads = writes = 0
-        for line in _read(io).splitlines():
+        for line in text(3).splitlines():
             for field in line.split()[1:]:
                 key, _, value = field.partition("=")
                 if key == "rbytes":
                     reads += int(value)
                 elif key == "wbytes":
                     writes += int(value)
+        try:
+            high_water = int(text(4))
+        except FileNotFoundError:
+            high_water = 0  # memory.peak came with Linux 5.19
         return Counters(
-            cpu_ns=_stat_value(_read(cpu), "usage_usec") * 1000,
+            cpu_ns=_stat_value(text(0), "usage_usec") * 1000,
             memory=_without_cache(used, inactive),
             read_bytes=reads, write_bytes=writes,
-            high_water=_optional_int(peak),
-            limit=_limit(most) if limit else 0,
+            high_water=high_water,
+            limit=self._limit() if limit else 0,
         )
 
-
-def _optional_int(path: str) -> int:
-    try:
-        return int(_read(path))
-    except FileNotFoundError:
-        return 0  # memory.peak came with Linux 5.19
+    def _limit(self) -> int:
+        """The memory limit; 0 for none ("max" on v2, near 2**63 on v1, no file)."""
+        try:
+            text = self._text(5).strip()
+        except FileNotFoundError:
+            return 0
+        value = int(text) if text.isdigit() else 0
+        return value if value < _NO_LIMIT else 0
 
 
 #: At or above this a v1 ``memory.limit_in_bytes`` means no limit (it reads 2**63 - 4096).
 _NO_LIMIT = 1 << 62
-
-
-def _limit(path: str) -> int:
-    """A memory limit file's value; 0 for none ("max" on v2, near 2**63 on v1, no file)."""
-    try:
-        text = _read(path).strip()
-    except FileNotFoundError:
-        return 0
-    value = int(text) if text.isdigit() else 0
-    return value if value < _NO_LIMIT else 0
 
 
 def _without_cache(used: int, inactive: int) -> int:
@@ -213,7 +332,7 @@ def _without_cache(used: int, inactive: int) -> int:
 
 
 def command_usage(window: ResourceUsage | None, before: Counters, after: Counters,
-                  seconds: float) -> ResourceUsage:
+                  seconds: float, pending: Mapping[str, Any] | None = None) -> ResourceUsage:
     """Sharpen a sampled window with exact counters read at a command's start and end.
 
     CPU time, block I/O and the memory readings come from the counters; network and the
@@ -221,24 +340,28 @@ def command_usage(window: ResourceUsage | None, before: Counters, after: Counter
     A high-water mark that rose during the command was reached during it, so it is the peak.
     ``memory_percent`` is ``memory_usage`` over the cgroup's limit (else over the denominator
     the sampler used, host memory), so the two always describe the same reading.
+    ``pending``: changes to ``window`` not made yet (`StatsSampler.window`'s), made here in
+    the same build (each build validates every field).
     """
     base = window or ResourceUsage(timestamp=datetime.now(UTC))
+    changes = pending or {}
     cpu_ns = max(after.cpu_ns - before.cpu_ns, 0)
-    peak = max(base.memory_peak if window else 0, before.memory, after.memory)
+    peak = max(changes.get("memory_peak", base.memory_peak) if window else 0, before.memory,
+               after.memory)
     if after.high_water > before.high_water:
         peak = max(peak, after.high_water)
     total = after.limit
     if not total and window and window.memory_usage and window.memory_percent:
         total = round(window.memory_usage * 100.0 / window.memory_percent)
-    return attrs.evolve(
-        base,
-        timestamp=datetime.now(UTC),
-        cpu_time=timedelta(microseconds=cpu_ns // 1000),
-        cpu_usage=cpu_ns / 1e9 / seconds * 100.0 if seconds > 0 else 0.0,
-        memory_usage=after.memory,
-        memory_percent=after.memory / total * 100.0 if total > 0 else 0.0,
-        memory_peak=peak,
-        disk_reads=max(after.read_bytes - before.read_bytes, 0),
-        disk_writes=max(after.write_bytes - before.write_bytes, 0),
-        uptime=timedelta(seconds=max(seconds, 0.0)),
-    )
+    return attrs.evolve(base, **{
+        **changes,
+        "timestamp": datetime.now(UTC),
+        "cpu_time": timedelta(microseconds=cpu_ns // 1000),
+        "cpu_usage": cpu_ns / 1e9 / seconds * 100.0 if seconds > 0 else 0.0,
+        "memory_usage": after.memory,
+        "memory_percent": after.memory / total * 100.0 if total > 0 else 0.0,
+        "memory_peak": peak,
+        "disk_reads": max(after.read_bytes - before.read_bytes, 0),
+        "disk_writes": max(after.write_bytes - before.write_bytes, 0),
+        "uptime": timedelta(seconds=max(seconds, 0.0)),
+    })

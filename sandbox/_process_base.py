@@ -71,6 +71,10 @@ class ProcessBase:
     OUTPUT_ENDS_COMMAND: ClassVar[bool] = True
     #: Errors `_conclude` may raise that `wait` raises in place of a result.
     CONCLUDE_ERRORS: ClassVar[tuple[type[Exception], ...]] = (SandboxError,)
+    #: `wait` may read the output and conclude in the caller's task when nothing else runs
+    #: alongside (one source, no stdin, no time limits, no iteration): no task group and no
+    #: two tasks per command. The backend then implements `_output_cut`.
+    INLINE: ClassVar[bool] = False
 
     def __init__(
         self, argv: Sequence[str], *, max_output_bytes: int, timeout: float | None,
@@ -115,6 +119,10 @@ class ProcessBase:
         self._stdin_scopes: set[anyio.CancelScope] = set()
         self.start_time = datetime.now(UTC)
         self._t0 = time.monotonic()
+        self._inline = False  # `wait` runs the command (see INLINE)
+        self._inline_started = False
+        self._cut_at = math.inf  # when an inline read gives up (see `_cut_after`)
+        self._inline_scope: anyio.CancelScope | None = None
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -149,6 +157,19 @@ class ProcessBase:
     async def _kill_on_close(self) -> None:
         """Kill the command because the handle is closed before it ended."""
         await self._signal_tree("KILL")
+
+    async def _output_cut(self) -> None:
+        """An inline read was cut at `_cut_after`'s deadline: stop reading and raise why
+        (one of `CONCLUDE_ERRORS`)."""
+        raise NotImplementedError
+
+    def _cut_after(self, seconds: float) -> None:
+        """Give up the output if it has not ended ``seconds`` from now: an inline read is
+        cancelled then (`_output_cut` follows); the backend's `_conclude` does this itself
+        when it runs beside the pump."""
+        self._cut_at = min(self._cut_at, anyio.current_time() + seconds)
+        if self._inline_scope is not None:
+            self._inline_scope.deadline = self._cut_at
 
     # -- the public handle -------------------------------------------------------------------
 
@@ -245,6 +266,9 @@ class ProcessBase:
         if self._iterate and not self._closed:
             async for _ in self._receive:
                 pass
+        if self._inline and not self._inline_started:
+            self._inline_started = True
+            await self._run_inline()
         await self._done.wait()
         if self._error is not None:
             raise self._error
@@ -284,6 +308,18 @@ class ProcessBase:
 
         ``close_stdin``: send EOF at once (stdin is attached but nobody will write to it).
         """
+        if (self.INLINE and stdin is None and not close_stdin and not self._iterate
+                and self._timeout is None and self._idle_timeout is None
+                and len(self._sources()) == 1):
+            self._inline = True
+            try:
+                try:
+                    yield
+                finally:
+                    await self.aclose()
+            finally:
+                self.release()
+            return
         try:
             async with single_errors(), anyio.create_task_group() as tg:
                 self._start(tg, stdin)
@@ -416,6 +452,29 @@ class ProcessBase:
             self._stop_stdin()
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await self._close_stream()
+
+    async def _run_inline(self) -> None:
+        """Read the output to its end, then `_finish`, in the caller's task (see INLINE).
+
+        Cancelling the caller ends the read like the pump's task (the block's `aclose` then
+        kills the command); `_cut_after`'s deadline ends it too, and `_output_cut` says why.
+        """
+        self._readers = 1
+        with anyio.CancelScope(deadline=self._cut_at) as scope:
+            self._inline_scope = scope
+            try:
+                await self._pump(self._sources()[0])
+            finally:
+                self._inline_scope = None
+        if scope.cancelled_caught and not self._drained:
+            try:
+                await self._output_cut()
+            except self.CONCLUDE_ERRORS as exc:
+                self._error = self._error or exc
+            finally:
+                self._done.set()
+            return
+        await self._finish()
 
     async def _finish(self) -> None:
         """Wait for the end, build the result, let the sandbox add to it."""

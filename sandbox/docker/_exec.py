@@ -51,6 +51,8 @@ STOPPED_GRACE = 5.0
 class ExecProcess(ProcessBase):
     """A command running in the sandbox's container (see `sandbox.Process`)."""
 
+    INLINE = True
+
     def __init__(
         self, *, engine: Engine, container_id: str, exec_id: str, stream: ExecStream, marker: str,
         user: str, argv: Sequence[str], max_output_bytes: int, timeout: float | None,
@@ -92,6 +94,7 @@ class ExecProcess(ProcessBase):
         if self._stopped is None:
             self._stopped = error
             self._wake.set()
+            self._cut_after(STOPPED_GRACE)  # an inline read; else `_conclude` waits as long
 
     # -- hooks -------------------------------------------------------------------------------
 
@@ -186,6 +189,11 @@ class ExecProcess(ProcessBase):
             await self._eof.wait()
         if self._eof.is_set():
             return  # the usual case: the engine ended the output, the result tells the rest
+        await self._output_cut()
+
+    async def _output_cut(self) -> None:
+        """The container stopped and the output did not end within `STOPPED_GRACE`: stop
+        reading, close the stream and raise why."""
         self._killed = self._abandoned = True
         self._stop_stdin()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):

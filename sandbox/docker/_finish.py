@@ -86,12 +86,21 @@ class ResultFinisher:
                 pid = await self._main_pid.get()  # shared with the sampler: one inspect
                 self._cgroup = HostCgroup.find(pid, self._container_id)
                 self._cgroup_looked_up = True  # an engine error is worth another try
+                if self._cgroup is not None:
+                    # Read twice per command, on the loop: the files stay open until
+                    # `close` (when the budget allows; else they are opened per read).
+                    self._cgroup.keep_open()
         return self._cgroup
+
+    def close(self) -> None:
+        """Close the container's cgroup files (the sandbox is being removed)."""
+        if self._cgroup is not None:
+            self._cgroup.close()
 
     async def finalizer(self) -> CommandFinalizer:
         """Return what completes a command's result; call it just before the command starts."""
         cgroup = await self._host_cgroup()
-        before = cgroup.read() if cgroup is not None else None
+        before = cgroup.read(limit=False) if cgroup is not None else None
         return CommandFinalizer(self, cgroup if before is not None else None, before,
                                 time.monotonic(), self.oom_events)
 
@@ -101,11 +110,16 @@ class ResultFinisher:
         the cgroup's counters where the SDK reads them (``before``: at the start)."""
         end = time.monotonic()
         sampler = self._sampler()
-        usage = sampler.usage_between(start, end) if sampler else None
+        window = sampler.window(start, end) if sampler else None
         after = cgroup.read() if cgroup is not None and before is not None else None
         if before is not None and after is not None:
-            usage = command_usage(usage, before, after, end - start)
-        return usage
+            # One build: the window's changes and the counters' together.
+            if window is None:
+                return command_usage(None, before, after, end - start)
+            return command_usage(window[0], before, after, end - start, pending=window[1])
+        if window is not None:
+            return attrs.evolve(window[0], **window[1])
+        return sampler.usage_between(start, end) if sampler else None
 
     async def _finish(self, result: CommandResult, usage: ResourceUsage | None,
                       ooms: int) -> CommandResult:

@@ -354,6 +354,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         create that failed half-way (a container whose create answer was lost is found by
         its label)."""
         await self._background.aclose()
+        if self._finisher is not None:
+            self._finisher.close()
         errors: list[str] = []
         closing = self._docker if self._owns_docker else None
         if self._engine is not None and self._engine.client_closed():

@@ -36,6 +36,7 @@ from ._usage import (
     sample_is_live,
     usage_from_stats,
     usage_over,
+    window_over,
 )
 from ._wire import size_rw
 
@@ -180,7 +181,27 @@ class StatsSampler:
         the sampled window; ``memory_peak`` is the highest sample in it; point-in-time fields
         come from the closing sample; ``uptime`` is ``end - start``.
         """
-        return usage_over(self._records, start, end)
+        summary = self.window(start, end)
+        if summary is None:
+            return usage_over((), start, end)
+        last, changes = summary
+        return attrs.evolve(last, **changes)
+
+    def window(self, start: float, end: float) -> tuple[ResourceUsage, dict[str, Any]] | None:
+        """`usage_between` as the closing sample and the changes to make to it (a caller
+        that changes more makes the result once); None without samples."""
+        return window_over(self._records, start, end)
+
+    def _keep(self, stamp: float, usage: ResourceUsage) -> None:
+        """Keep a record; in stamp order (the windows bisect them), as they come by
+        construction (each stamped when kept)."""
+        records = self._records
+        if records and stamp < records[-1].mono:
+            self._records = collections.deque(
+                sorted((*records, _Record(stamp, usage)), key=lambda r: r.mono),
+                maxlen=records.maxlen)
+            return
+        records.append(_Record(stamp, usage))
 
     def _first(self) -> anyio.Event:
         # Created lazily: an anyio Event must be made inside a running event loop.
@@ -237,7 +258,7 @@ class StatsSampler:
         command may be shorter than the sampling interval and precision matters.
         """
         usage = await self.sample_now()
-        self._records.append(_Record(time.monotonic(), usage))
+        self._keep(time.monotonic(), usage)
         return usage
 
     # -- the loop --------------------------------------------------------------------------------
@@ -366,7 +387,7 @@ class StatsSampler:
         else:
             usage = self._from_host(reading)
             reader.published = (same, usage)
-            self._records.append(_Record(now, usage))
+            self._keep(now, usage)
         self._last_published = now
         self._history.append(usage)
         self._first().set()
@@ -407,7 +428,7 @@ class StatsSampler:
         if usage is None:
             return
         now = time.monotonic()
-        self._records.append(_Record(now, usage))
+        self._keep(now, usage)
         if now - self._last_published >= self._interval - _PUBLISH_SLACK:
             self._last_published = now
             await self._publish(usage)

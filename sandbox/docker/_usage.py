@@ -8,7 +8,9 @@ rule) is in docs/engine-notes.md, section "Stats".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -26,6 +28,7 @@ __all__ = [
     "sample_is_live",
     "usage_from_stats",
     "usage_over",
+    "window_over",
 ]
 
 #: POSIX sh (busybox ash, dash) printing "processes threads fds" for every process in the
@@ -172,27 +175,42 @@ def _delta(a: int, b: int) -> int:
 def usage_over(records: Iterable[tuple[float, ResourceUsage]], start: float,
                end: float) -> ResourceUsage:
     """Summarise (monotonic stamp, sample) pairs over ``[start, end]``; see `usage_between`."""
-    recs = sorted(records, key=lambda r: r[0])
-    duration = timedelta(seconds=max(end - start, 0.0))
+    summary = window_over(sorted(records, key=_stamp), start, end)
+    if summary is None:
+        return ResourceUsage(timestamp=datetime.now(UTC),
+                             uptime=timedelta(seconds=max(end - start, 0.0)))
+    last, changes = summary
+    return attrs.evolve(last, **changes)
+
+
+def _stamp(record: tuple[float, ResourceUsage]) -> float:
+    return record[0]
+
+
+def window_over(recs: Sequence[tuple[float, ResourceUsage]], start: float,
+                end: float) -> tuple[ResourceUsage, dict[str, Any]] | None:
+    """`usage_over` of records already in stamp order, found by bisection (a command reads it
+    from up to 600 records), as the closing sample and the changes to make to it (made by the
+    caller in one build, with its own); None without records."""
     if not recs:
-        return ResourceUsage(timestamp=datetime.now(UTC), uptime=duration)
-    before = [r for r in recs if r[0] <= start]
-    base = before[-1] if before else recs[0]
-    after = [r for r in recs if r[0] >= end]
-    fin = after[0] if after else recs[-1]
-    window = [u for t, u in recs if base[0] <= t <= fin[0]]
-    (t0, u0), (t1, u1) = base, fin
+        return None
+    n = len(recs)
+    i = bisect.bisect_right(recs, start, key=_stamp)
+    t0, u0 = recs[i - 1] if i else recs[0]
+    j = bisect.bisect_left(recs, end, key=_stamp)
+    t1, u1 = recs[j] if j < n else recs[-1]
+    lo = bisect.bisect_left(recs, t0, key=_stamp)
+    hi = bisect.bisect_right(recs, t1, key=_stamp)
     cpu = max(u1.cpu_time - u0.cpu_time, timedelta(0))
     span = t1 - t0
-    return attrs.evolve(
-        u1,
+    return u1, {
         # A rate over the sampled window, which covers the command (when samples bracket it).
-        cpu_usage=cpu.total_seconds() / span * 100.0 if span > 0 else 0.0,
-        cpu_time=cpu,
-        memory_peak=max(u.memory_usage for u in window),
-        disk_reads=_delta(u0.disk_reads, u1.disk_reads),
-        disk_writes=_delta(u0.disk_writes, u1.disk_writes),
-        network_in=_delta(u0.network_in, u1.network_in),
-        network_out=_delta(u0.network_out, u1.network_out),
-        uptime=duration,
-    )
+        "cpu_usage": cpu.total_seconds() / span * 100.0 if span > 0 else 0.0,
+        "cpu_time": cpu,
+        "memory_peak": max(r[1].memory_usage for r in itertools.islice(recs, lo, hi)),
+        "disk_reads": _delta(u0.disk_reads, u1.disk_reads),
+        "disk_writes": _delta(u0.disk_writes, u1.disk_writes),
+        "network_in": _delta(u0.network_in, u1.network_in),
+        "network_out": _delta(u0.network_out, u1.network_out),
+        "uptime": timedelta(seconds=max(end - start, 0.0)),
+    }

@@ -42,7 +42,7 @@ class CommandAccounting:
         self._ooms = 0  # the cgroup's OOM kills when the last SIGKILLed command ended
 
     def before(self) -> Counters | None:
-        return self._reader.read() if self._reader is not None else None
+        return self._reader.read(limit=False) if self._reader is not None else None
 
     def after(self, result: CommandResult, before: Counters | None) -> CommandResult:
         after = self._reader.read() if self._reader is not None else None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -142,3 +144,73 @@ def test_a_stat_value_is_read_from_its_own_line_only() -> None:
     assert _stat_value(text, "last") == 1
     assert _stat_value(text, "file") == 0
     assert _stat_value("total_inactive_file 3\n", "inactive_file") == 0
+
+
+def test_kept_files_read_in_place_and_follow_changes(tmp_path: Path) -> None:
+    from sandbox import _cgroup_usage
+
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None
+    counted = _cgroup_usage._fds_kept
+    assert cg.keep_open()
+    assert _cgroup_usage._fds_kept == counted + 6
+    usage = root / "cpu,cpuacct" / "docker" / CID / "cpuacct.usage"
+    assert (first := cg.read()) is not None and first.cpu_ns == 1_500_000_000
+    # Rewritten in place (a cgroup file answers afresh at offset 0): the new value, not the
+    # first one kept.
+    with usage.open("r+") as f:
+        f.write("2500000000\n")
+    counters = cg.read()
+    assert counters is not None and counters.cpu_ns == 2_500_000_000
+    # No limit file (absent: kept as -1): no limit, as when read by path.
+    assert counters.limit == 0
+    cg.close()
+    cg.close()
+    assert _cgroup_usage._fds_kept == counted
+
+
+def test_kept_files_respect_the_budget(tmp_path: Path, monkeypatch: Any) -> None:
+    from sandbox import _cgroup_usage
+
+    proc, root = v1_tree(tmp_path)
+    monkeypatch.setattr(_cgroup_usage, "_FD_BUDGET", _cgroup_usage._fds_kept + 6)
+    first = HostCgroup.find(42, CID, proc=proc, root=root)
+    second = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert first is not None and second is not None
+    assert first.keep_open()
+    assert not second.keep_open()  # over the budget: reads open the files, and still work
+    assert second.read() == first.read() is not None
+    first.close()
+    assert second.keep_open()
+    second.close()
+
+
+def test_kept_files_of_a_removed_cgroup_fall_back_to_the_paths(tmp_path: Path) -> None:
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None and cg.keep_open()
+    kept = cg._kept
+    assert kept is not None
+    for fd in kept.fds:  # as the files of a removed cgroup answer ENODEV
+        if fd >= 0:
+            os.close(fd)
+    kept.fds = [os.open(os.devnull, os.O_WRONLY) for _ in range(6)]
+    counters = cg.read()
+    assert counters is not None and counters.cpu_ns == 1_500_000_000
+    assert cg._kept is None
+
+
+def test_command_usage_makes_pending_window_changes_in_the_same_build() -> None:
+    window = ResourceUsage(memory_usage=300, memory_percent=3.0, memory_peak=50,
+                           network_in=70, process_count=4)
+    pending = {"memory_peak": 900, "network_in": 7, "cpu_usage": 99.0,
+               "cpu_time": timedelta(seconds=9)}
+    before = Counters(cpu_ns=1_000_000, memory=100, read_bytes=0, write_bytes=0)
+    after = Counters(cpu_ns=3_000_000, memory=200, read_bytes=5, write_bytes=6)
+    once = command_usage(window, before, after, 0.5, pending=pending)
+    twice = command_usage(attrs.evolve(window, **pending), before, after, 0.5)
+    assert attrs.evolve(once, timestamp=twice.timestamp) == twice
+    # The window's peak (pending) counts; the counters' CPU time wins over the window's.
+    assert once.memory_peak == 900 and once.network_in == 7
+    assert once.cpu_time == timedelta(microseconds=2000)

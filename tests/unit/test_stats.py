@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from sandbox._models import ResourceUsage
@@ -27,6 +28,7 @@ from sandbox.docker._usage import (
     sample_is_live,
     usage_from_stats,
     usage_over,
+    window_over,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -182,3 +184,41 @@ def test_window_with_no_samples_and_reset_counters() -> None:
     reset = [_rec(1.0, cpu=5.0, network_out=100), _rec(2.0, cpu=1.0, network_out=3)]
     v = usage_over(reset, 1.0, 2.0)
     assert v.cpu_time == timedelta(0) and v.network_out == 0
+
+
+def _linear_window(recs: list[tuple[float, ResourceUsage]], start: float,
+                   end: float) -> tuple[float, float, int]:
+    """The window as the scan over every record found it: (base stamp, closing stamp, peak)."""
+    before = [r for r in recs if r[0] <= start]
+    base = before[-1] if before else recs[0]
+    after = [r for r in recs if r[0] >= end]
+    fin = after[0] if after else recs[-1]
+    peak = max(u.memory_usage for t, u in recs if base[0] <= t <= fin[0])
+    return base[0], fin[0], peak
+
+
+def test_window_by_bisection_matches_a_scan_of_every_record() -> None:
+    import random
+
+    rng = random.Random(29)
+    for _ in range(300):
+        # Repeated stamps too (two records in one clock tick).
+        stamps = sorted(rng.choice(range(20)) / 2 for _ in range(rng.randint(1, 12)))
+        recs = [_rec(t, cpu=i, memory_usage=rng.randint(0, 1000), network_in=i)
+                for i, t in enumerate(stamps)]
+        # Bounds on a stamp too, where bisecting left or right makes the difference.
+        start = rng.choice((rng.uniform(-1, 11), rng.choice(stamps)))
+        end = rng.choice((start + rng.uniform(0, 4), max(start, rng.choice(stamps))))
+        t0, t1, peak = _linear_window(recs, start, end)
+        u = usage_over(recs, start, end)
+        summary = window_over(recs, start, end)
+        assert summary is not None
+        assert attrs.evolve(summary[0], **summary[1]) == u
+        assert u.memory_peak == peak
+        # The base: the last record at or before the start (else the first); the close: the
+        # first at or after the end (else the last).
+        base_i = max((i for i, r in enumerate(recs) if r[0] <= start), default=0)
+        fin_i = min((i for i, r in enumerate(recs) if r[0] >= end), default=len(recs) - 1)
+        assert (recs[base_i][0], recs[fin_i][0]) == (t0, t1)
+        assert u.cpu_time == timedelta(seconds=max(fin_i - base_i, 0))
+    assert window_over([], 1.0, 2.0) is None
