@@ -34,26 +34,42 @@ class Counters:
     limit: int = 0  # the cgroup's memory limit; 0: none
 
 
-def _read(path: Path) -> str:
-    """A cgroup file's text: os.read, a third of pathlib's cost (read twice per command)."""
+_READ_SIZE = 65536
+
+
+def _read(path: str | Path) -> str:
+    """A cgroup file's text: os.read, a third of pathlib's cost (read twice per command).
+
+    A read that returns less than asked for is the end: the kernel's cgroup files (seq files)
+    fill a read as far as they can, so no second read asks to see the end (a syscall fewer
+    per file).
+    """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
-        while chunk := os.read(fd, 65536):
+        while chunk := os.read(fd, _READ_SIZE):
             chunks.append(chunk)
+            if len(chunk) < _READ_SIZE:
+                break
     finally:
         os.close(fd)
     return b"".join(chunks).decode()
 
 
-def _keyed(text: str) -> dict[str, int]:
-    """Parse "key value" lines (memory.stat, cpu.stat)."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            out[key] = int(value)
-    return out
+def _stat_value(text: str, key: str) -> int:
+    """The value of the line "``key`` value" of a stat file (0 when absent): one search,
+    where parsing every line of memory.stat cost more than reading it (twice per command)."""
+    head = key + " "
+    if text.startswith(head):
+        at = 0
+    else:
+        at = text.find("\n" + head)
+        if at < 0:
+            return 0
+        at += 1
+    end = text.find("\n", at)
+    value = text[at + len(head):end if end >= 0 else len(text)].strip()
+    return int(value) if value.isdigit() else 0
 
 
 @attrs.frozen
@@ -64,6 +80,19 @@ class HostCgroup:
     memory: Path
     io: Path
     v2: bool
+    #: The counter files' paths as strings, joined once (a Path join per file per read cost
+    #: more than the read): cpu, memory in use, memory.stat, io, high-water mark, limit.
+    _files: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        names = (("cpu.stat", "memory.current", "memory.stat", "io.stat", "memory.peak",
+                  "memory.max") if self.v2 else
+                 ("cpuacct.usage", "memory.usage_in_bytes", "memory.stat",
+                  "blkio.throttle.io_service_bytes_recursive", "memory.max_usage_in_bytes",
+                  "memory.limit_in_bytes"))
+        dirs = (self.cpu, self.memory, self.memory, self.io, self.memory, self.memory)
+        object.__setattr__(self, "_files", tuple(
+            os.path.join(d, n) for d, n in zip(dirs, names, strict=True)))
 
     @classmethod
     def find(cls, pid: int, container_id: str, *, proc: Path = PROC_ROOT,
@@ -94,10 +123,11 @@ class HostCgroup:
             return None
         return found if found.read() is not None else None
 
-    def read(self) -> Counters | None:
-        """Read the counters now; None once the cgroup is gone or unreadable."""
+    def read(self, *, limit: bool = True) -> Counters | None:
+        """Read the counters now; None once the cgroup is gone or unreadable. ``limit``:
+        read the memory limit too (else it is 0: a command's start needs none)."""
         try:
-            return self._read_v2() if self.v2 else self._read_v1()
+            return self._read_v2(limit) if self.v2 else self._read_v1(limit)
         except (OSError, ValueError):
             return None
 
@@ -105,8 +135,8 @@ class HostCgroup:
         """Only the CPU time used so far (one small file: a sampler's is-it-idle check)."""
         try:
             if self.v2:
-                return _keyed(_read(self.cpu / "cpu.stat")).get("usage_usec", 0) * 1000
-            fd = os.open(f"{self.cpu}/cpuacct.usage", os.O_RDONLY | os.O_CLOEXEC)
+                return _stat_value(_read(self._files[0]), "usage_usec") * 1000
+            fd = os.open(self._files[0], os.O_RDONLY | os.O_CLOEXEC)
             try:
                 return int(os.read(fd, 64))
             finally:
@@ -114,13 +144,14 @@ class HostCgroup:
         except (OSError, ValueError):
             return None
 
-    def _read_v1(self) -> Counters:
-        stat = _keyed(_read(self.memory / "memory.stat"))
-        used = int(_read(self.memory / "memory.usage_in_bytes"))
+    def _read_v1(self, limit: bool) -> Counters:
+        cpu, current, stat, io, peak, most = self._files
+        used = int(_read(current))
+        inactive = _stat_value(_read(stat), "total_inactive_file")
         reads = writes = 0
         # Block I/O only counts on cgroup v1 when the kernel attributes it to the cgroup
         # (direct or synchronous I/O); page-cache writeback is charged to the root.
-        for line in _read(self.io / "blkio.throttle.io_service_bytes_recursive").splitlines():
+        for line in _read(io).splitlines():
             parts = line.split()
             if len(parts) == 3 and parts[1] in ("Read", "Write"):
                 if parts[1] == "Read":
@@ -128,18 +159,19 @@ class HostCgroup:
                 else:
                     writes += int(parts[2])
         return Counters(
-            cpu_ns=int(_read(self.cpu / "cpuacct.usage")),
-            memory=_without_cache(used, stat.get("total_inactive_file", 0)),
+            cpu_ns=int(_read(cpu)),
+            memory=_without_cache(used, inactive),
             read_bytes=reads, write_bytes=writes,
-            high_water=int(_read(self.memory / "memory.max_usage_in_bytes")),
-            limit=_limit(self.memory / "memory.limit_in_bytes"),
+            high_water=int(_read(peak)),
+            limit=_limit(most) if limit else 0,
         )
 
-    def _read_v2(self) -> Counters:
-        stat = _keyed(_read(self.memory / "memory.stat"))
-        used = int(_read(self.memory / "memory.current"))
+    def _read_v2(self, limit: bool) -> Counters:
+        cpu, current, stat, io, peak, most = self._files
+        used = int(_read(current))
+        inactive = _stat_value(_read(stat), "inactive_file")
         reads = writes = 0
-        for line in _read(self.io / "io.stat").splitlines():
+        for line in _read(io).splitlines():
             for field in line.split()[1:]:
                 key, _, value = field.partition("=")
                 if key == "rbytes":
@@ -147,15 +179,15 @@ class HostCgroup:
                 elif key == "wbytes":
                     writes += int(value)
         return Counters(
-            cpu_ns=_keyed(_read(self.cpu / "cpu.stat")).get("usage_usec", 0) * 1000,
-            memory=_without_cache(used, stat.get("inactive_file", 0)),
+            cpu_ns=_stat_value(_read(cpu), "usage_usec") * 1000,
+            memory=_without_cache(used, inactive),
             read_bytes=reads, write_bytes=writes,
-            high_water=_optional_int(self.memory / "memory.peak"),
-            limit=_limit(self.memory / "memory.max"),
+            high_water=_optional_int(peak),
+            limit=_limit(most) if limit else 0,
         )
 
 
-def _optional_int(path: Path) -> int:
+def _optional_int(path: str) -> int:
     try:
         return int(_read(path))
     except FileNotFoundError:
@@ -166,7 +198,7 @@ def _optional_int(path: Path) -> int:
 _NO_LIMIT = 1 << 62
 
 
-def _limit(path: Path) -> int:
+def _limit(path: str) -> int:
     """A memory limit file's value; 0 for none ("max" on v2, near 2**63 on v1, no file)."""
     try:
         text = _read(path).strip()

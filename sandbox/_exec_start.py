@@ -40,11 +40,12 @@ def check_exec_size(argv: Sequence[str], env: Sequence[str]) -> None:
     "message length exceeds maximum message size" (4 MiB).
     """
     total = 0
-    labelled = [(f"argv[{i}]", a) for i, a in enumerate(argv)]
-    labelled += [(f"environment entry {e.partition('=')[0]!r} (KEY=value)", e) for e in env]
-    for label, text in labelled:
-        size = len(text.encode("utf-8", "surrogatepass")) + 1
+    for i, text in enumerate((*argv, *env)):
+        # ASCII (nearly always) is one byte a character: no encoded copy needed to count it.
+        size = (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))) + 1
         if size > MAX_ARG_STRLEN:
+            label = f"argv[{i}]" if i < len(argv) else \
+                f"environment entry {text.partition('=')[0]!r} (KEY=value)"
             raise CommandStartFailed(
                 f"cannot start {argv[0]!r}: {label} is {size - 1} bytes, but Linux allows at "
                 f"most {MAX_ARG_STRLEN - 1} bytes per argument or environment entry",

@@ -35,8 +35,8 @@ from ._signals import parse_signal
 from ._tasks import single_errors
 
 __all__ = [
-    "DRAIN_AFTER_KILL", "Callback", "Finalizer", "ProcessBase", "Reader", "make_result",
-    "overdue", "unconfirmed_kill",
+    "DRAIN_AFTER_KILL", "NO_USAGE", "Callback", "Finalizer", "ProcessBase", "Reader",
+    "make_result", "overdue", "unconfirmed_kill",
 ]
 
 #: How long a killed command may take to close its output before we stop waiting for it.
@@ -46,7 +46,14 @@ ITER_BUFFER = 16
 
 Callback = Callable[[bytes], Any]
 Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
-"""Adds to a result what only the sandbox knows (usage during the command, OOM kills)."""
+"""Adds to a result what only the sandbox knows (usage during the command, OOM kills).
+
+One that also has a ``measure()`` method (returning the command's `ResourceUsage`, or None) is
+asked for the usage when the command ended, so its result is built with it once (see
+`ProcessBase._make_result`); it then adds only the rarer news (an OOM kill) itself."""
+
+#: The usage of a result nobody measured; one frozen instance instead of one built per result.
+NO_USAGE = ResourceUsage()
 Reader = Callable[[], Awaitable[tuple[StreamName, bytes] | None]]
 """One output source of a command: the next chunk and its stream, None at the end."""
 
@@ -79,6 +86,8 @@ class ProcessBase:
         }
         self._iterate = iterate
         self._finalize = finalize
+        self._measure: Callable[[], ResourceUsage | None] | None = getattr(
+            finalize, "measure", None)
         send, receive = anyio.create_memory_object_stream[OutputChunk](ITER_BUFFER)
         self._send = send
         self._receive = receive
@@ -423,11 +432,13 @@ class ProcessBase:
     def _make_result(self, *, exit_code: int, signal: str, errors: Sequence[str],
                      process_id: int = 0, metadata: dict[str, str] | None = None,
                      ) -> CommandResult:
-        """`make_result` with this handle's capture, timing and kill reason."""
+        """`make_result` with this handle's capture, timing and kill reason, and the usage
+        the finalizer measured (when it can: see `Finalizer`)."""
         return make_result(
             self._capture, exit_code=exit_code, signal=signal, errors=errors,
             timed_out=bool(self._kill_reason), start_time=self.start_time, t0=self._t0,
-            process_id=process_id, metadata=metadata)
+            process_id=process_id, metadata=metadata,
+            resource_usage=self._measure() if self._measure is not None else None)
 
 
 async def overdue(
@@ -478,9 +489,6 @@ def make_result(
     error = "; ".join(e for e in errors if e)
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
-    extra: dict[str, Any] = {}
-    if resource_usage is not None:
-        extra["resource_usage"] = resource_usage
     return CommandResult(
         exit_code=exit_code,
         success=exit_code == 0 and not timed_out if success is None else success,
@@ -498,5 +506,5 @@ def make_result(
         truncated=capture.truncated,
         stdout_bytes=out.stdout,
         stderr_bytes=out.stderr,
-        **extra,
+        resource_usage=NO_USAGE if resource_usage is None else resource_usage,
     )

@@ -15,6 +15,7 @@ behind this are in docs/engine-notes.md, sections "exec: streams, stdin, exit co
 from __future__ import annotations
 
 import contextlib
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ import anyio
 from .._backend import ProcessSpec
 from .._errors import (
     CommandStartFailed,
+    EngineTimeout,
     EngineUnavailable,
     SandboxError,
     SandboxNotFound,
@@ -35,7 +37,6 @@ from .._output import StreamName
 from .._process_base import Callback, Finalizer, ProcessBase, Reader, unconfirmed_kill
 from .._signals import signal_name
 from .._sweep import MARKER_VAR
-from .._tasks import first_of
 from .._tty import check_terminal_size
 from ._exec_gate import ExecGate
 from ._exec_kill import kill_command, sweep
@@ -70,7 +71,9 @@ class ExecProcess(ProcessBase):
         self._user = user
         self._first = True
         self._stopped: SandboxError | None = None  # why the container stopped under us
-        self._stopped_event = anyio.Event()
+        # The output ended or the container stopped: one event for the finisher to wait on
+        # (waiting for the first of two took a task group and two tasks per command).
+        self._wake = anyio.Event()
 
     async def resize(self, rows: int, cols: int) -> None:
         """Set the size of the command's terminal (``tty=True``); the engine ignores it
@@ -88,7 +91,7 @@ class ExecProcess(ProcessBase):
         """
         if self._stopped is None:
             self._stopped = error
-            self._stopped_event.set()
+            self._wake.set()
 
     # -- hooks -------------------------------------------------------------------------------
 
@@ -115,6 +118,7 @@ class ExecProcess(ProcessBase):
     def _output_ended(self) -> None:
         self._gate.confirmed(self.exec_id)
         super()._output_ended()
+        self._wake.set()
 
     async def _write_in(self, data: bytes) -> None:
         await self._stream.write_in(data)
@@ -159,7 +163,7 @@ class ExecProcess(ProcessBase):
 
     async def _conclude(self) -> CommandResult:
         """Wait for EOF, read the exit code and build the result."""
-        await first_of(self._eof, self._stopped_event)
+        await self._wake.wait()
         if not self._eof.is_set():
             await self._end_with_container()
         await self._eof.wait()  # bounded after a kill: see _await_end_after_kill
@@ -228,20 +232,35 @@ class ExecProcess(ProcessBase):
             metadata={"container_id": self.container_id, "exec_id": self.exec_id})
 
 
+#: Pauses between looks at an exec whose output ended before the engine recorded its exit; the
+#: last repeats. The engine records it a moment after the output ends (it handles the exit
+#: event from containerd on its own), mostly within a few milliseconds.
+EXIT_RETRY = (0.002, 0.005, 0.01, 0.02, 0.05)
+#: How long an exec's exit may take to show after its output ended.
+EXIT_PATIENCE = 5.0
+
+
 async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> dict[str, Any]:
     """The exec's inspect once it is no longer running (for up to 5 s), else no exit code.
 
     `abandoned`: it did not end when killed, so one look is enough.
     """
-    info: dict[str, Any] = {}
-    with anyio.move_on_after(5):
-        while True:
-            info = await engine.inspect_exec(exec_id)
-            if not info.get("Running") and info.get("ExitCode") is not None:
-                return info
-            if abandoned:
-                break  # it did not end when killed: waiting longer tells nothing new
-            await anyio.sleep(0.05)
+    # The first look bounded by its own call's deadline: no scope around it for the usual
+    # case, where the exit is already recorded.
+    give_up = anyio.current_time() + EXIT_PATIENCE
+    try:
+        info = await engine.inspect_exec(exec_id, deadline=EXIT_PATIENCE)
+    except EngineTimeout:
+        return {"ExitCode": None, "Pid": 0, "Running": False}
+    if not info.get("Running") and info.get("ExitCode") is not None:
+        return info
+    if not abandoned:  # it did not end when killed: waiting longer tells nothing new
+        with anyio.CancelScope(deadline=give_up):
+            for attempt in itertools.count():
+                await anyio.sleep(EXIT_RETRY[min(attempt, len(EXIT_RETRY) - 1)])
+                info = await engine.inspect_exec(exec_id)
+                if not info.get("Running") and info.get("ExitCode") is not None:
+                    return info
     return {"ExitCode": None, "Pid": 0, "Running": info.get("Running", False)}
 
 

@@ -15,15 +15,14 @@ from typing import Any
 import anyio
 import attrs
 
-from .._cgroup_usage import HostCgroup, command_usage
+from .._cgroup_usage import Counters, HostCgroup, command_usage
 from .._errors import SandboxError
 from .._lifecycle import Lifecycle
 from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatus
-from ._exec import Finalizer
 from ._gateway import Engine
 from ._stats import StatsSampler
 
-__all__ = ["ResultFinisher"]
+__all__ = ["CommandFinalizer", "ResultFinisher"]
 
 #: Called when the container is found stopped: (reason, exit code, OOM-killed).
 OnStop = Callable[[str, "int | None", bool], None]
@@ -31,6 +30,30 @@ OnStop = Callable[[str, "int | None", bool], None]
 
 def _join_errors(first: str, rest: str) -> str:
     return f"{first}; {rest}" if rest else first
+
+
+class CommandFinalizer:
+    """Completes one command's result: `measure` when it ended (the result is then built
+    with the usage, once), and the call adds the OOM kill and what else only the sandbox knows
+    (and the usage, when nobody measured it: a session's result)."""
+
+    def __init__(self, finisher: ResultFinisher, cgroup: HostCgroup | None,
+                 before: Counters | None, start: float, ooms: int) -> None:
+        self._finisher, self._cgroup, self._before = finisher, cgroup, before
+        self._start, self._ooms = start, ooms
+        self._measured = False
+        self._usage: ResourceUsage | None = None
+
+    def measure(self) -> ResourceUsage | None:
+        """The usage from the command's start until now (the first call's; None: none)."""
+        if not self._measured:
+            self._measured = True
+            self._usage = self._finisher._usage(self._cgroup, self._before, self._start)
+        return self._usage
+
+    async def __call__(self, result: CommandResult) -> CommandResult:
+        usage = None if self._measured else self.measure()
+        return await self._finisher._finish(result, usage, self._ooms)
 
 
 class ResultFinisher:
@@ -64,25 +87,29 @@ class ResultFinisher:
                 self._cgroup_looked_up = True  # an engine error is worth another try
         return self._cgroup
 
-    async def finalizer(self) -> Finalizer:
+    async def finalizer(self) -> CommandFinalizer:
         """Return what completes a command's result; call it just before the command starts."""
         cgroup = await self._host_cgroup()
         before = cgroup.read() if cgroup is not None else None
-        start, ooms = time.monotonic(), self.oom_events
+        return CommandFinalizer(self, cgroup if before is not None else None, before,
+                                time.monotonic(), self.oom_events)
 
-        async def finalize(result: CommandResult) -> CommandResult:
-            end = time.monotonic()
-            sampler = self._sampler()
-            usage = sampler.usage_between(start, end) if sampler else None
-            after = cgroup.read() if cgroup is not None and before is not None else None
-            if before is not None and after is not None:
-                usage = command_usage(usage, before, after, end - start)
-            return await self._finish(result, usage, ooms)
-        return finalize
+    def _usage(self, cgroup: HostCgroup | None, before: Counters | None,
+               start: float) -> ResourceUsage | None:
+        """The sandbox's usage from ``start`` until now: the sampler's window, made exact by
+        the cgroup's counters where the SDK reads them (``before``: at the start)."""
+        end = time.monotonic()
+        sampler = self._sampler()
+        usage = sampler.usage_between(start, end) if sampler else None
+        after = cgroup.read() if cgroup is not None and before is not None else None
+        if before is not None and after is not None:
+            usage = command_usage(usage, before, after, end - start)
+        return usage
 
     async def _finish(self, result: CommandResult, usage: ResourceUsage | None,
                       ooms: int) -> CommandResult:
-        """Add what only the sandbox knows: usage during the command, and OOM kills."""
+        """Add what only the sandbox knows: usage during the command (None: the result has
+        it already, or there is none), and OOM kills."""
         if result.exit_code != 0 and self._gvisor and not result.timed_out:
             # runsc reports its own lost connection to the dying sandbox as exit 128, often
             # before the engine has seen the container stop.

@@ -297,6 +297,41 @@ class JsonLines:
 # -- the client --------------------------------------------------------------------------------
 
 
+class _Call:
+    """One call's deadline and error mapping: a cancel scope of ``limit`` seconds, whose
+    expiry (or a transport's own timeout) raises `EngineTimeout`, and engine and transport
+    errors mapped as `mapped_errors` does. A class rather than nested generator-based
+    context managers: those cost more than the rest of a short call's Python work."""
+
+    __slots__ = ("_action", "_limit", "_scope")
+
+    def __init__(self, action: str, limit: float) -> None:
+        self._action, self._limit = action, limit
+        self._scope = anyio.CancelScope(deadline=anyio.current_time() + limit)
+
+    async def __aenter__(self) -> None:
+        self._scope.__enter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> bool | None:
+        scope = self._scope
+        swallowed = scope.__exit__(exc_type, exc, tb)
+        if scope.cancelled_caught and anyio.current_time() >= scope.deadline:
+            timeout = TimeoutError()
+            raise _timed_out(self._action, self._limit, timeout) from timeout
+        if swallowed or exc is None:
+            return bool(swallowed)
+        if isinstance(exc, TimeoutError) and not isinstance(exc, SandboxError):
+            raise _timed_out(self._action, self._limit, exc) from exc
+        if not isinstance(exc, Exception):
+            return False  # cancellation and the like pass as they are
+        mapped = _mapped(exc, self._action)
+        if mapped is exc:
+            return False
+        raise mapped from exc
+
+
+
 class Engine:
     """Thin async wrapper over one aiodocker client with a deadline on every call."""
 
@@ -304,17 +339,8 @@ class Engine:
         self.docker = docker
         self.timeout = timeout
 
-    @contextlib.asynccontextmanager
-    async def _call(self, action: str, deadline: float | None = None) -> AsyncIterator[None]:
-        limit = self.timeout if deadline is None else deadline
-        with mapped_errors(action):
-            try:
-                with anyio.fail_after(limit):
-                    yield
-            except TimeoutError as exc:
-                if isinstance(exc, SandboxError):
-                    raise
-                raise _timed_out(action, limit, exc) from exc
+    def _call(self, action: str, deadline: float | None = None) -> _Call:
+        return _Call(action, self.timeout if deadline is None else deadline)
 
     async def query_json(
         self, action: str, path: str, method: str = "GET", *,

@@ -129,3 +129,16 @@ def test_command_memory_percent_is_of_the_same_reading_as_memory_usage() -> None
     unlimited = attrs.evolve(after, limit=0)
     assert command_usage(window, before, unlimited, 0.5).memory_percent == 30.0
     assert command_usage(None, before, unlimited, 0.5).memory_percent == 0.0
+
+
+def test_a_stat_value_is_read_from_its_own_line_only() -> None:
+    """memory.stat v1 has both inactive_file and total_inactive_file: each is its own."""
+    from sandbox._cgroup_usage import _stat_value
+
+    text = "cache 5\ninactive_file 7\ntotal_inactive_file 9\nlast 1"
+    assert _stat_value(text, "inactive_file") == 7
+    assert _stat_value(text, "total_inactive_file") == 9
+    assert _stat_value(text, "cache") == 5
+    assert _stat_value(text, "last") == 1
+    assert _stat_value(text, "file") == 0
+    assert _stat_value("total_inactive_file 3\n", "inactive_file") == 0
