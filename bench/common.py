@@ -6,9 +6,13 @@ import io
 import math
 import statistics
 import tarfile
-from dataclasses import dataclass
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 #: The sandbox's keep-alive main process, reused by the baselines so every container is alike.
 KEEPALIVE = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
@@ -77,3 +81,46 @@ def make_small_tree(root: Path, count: int = 1000, size: int = 512) -> Path:
         d.mkdir(exist_ok=True)
         (d / f"f{i}.txt").write_bytes(bytes([65 + i % 26]) * size)
     return root
+
+
+@dataclass
+class WarmAcquires:
+    """What `warm_acquires` measured, in milliseconds, one sample per timed repetition."""
+
+    acquire: list[float] = field(default_factory=list)
+    #: Acquire to the command's result (empty without a command).
+    first: list[float] = field(default_factory=list)
+
+
+async def warm_acquires(pool: Any, reps: int, *, command: list[str] | None = None,
+                        between: Callable[[], Awaitable[None]] | None = None,
+                        patience: float = 120, poll: float = 0.01) -> WarmAcquires:
+    """Time ``reps`` acquires from ``pool`` (a `SandboxPool`), each with a sandbox ready: the
+    wait for the refill is not timed, nor is one first acquire that warms caches.
+
+    With ``command``, each acquired sandbox runs it and `WarmAcquires.first` has acquire to
+    its result. ``between`` runs after each release, untimed (run.py times a fresh create
+    there, so the two alternate).
+    """
+    out = WarmAcquires()
+    for rep in range(reps + 1):
+        with anyio.fail_after(patience):
+            while pool.stats().ready < 1:  # noqa: ASYNC110 (untimed: the refill)
+                await anyio.sleep(poll)
+        cm = pool.acquire()
+        t0 = time.perf_counter()
+        sb = await cm.__aenter__()
+        t1 = time.perf_counter()
+        try:
+            if command is not None:
+                await sb.execute_command(command)
+            t2 = time.perf_counter()
+        finally:
+            await cm.__aexit__(None, None, None)
+        if rep:  # the first warms caches
+            out.acquire.append((t1 - t0) * 1000)
+            if command is not None:
+                out.first.append((t2 - t0) * 1000)
+        if between is not None:
+            await between()
+    return out

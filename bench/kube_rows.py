@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from common import warm_acquires
 
 from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig, SandboxPool
 
@@ -73,21 +74,9 @@ async def _concurrent(config: SandboxConfig, n: int) -> float:
 
 
 async def _pool_acquire(config: SandboxConfig, reps: int) -> list[float]:
-    samples = []
     async with SandboxPool(config, min_ready=2, max_size=4) as pool:
-        for rep in range(reps + 1):
-            with anyio.fail_after(300):
-                while pool.stats().ready < 1:  # noqa: ASYNC110 (untimed: the refill)
-                    await anyio.sleep(0.02)
-            cm = pool.acquire()
-            t0 = time.perf_counter()
-            sb = await cm.__aenter__()
-            t1 = time.perf_counter()
-            await sb.execute_command(["true"])
-            await cm.__aexit__(None, None, None)
-            if rep:  # the first round warms caches
-                samples.append((t1 - t0) * 1000)
-    return samples
+        measured = await warm_acquires(pool, reps, command=["true"], patience=300, poll=0.02)
+    return measured.acquire
 
 
 async def run(bench: Any, row: Callable[..., Any]) -> None:

@@ -36,7 +36,16 @@ from typing import Any
 
 import anyio
 import kube_rows
-from common import BENCH_LABEL, KEEPALIVE, MIB, Box, make_small_tree, median, p95
+from common import (
+    BENCH_LABEL,
+    KEEPALIVE,
+    MIB,
+    Box,
+    make_small_tree,
+    median,
+    p95,
+    warm_acquires,
+)
 from impl_aiodocker import RawAiodocker
 from impl_cli import DockerCLI
 from impl_dockerpy import DockerPy
@@ -417,26 +426,22 @@ class Bench:
         """
         config = SandboxConfig(image=IMAGE_BUSYBOX)
         reps = self.reps(30, 8)
-        warm: list[float] = []
         fresh: list[float] = []
+        rep = 0
+
+        async def fresh_create() -> None:  # alternating with the pool's acquires
+            nonlocal rep
+            sb = Sandbox(config)
+            t0 = time.perf_counter()
+            await sb.__aenter__()
+            t1 = time.perf_counter()
+            await sb.cleanup()
+            if rep:  # the first round warms caches
+                fresh.append((t1 - t0) * 1000)
+            rep += 1
+
         async with SandboxPool(config, min_ready=2, max_size=4) as pool:
-            for rep in range(reps + 1):
-                with anyio.fail_after(60):
-                    while pool.stats().ready < 1:  # noqa: ASYNC110 (untimed: the refill)
-                        await anyio.sleep(0.01)
-                cm = pool.acquire()
-                t0 = time.perf_counter()
-                await cm.__aenter__()
-                t1 = time.perf_counter()
-                await cm.__aexit__(None, None, None)
-                sb = Sandbox(config)
-                t2 = time.perf_counter()
-                await sb.__aenter__()
-                t3 = time.perf_counter()
-                await sb.cleanup()
-                if rep:  # the first round warms caches
-                    warm.append((t1 - t0) * 1000)
-                    fresh.append((t3 - t2) * 1000)
+            warm = (await warm_acquires(pool, reps, between=fresh_create)).acquire
             stats = pool.stats()
         self.add(Row("acquire: warm pool", "sandbox SDK (SandboxPool)", "ms", warm,
                      note=f"pool's own p50 {stats.acquire_p50 * 1000:.1f} ms"))

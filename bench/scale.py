@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+from common import warm_acquires
 
 from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
 
@@ -219,28 +220,13 @@ async def warm_pools(reps: int) -> list[RowDict]:
 
     rows: list[RowDict] = []
     for kind in ("process", "docker"):
-        acquire: list[float] = []
-        first: list[float] = []
         async with SandboxPool(SandboxConfig(type=kind, image=IMAGE_BUSYBOX), min_ready=2,
                                max_size=4) as pool:
-            for rep in range(reps + 1):
-                with anyio.fail_after(120):
-                    while pool.stats().ready < 1:  # noqa: ASYNC110 (untimed: the refill)
-                        await anyio.sleep(0.01)
-                cm = pool.acquire()
-                t0 = time.perf_counter()
-                sb = await cm.__aenter__()
-                t1 = time.perf_counter()
-                await sb.execute_command(["true"])
-                t2 = time.perf_counter()
-                await cm.__aexit__(None, None, None)
-                if rep:  # the first warms caches
-                    acquire.append((t1 - t0) * 1000)
-                    first.append((t2 - t0) * 1000)
+            measured = await warm_acquires(pool, reps, command=["true"])
         rows += [
             {"scenario": "pool warm acquire", "impl": f"sandbox SDK ({kind} pool)",
-             "unit": "ms", "samples": acquire},
+             "unit": "ms", "samples": measured.acquire},
             {"scenario": "pool acquire to first command", "impl": f"sandbox SDK ({kind} pool)",
-             "unit": "ms", "samples": first},
+             "unit": "ms", "samples": measured.first},
         ]
     return rows

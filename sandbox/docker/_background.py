@@ -8,6 +8,7 @@ wall time limit, or its own failure, which fails the sandbox visibly.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
@@ -23,9 +24,17 @@ from ._finish import ResultFinisher
 from ._gateway import Engine
 from ._health import REMOVED_REASON, watch_container
 from ._helpers import Helpers
+from ._host_health import SHAPE, HostHealth
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
 
 __all__ = ["Background"]
+
+log = logging.getLogger("sandbox.health")
+
+#: Seconds after the event watcher's first look during which `Background.host_view` looks
+#: again at a container not yet of the expected shape (``runc init`` still to exec docker-init,
+#: or docker-init still to fork the keepalive: milliseconds, more under load).
+HOST_VIEW_PATIENCE = 10.0
 
 
 class Background:
@@ -47,6 +56,11 @@ class Background:
         #: A checkpoint's own freeze is under way: commands wait for it at the exec gate, so
         #: the sandbox stays RUNNING.
         self.checkpointing = False
+        #: The container seen from the host (its init's pidfd and its freezer), once the
+        #: event watcher's first look gave the init's pid; None where the host cannot see it.
+        self.host_health: HostHealth | None = None
+        self._init_pid = 0  # the engine's pid of the init, while a host view may be taken
+        self._host_until = 0.0
 
     @property
     def task(self) -> object:
@@ -65,7 +79,7 @@ class Background:
             work.append(("the wall clock", lambda: self._wall_clock(wall)))
         work.append(("the event watcher", lambda: watch_container(
             engine, container_id, self.on_container_stop, on_oom=finisher.on_oom,
-            on_pause=self._on_pause)))
+            on_pause=self._on_pause, on_running=self._found_init)))
         interval = config.stats_interval.total_seconds()
         if interval > 0:
             sampler = self.sampler = StatsSampler(
@@ -79,6 +93,32 @@ class Background:
     async def aclose(self) -> None:
         """End all background work and wait for it; idempotent."""
         await self._supervisor.aclose()
+        self._init_pid = 0
+        host, self.host_health = self.host_health, None
+        if host is not None:
+            host.close()
+
+    def _found_init(self, pid: int) -> None:
+        """The watcher saw the container run with init ``pid``: look at it from the host."""
+        self._init_pid, self._host_until = pid, time.monotonic() + HOST_VIEW_PATIENCE
+        self.host_view()
+
+    def host_view(self) -> HostHealth | None:
+        """The container seen from the host, or None (health is asked of the engine then).
+
+        The first look may come before docker-init has started the keepalive; then the next
+        calls look again, for `HOST_VIEW_PATIENCE` seconds.
+        """
+        if self.host_health is not None or not self._init_pid:
+            return self.host_health
+        found = HostHealth.open(self._container_id, self._init_pid)
+        if isinstance(found, HostHealth):
+            self.host_health = found
+        elif found != SHAPE or time.monotonic() >= self._host_until:
+            log.debug("container %s: health is asked of the engine: %s",
+                      self._container_id[:12], found)
+            self._init_pid = 0  # for good
+        return self.host_health
 
     def _failed(self, name: str, exc: Exception) -> None:
         self._life.fail(f"{name} failed: {type(exc).__name__}: {exc}", error=exc)

@@ -91,6 +91,7 @@ class _Watcher:
     on_stop: StopCallback
     on_oom: Callable[[], object] | None
     on_pause: Callable[[bool], object] | None
+    on_running: Callable[[int], object] | None = None
     paused: bool = False
     kill: tuple[int, str] | None = None  # (timeNano, signal name) of the last kill
     oom_ns: int | None = None
@@ -141,6 +142,9 @@ class _Watcher:
         if state.ended:
             await self._died(state.exit_code, None, state)
             return True
+        if self.on_running is not None and state.running and state.pid > 0:
+            on_running, self.on_running = self.on_running, None  # once: the first look
+            await _call("on_running", on_running, state.pid)
         paused = state.paused
         if with_pause and paused != self.paused:
             self.paused = paused
@@ -223,6 +227,7 @@ async def watch_container(
     *,
     on_oom: Callable[[], object] | None = None,
     on_pause: Callable[[bool], object] | None = None,
+    on_running: Callable[[int], object] | None = None,
 ) -> None:
     """Watch a container's events and report its end, OOM kills and pauses.
 
@@ -238,5 +243,8 @@ async def watch_container(
         on_oom: Called on every ``oom`` event. Without a following ``die`` it means an exec'd
             process (most likely the running command) was killed for memory.
         on_pause: Called with True on pause and False on unpause.
+        on_running: Called once with the main process's host pid (``State.Pid``) when the
+            first look finds the container running: the inspect it makes anyway, so a
+            host-side health check (`_host_health`) costs the engine nothing more.
     """
-    await _Watcher(engine, container_id, on_stop, on_oom, on_pause).run()
+    await _Watcher(engine, container_id, on_stop, on_oom, on_pause, on_running).run()

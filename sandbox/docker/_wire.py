@@ -43,6 +43,8 @@ class ContainerState:
     oom_killed: bool = False
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: The main process's pid in the engine's pid namespace; 0 when it runs none.
+    pid: int = 0
 
     @property
     def ended(self) -> bool:
@@ -61,6 +63,7 @@ def container_state(inspect: Mapping[str, Any]) -> ContainerState:
         oom_killed=state.get("OOMKilled") is True,
         started_at=engine_time(state.get("StartedAt")),
         finished_at=engine_time(state.get("FinishedAt")),
+        pid=_int(state.get("Pid")) or 0,
     )
 
 
