@@ -114,8 +114,9 @@ class SandboxProcess(ProcessBase):
         try:
             code = await self._proc.wait()
             self._command_ended()
-            with anyio.move_on_after(DRAIN_AFTER_EXIT):
-                await self._eof.wait()
+            if not self._eof.is_set():  # else no timer, no checkpoint: the usual case
+                with anyio.move_on_after(DRAIN_AFTER_EXIT):
+                    await self._eof.wait()
             self._stop_reading()
             return self._build(code)
         except BaseException:
