@@ -94,7 +94,7 @@ class SandboxSpawner:
         assert self._holder is not None
         loop = asyncio.get_running_loop()
         try:
-            pid, pidfd = await asyncio.shield(self._holder.pidfd)
+            pid, pidfd = await self._holder.settled(self._holder.pidfd)
         except BaseException:  # closing the channel (close()) has the server kill it
             close_fds([stderr_fd])
             _kill_late(self._holder)  # and the pidfd, if it comes, is closed
@@ -155,7 +155,7 @@ class RemoteProcess:
         """
         if self.returncode is None:
             try:
-                status = await asyncio.shield(self._pending.status)  # shared by waiters
+                status = await self._pending.settled(self._pending.status)  # shared by waiters
                 code = os.waitstatus_to_exitcode(status)
             except CommandStartFailed:
                 if self._pidfd >= 0:
@@ -254,13 +254,13 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     finally:
         close_fds(list(set(theirs)))
     try:
-        pid, pidfd = await asyncio.shield(pending.pidfd)
+        pid, pidfd = await pending.settled(pending.pidfd)
     except BaseException:
         close_fds(ours)
         _kill_late(pending)
         raise
     try:
-        failed, step = await asyncio.shield(pending.started)
+        failed, step = await pending.settled(pending.started)
         if step == "exec":
             raise OSError(failed, os.strerror(failed))
         if step:
