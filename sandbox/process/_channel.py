@@ -16,12 +16,14 @@ import socket
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import CommandStartFailed
 from ._forkserver import receive_message, send_message
 
 __all__ = ["Pending", "Zygote", "close_fds"]
+
+T = TypeVar("T")
 
 
 
@@ -33,8 +35,36 @@ class Pending:
         self.pidfd: asyncio.Future[tuple[int, int]] = loop.create_future()
         self.started: asyncio.Future[tuple[int, str]] = loop.create_future()
         self.status: asyncio.Future[int] = loop.create_future()
+        self._wakers: list[asyncio.Future[None]] = []
+
+    async def settled(self, future: asyncio.Future[T]) -> T:
+        """The value (or the error) of ``future``, one of this request's, once it is set.
+
+        Like ``asyncio.shield``: a cancelled caller leaves ``future`` as it is (it is shared
+        by every waiter, and a start given up still needs the pid to kill it), but the caller
+        is woken from `deliver` directly, not through one more callback: a loop iteration
+        less for each of a command's awaits (pid, end).
+        """
+        while not future.done():
+            waker = self.loop.create_future()
+            self._wakers.append(waker)
+            try:
+                await waker
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._wakers.remove(waker)
+        return future.result()
 
     def deliver(self, message: dict[str, Any], fds: list[int]) -> None:
+        try:
+            self._deliver(message, fds)
+        finally:
+            wakers, self._wakers = self._wakers, []
+            for waker in wakers:
+                if not waker.done():
+                    waker.set_result(None)
+
+    def _deliver(self, message: dict[str, Any], fds: list[int]) -> None:
         if "pid" in message and fds:
             _settle(self.pidfd, (int(message["pid"]), fds[0]), fds[1:], owned=fds[0])
             if "exec" in message:  # posix_spawn's: started too, in the same message

@@ -11,10 +11,7 @@ background is read for `DRAIN_AFTER_EXIT` more seconds, then dropped.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import errno
-import functools
 import os
 import signal as _signal
 import termios
@@ -29,7 +26,6 @@ from .._backend import ProcessSpec
 from .._errors import CommandStartFailed, StdinClosed
 from .._exec_start import StartFault, start_error
 from .._models import CommandResult
-from .._output import StreamName
 from .._process_base import Callback, ProcessBase, Reader, unconfirmed_kill
 from .._signals import signal_name
 from .._tty import check_terminal_size
@@ -40,19 +36,6 @@ from ._tree import MARKER_VAR, sweep
 DRAIN_AFTER_EXIT = 2.0
 #: How long a killed command's spawner may take to report its end.
 KILL_GRACE = 5.0
-_CHUNK = 64 << 10
-
-
-async def _read(name: StreamName, reader: asyncio.StreamReader) -> tuple[StreamName, bytes] | None:
-    """The next chunk; None at the end, which a pseudo-terminal's master says with EIO once
-    every process holding its other side is gone."""
-    try:
-        data = await reader.read(_CHUNK)
-    except OSError as exc:
-        if exc.errno == errno.EIO:
-            return None
-        raise
-    return (name, data) if data else None
 
 
 class SandboxProcess(ProcessBase):
@@ -86,9 +69,8 @@ class SandboxProcess(ProcessBase):
     # -- hooks -------------------------------------------------------------------------------
 
     def _sources(self) -> Sequence[Reader]:
-        assert self._proc.stdout is not None and self._proc.stderr is not None
-        return (functools.partial(_read, "stdout", self._proc.stdout),
-                functools.partial(_read, "stderr", self._proc.stderr))
+        # One reader for both pipes: one pump task (see `_pipes`).
+        return (self._proc.output.read,)
 
     async def _write_in(self, data: bytes) -> None:
         writer = self._proc.stdin
@@ -132,8 +114,9 @@ class SandboxProcess(ProcessBase):
         try:
             code = await self._proc.wait()
             self._command_ended()
-            with anyio.move_on_after(DRAIN_AFTER_EXIT):
-                await self._eof.wait()
+            if not self._eof.is_set():  # else no timer, no checkpoint: the usual case
+                with anyio.move_on_after(DRAIN_AFTER_EXIT):
+                    await self._eof.wait()
             self._stop_reading()
             return self._build(code)
         except BaseException:
@@ -145,9 +128,7 @@ class SandboxProcess(ProcessBase):
     def _stop_reading(self) -> None:
         """Stop waiting for output a background job still holds open."""
         self._send.close()
-        for reader in (self._proc.stdout, self._proc.stderr):
-            if reader is not None:
-                reader.feed_eof()
+        self._proc.output.close()
 
     def _build(self, code: int) -> CommandResult:
         sig = ""

@@ -229,9 +229,9 @@ class ProcessBackend(BackendBase, HelperFiles):
                 os.close(fd)
         if not ready:
             err = b""
-            if self._holder.stderr is not None:
-                with anyio.move_on_after(5):
-                    err = await self._holder.stderr.read(64 << 10)
+            with anyio.move_on_after(5):
+                got = await self._holder.output.read()
+                err = got[1] if got is not None else b""
             raise SandboxInitFailed(f"sandbox {self._name} could not be started by bubblewrap",
                                     details=err.decode(errors="replace").strip()
                                     or "bwrap ended before the sandbox was ready")

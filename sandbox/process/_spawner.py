@@ -16,8 +16,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import CommandStartFailed
+from .._output import StreamName
 from .._tasks import fd_readable
 from ._channel import Pending, Zygote, close_fds
+from ._pipes import OutputPipes
 from ._server import prepare, start_holder
 
 __all__ = ["RemoteProcess", "SandboxSpawner", "readable", "start"]
@@ -37,7 +39,7 @@ class SandboxSpawner:
         except BaseException:
             self._let_go()
             raise
-        self._stderr: asyncio.BaseTransport | None = None
+        self._stderr: OutputPipes | None = None
         self._target: tuple[int, str, tuple[str, ...], tuple[str, ...],
                             tuple[int, int] | None, tuple[tuple[int, int, int], ...]] | None = None
 
@@ -92,21 +94,20 @@ class SandboxSpawner:
         assert self._holder is not None
         loop = asyncio.get_running_loop()
         try:
-            pid, pidfd = await asyncio.shield(self._holder.pidfd)
+            pid, pidfd = await self._holder.settled(self._holder.pidfd)
         except BaseException:  # closing the channel (close()) has the server kill it
             close_fds([stderr_fd])
             _kill_late(self._holder)  # and the pidfd, if it comes, is closed
             raise
-        made: list[asyncio.BaseTransport] = []
         try:
-            stderr = await _reader(loop, stderr_fd, made)
+            stderr = OutputPipes(loop, {"stderr": stderr_fd})  # closes it if it fails
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             os.close(pidfd)
             raise
-        self._stderr = made[0]
-        return RemoteProcess(pid, pidfd, self._holder, None, None, stderr)
+        self._stderr = stderr
+        return RemoteProcess(pid, pidfd, self._holder, None, stderr)
 
     def _let_go(self) -> None:
         """Close the holder's channel: the server then kills a holder still running (one not
@@ -136,14 +137,13 @@ class RemoteProcess:
     process backend uses."""
 
     def __init__(self, pid: int, pidfd: int, pending: Pending,
-                 stdin: asyncio.StreamWriter | None, stdout: asyncio.StreamReader | None,
-                 stderr: asyncio.StreamReader | None) -> None:
+                 stdin: asyncio.StreamWriter | None, output: OutputPipes) -> None:
         self.pid = pid
         self._pidfd = pidfd
         self._pending = pending
-        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.stdin, self.output = stdin, output
         self.returncode: int | None = None
-        self.terminal = -1  # the pseudo-terminal's master side (owned by stdout's transport)
+        self.terminal = -1  # the pseudo-terminal's master side (owned by ``output``)
         self._gone: asyncio.Future[None] | None = None
 
     async def wait(self) -> int:
@@ -155,7 +155,7 @@ class RemoteProcess:
         """
         if self.returncode is None:
             try:
-                status = await asyncio.shield(self._pending.status)  # shared by waiters
+                status = await self._pending.settled(self._pending.status)  # shared by waiters
                 code = os.waitstatus_to_exitcode(status)
             except CommandStartFailed:
                 if self._pidfd >= 0:
@@ -200,21 +200,6 @@ async def readable(fd: int) -> None:
             ready.set_result(None)
     with fd_readable(fd, wake):
         await ready
-
-
-async def _reader(loop: asyncio.AbstractEventLoop, fd: int,
-                  made: list[asyncio.BaseTransport]) -> asyncio.StreamReader:
-    """A stream reading pipe ``fd`` (taken over); its transport is added to ``made``."""
-    reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
-    pipe = os.fdopen(fd, "rb", buffering=0)
-    try:
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
-    except BaseException:
-        pipe.close()
-        raise
-    made.append(transport)
-    return reader
 
 
 async def _writer(loop: asyncio.AbstractEventLoop, fd: int,
@@ -269,13 +254,13 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     finally:
         close_fds(list(set(theirs)))
     try:
-        pid, pidfd = await asyncio.shield(pending.pidfd)
+        pid, pidfd = await pending.settled(pending.pidfd)
     except BaseException:
         close_fds(ours)
         _kill_late(pending)
         raise
     try:
-        failed, step = await asyncio.shield(pending.started)
+        failed, step = await pending.settled(pending.started)
         if step == "exec":
             raise OSError(failed, os.strerror(failed))
         if step:
@@ -287,15 +272,13 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         stdin: asyncio.StreamWriter | None = None
         try:
             if tty:
-                stdout = await _reader(loop, ours.pop(0), made)
-                stdin = await _writer(loop, ours.pop(0), made)
-                stderr = asyncio.StreamReader(loop=loop)
-                stderr.feed_eof()
+                stdin = await _writer(loop, ours.pop(1), made)
+                output = OutputPipes(loop, {"stdout": ours.pop(0)})
             else:
                 if attach_stdin:
                     stdin = await _writer(loop, ours.pop(0), made)
-                stdout = await _reader(loop, ours.pop(0), made)
-                stderr = await _reader(loop, ours.pop(0), made)
+                pipes: dict[StreamName, int] = {"stdout": ours.pop(0), "stderr": ours.pop(0)}
+                output = OutputPipes(loop, pipes)  # closes them if it fails
         except BaseException:
             for transport in made:
                 transport.close()
@@ -306,7 +289,7 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         os.close(pidfd)
         raise
-    proc = RemoteProcess(pid, pidfd, pending, stdin, stdout, stderr)
+    proc = RemoteProcess(pid, pidfd, pending, stdin, output)
     proc.terminal = terminal
     return proc
 

@@ -73,8 +73,10 @@ def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "") -
     return found
 
 
-def _signal_all(pids: set[int], sig: int) -> None:
-    for pid in pids:
+def _signal_all(pids: set[int], sig: int, *, first: int = 0) -> None:
+    """Signal ``first`` (when among ``pids``), then the others by pid (roughly parents
+    before children)."""
+    for pid in sorted(pids, key=lambda pid: (pid != first, pid)):
         with contextlib.suppress(OSError):
             os.kill(pid, sig)
 
@@ -90,7 +92,9 @@ def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50
     entry alone (a session's command).
     """
     if sig != _signal.SIGKILL:
-        _signal_all(members({root}, marker, sandbox_ns, entry=entry), sig)
+        # The command itself first: signalled after a child, a shell in ``wait`` could see
+        # that child end and exit by itself before its own signal came (a set's order).
+        _signal_all(members({root}, marker, sandbox_ns, entry=entry), sig, first=root)
         return True
     known: set[int] = set()
     for _ in range(rounds):

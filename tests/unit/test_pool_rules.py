@@ -238,3 +238,39 @@ async def test_a_sandbox_idle_longer_than_max_idle_is_replaced() -> None:
         assert SlowFake.peak <= 2
     assert SlowFake.alive == 0
 
+
+
+async def _fill(pool: SandboxPool, ready: int) -> None:
+    with anyio.fail_after(10):
+        while pool.stats().ready < ready or pool.stats().creating:  # noqa: ASYNC110 (the fill)
+            await anyio.sleep(0.005)
+
+
+@pytest.mark.asyncio
+async def test_a_top_up_waits_for_the_release_or_the_delay() -> None:
+    """Refilling one short of min_ready waits so it does not slow the user's first command;
+    the release (or REFILL_DELAY) starts it, and two short starts at once."""
+    async with SandboxPool(SandboxConfig(), min_ready=2, max_size=4, factory=fake) as pool:
+        await _fill(pool, 2)
+        async with pool.acquire():
+            await anyio.sleep(0.002)
+            assert pool.stats().creating == 0  # one short: deferred
+        await anyio.sleep(0.002)
+        assert pool.stats().creating == 1  # released: the top-up started
+        await _fill(pool, 2)
+        async with pool.acquire(), pool.acquire():
+            await anyio.sleep(0.002)
+            assert pool.stats().creating == 2  # two short: at once
+        await _fill(pool, 2)
+        async with pool.acquire():
+            with anyio.fail_after(5):
+                while not pool.stats().creating:  # noqa: ASYNC110 (the delay runs out)
+                    await anyio.sleep(0.005)
+
+
+@pytest.mark.asyncio
+async def test_an_acquire_that_waits_gets_its_create_at_once() -> None:
+    async with SandboxPool(SandboxConfig(), min_ready=0, max_size=2, factory=fake) as pool:
+        with anyio.fail_after(1):  # the deferral (REFILL_DELAY) never applies to a waiter
+            async with pool.acquire() as sb:
+                assert sb.status is SandboxStatus.RUNNING

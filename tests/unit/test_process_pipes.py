@@ -1,0 +1,83 @@
+"""`sandbox.process._pipes.OutputPipes` over real pipes and a pseudo-terminal: both streams in
+arrival order, the end, the bound on what waits unread (output is hostile), close."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from sandbox.process._pipes import CHUNK, LIMIT, OutputPipes
+
+
+async def _drain(pipes: OutputPipes) -> list[tuple[str, bytes]]:
+    got: list[tuple[str, bytes]] = []
+    while (chunk := await pipes.read()) is not None:
+        got.append(chunk)
+    return got
+
+
+@pytest.mark.asyncio
+async def test_both_streams_in_order_then_the_end() -> None:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pipes = OutputPipes(asyncio.get_running_loop(), {"stdout": out_r, "stderr": err_r})
+    os.write(out_w, b"one")
+    await asyncio.sleep(0.01)
+    os.write(err_w, b"two")
+    os.close(out_w)
+    os.close(err_w)
+    assert await _drain(pipes) == [("stdout", b"one"), ("stderr", b"two")]
+    assert await pipes.read() is None
+    with pytest.raises(OSError):  # closed at their end
+        os.fstat(out_r)
+
+
+@pytest.mark.asyncio
+async def test_what_waits_unread_is_bounded() -> None:
+    """A flood nobody reads stops at LIMIT (+ one read) queued; the rest stays in the pipe,
+    blocking its writer; reading resumes it and every byte arrives once."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    pipes = OutputPipes(asyncio.get_running_loop(), {"stdout": read_end})
+    written = 0
+    for _ in range(200):
+        try:
+            written += os.write(write_end, b"x" * 4096)
+        except BlockingIOError:
+            await asyncio.sleep(0.005)  # the loop reads what it may
+    queued = sum(len(data) for _, data in pipes._chunks)
+    assert LIMIT <= queued < LIMIT + CHUNK
+    assert written < 200 * 4096  # the writer was held back
+    os.set_blocking(write_end, True)
+    total = 0
+
+    async def write_rest() -> None:
+        await asyncio.to_thread(os.write, write_end, b"y" * (200 * 4096 - written))
+        os.close(write_end)
+
+    writer = asyncio.ensure_future(write_rest())
+    for _, data in await _drain(pipes):
+        total += len(data)
+    await writer
+    assert total == 200 * 4096
+
+
+@pytest.mark.asyncio
+async def test_a_terminal_ends_with_eio_and_close_ends_a_wait() -> None:
+    master, slave = os.openpty()
+    pipes = OutputPipes(asyncio.get_running_loop(), {"stdout": master})
+    os.write(slave, b"hi\n")
+    await asyncio.sleep(0.01)
+    os.close(slave)  # the master then reads EIO
+    got = b"".join(data for _, data in await _drain(pipes))
+    assert got.replace(b"\r", b"") == b"hi\n"
+    read_end, write_end = os.pipe()
+    pipes = OutputPipes(asyncio.get_running_loop(), {"stderr": read_end})
+    waiting = asyncio.ensure_future(pipes.read())
+    await asyncio.sleep(0.01)
+    pipes.close()
+    assert await waiting is None
+    pipes.close()  # idempotent
+    os.close(write_end)
