@@ -225,3 +225,12 @@ def test_every_registered_backend_satisfies_the_protocol() -> None:
         if lacking := sorted(m for m in members if not hasattr(backend, m)):
             missing[kind] = lacking
     assert missing == {}
+
+
+def test_no_two_test_modules_share_a_basename() -> None:
+    """The test folders are not packages: two files of one name break the whole suite's
+    collection (each folder alone still passes)."""
+    seen: dict[str, list[str]] = {}
+    for path in (PACKAGE.parent / "tests").rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE.parent)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
