@@ -532,6 +532,25 @@ class ResourceUsage:
     uptime: timedelta = attrs.field(default=ZERO, converter=to_timedelta, validator=non_negative)
 
 
+_USAGE_FIELDS = tuple(f.name for f in attrs.fields(ResourceUsage))
+_USAGE_FIELD_SET = frozenset(_USAGE_FIELDS)
+
+
+def derived_usage(base: ResourceUsage, changes: Mapping[str, Any]) -> ResourceUsage:
+    """``attrs.evolve(base, **changes)`` without the converters and validators, for values
+    the SDK derived itself from checked ones (`_cgroup_usage.command_usage`: counters it
+    parsed and bounded, a window of validated samples): building and checking all fifteen
+    fields again cost more than working them out, once per command. Each value must already
+    have its field's type and range; a caller with anything else uses ``attrs.evolve``."""
+    if not changes.keys() <= _USAGE_FIELD_SET:
+        raise TypeError(f"not fields of ResourceUsage: {sorted(changes.keys() - _USAGE_FIELD_SET)}")
+    usage = object.__new__(ResourceUsage)
+    put = object.__setattr__
+    for name in _USAGE_FIELDS:
+        put(usage, name, changes[name] if name in changes else getattr(base, name))
+    return usage
+
+
 @attrs.frozen(kw_only=True, field_transformer=_named_converters, repr=False)
 class CommandResult:
     """The outcome of a finished command.

@@ -15,13 +15,14 @@ from datetime import timedelta
 
 from ._audit import Auditor
 from ._backend import ProcessSpec
+from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, NetworkAccessDenied, SecurityViolation
 from ._ids import Identity, names_root, narrow_user, split_spec
 from ._models import Command, SandboxConfig, check_environment
 from ._paths import resolve
 from ._protocol import to_command as to_command
 
-__all__ = ["is_networked", "merge_environment", "plan_process", "to_command"]
+__all__ = ["is_networked", "merge_environment", "plan_argv", "plan_process", "to_command"]
 
 #: The user a command with ``allow_write=False`` runs as: nobody, who owns nothing.
 NOBODY = "65534:65534"
@@ -111,6 +112,31 @@ def plan_process(
         max_output_bytes=command.max_output_bytes,
         time_limit=seconds(command.timeout) or seconds(config.timeout),
         idle_timeout=seconds(command.idle_timeout),
+    )
+
+
+def plan_argv(argv: object, *, config: SandboxConfig, user: str, cwd: str,
+              env: Mapping[str, str]) -> ProcessSpec | None:
+    """`plan_process` of ``Command.argv(argv)`` without building the `Command`, for the
+    usual call, a plain list or tuple of strings; None for anything else (the caller takes
+    the full path, whose checks and messages then apply).
+
+    Such a command has every setting at its default, so no refusal can apply and the plan is
+    the sandbox's: its user, directory, environment and timeout. What `Command` would check
+    is checked here (a non-empty executable, str items, no NUL); building and validating the
+    `Command` cost more than the rest of the plan.
+    """
+    if type(argv) is not list and type(argv) is not tuple:
+        return None
+    if not argv or not argv[0]:
+        return None
+    for item in argv:
+        if type(item) is not str or "\0" in item:
+            return None
+    return ProcessSpec(
+        argv=tuple(argv), env=dict(env), workdir=cwd, user=user, stdin=None,
+        max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, time_limit=seconds(config.timeout),
+        idle_timeout=None,
     )
 
 

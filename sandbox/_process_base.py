@@ -114,7 +114,7 @@ class ProcessBase:
         self._result: CommandResult | None = None
         self._stdin_closed = False
         self._stdin_ended = False  # the command ended or was abandoned: writes cannot be read
-        self._stdin_lock = anyio.Lock()
+        self._stdin_lock_made: anyio.Lock | None = None  # see `_stdin_lock`
         # Writers and the feeder; cancelled once the command ends (see _stop_stdin).
         self._stdin_scopes: set[anyio.CancelScope] = set()
         self.start_time = datetime.now(UTC)
@@ -123,6 +123,16 @@ class ProcessBase:
         self._inline_started = False
         self._cut_at = math.inf  # when an inline read gives up (see `_cut_after`)
         self._inline_scope: anyio.CancelScope | None = None
+
+    @property
+    def _stdin_lock(self) -> anyio.Lock:
+        """Serialises stdin writes and their close; made on first use (most commands take
+        no stdin, and a lock per command was setup every exec paid). Made without an await,
+        so two first users in one loop get the same lock."""
+        lock = self._stdin_lock_made
+        if lock is None:
+            lock = self._stdin_lock_made = anyio.Lock()
+        return lock
 
     # -- hooks -----------------------------------------------------------------------------
 

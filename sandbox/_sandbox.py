@@ -44,7 +44,7 @@ from ._models import (
 )
 from ._models import SandboxStatus as SandboxStatus
 from ._paths import parse_copy, resolve
-from ._policy import merge_environment, plan_process
+from ._policy import merge_environment, plan_argv, plan_process
 from ._protocol import CommandLike, OutputCallback, to_command
 from ._provisions import Provisions, check_provisions, provision
 from ._registry import backend_for, check_type
@@ -198,9 +198,13 @@ class Sandbox:
     # -- commands: the policy decides, the backend runs ------------------------------------------
 
     def _plan(self, cmd: CommandLike) -> ProcessSpec:
-        spec = plan_process(to_command(cmd), config=self._impl.config, user=self._impl.user,
-                            cwd=self._cwd, env=self._env, audit=self._impl.audit,
-                            identity=self._impl.identity)
+        impl = self._impl
+        spec = plan_argv(cmd, config=impl.config, user=impl.user, cwd=self._cwd,
+                         env=self._env)
+        if spec is None:
+            spec = plan_process(to_command(cmd), config=impl.config, user=impl.user,
+                                cwd=self._cwd, env=self._env, audit=impl.audit,
+                                identity=impl.identity)
         self._command_users.add(spec.user)
         return spec
 

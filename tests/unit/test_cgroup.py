@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from sandbox._cgroup_usage import Counters, HostCgroup, command_usage
-from sandbox._models import ResourceUsage
+from sandbox._errors import ConfigError
+from sandbox._models import ResourceUsage, derived_usage
 
 CID = "ab" * 32
 
@@ -214,3 +216,45 @@ def test_command_usage_makes_pending_window_changes_in_the_same_build() -> None:
     # The window's peak (pending) counts; the counters' CPU time wins over the window's.
     assert once.memory_peak == 900 and once.network_in == 7
     assert once.cpu_time == timedelta(microseconds=2000)
+
+
+def _checked(u: ResourceUsage) -> ResourceUsage:
+    """``u`` built again through ResourceUsage's converters and validators."""
+    return ResourceUsage(**attrs.asdict(u, recurse=False))
+
+
+def test_command_usage_built_unchecked_is_what_the_checked_build_gives() -> None:
+    before = Counters(cpu_ns=1_000_000_000, memory=100, read_bytes=10, write_bytes=20,
+                      high_water=500)
+    after = Counters(cpu_ns=1_250_000_000, memory=300, read_bytes=15, write_bytes=60,
+                     high_water=900, limit=2**63 - 1)
+    window = ResourceUsage(memory_usage=50, memory_percent=5.0, network_in=7, process_count=3)
+    pending = {"cpu_usage": 12.5, "cpu_time": timedelta(seconds=1), "memory_peak": 80,
+               "network_in": 9, "network_out": 4, "uptime": timedelta(seconds=2)}
+    for u in (command_usage(window, before, after, 0.5, pending=pending),
+              command_usage(None, before, after, 0.0),
+              command_usage(window, before, attrs.evolve(after, limit=0), 1e-9)):
+        assert u == _checked(u)
+        assert type(u.cpu_usage) is float and type(u.memory_percent) is float
+    u = command_usage(window, before, after, 0.5, pending=pending)
+    assert (u.network_in, u.network_out, u.process_count) == (9, 4, 3)
+
+
+@pytest.mark.parametrize("bad", [
+    {"memory": -1}, {"high_water": 2**64}, {"cpu_ns": -(2**70)}, {"memory": 2**80},
+])
+def test_command_usage_out_of_range_counters_are_checked(bad: dict[str, int]) -> None:
+    """Counters outside a kernel counter's range take the checked build: an impossible
+    value is refused there, never put into a result unchecked."""
+    before = Counters(cpu_ns=0, memory=0, read_bytes=0, write_bytes=0)
+    after = attrs.evolve(before, **bad)
+    try:
+        u = command_usage(None, before, after, 0.5)
+    except (ConfigError, OverflowError):
+        return
+    assert u == _checked(u)
+
+
+def test_derived_usage_refuses_unknown_fields() -> None:
+    with pytest.raises(TypeError, match="cpu_percent"):
+        derived_usage(ResourceUsage(), {"cpu_percent": 1.0})

@@ -20,7 +20,7 @@ from sandbox._audit import Auditor
 from sandbox._backend import ProcessSpec
 from sandbox._ids import Identity
 from sandbox._paths import parse_copy, resolve
-from sandbox._policy import merge_environment, plan_process
+from sandbox._policy import merge_environment, plan_argv, plan_process
 
 CFG = SandboxConfig(timeout=timedelta(seconds=30))
 
@@ -114,3 +114,31 @@ def test_paths_and_copy_arguments() -> None:
     for source, dest in (("/a", "/b"), ("sandbox:/a", "sandbox:/b")):
         with pytest.raises(FileOperationFailed, match="exactly one side"):
             parse_copy("/w", source, dest)
+
+
+@pytest.mark.parametrize("config", [CFG, SandboxConfig()])
+@pytest.mark.parametrize("argv", [["true"], ("ls", "-l", "/"), ["echo", "", "é"]])
+def test_a_plain_argv_plans_as_its_command_would(argv: list[str] | tuple[str, ...],
+                                                 config: SandboxConfig) -> None:
+    env = {"A": "1"}
+    spec = plan_argv(argv, config=config, user="1000:1000", cwd="/workspace", env=env)
+    assert spec == plan_process(Command.argv(argv), config=config, user="1000:1000",
+                                cwd="/workspace", env=env, audit=Auditor("t", config.security))
+    assert spec is not None and spec.env is not env  # a copy: the sandbox's may change
+
+
+@pytest.mark.parametrize("argv", [
+    "true", b"true", [], [""], ["true", 1], ["tr\0ue"], ["true", "a\0"], iter(["true"]),
+    Command(executable="true"), ["true", None],
+])
+def test_anything_but_a_plain_argv_takes_the_full_path(argv: object) -> None:
+    """The full path's checks and messages then apply (`Command.argv`, `to_command`)."""
+    assert plan_argv(argv, config=CFG, user="", cwd="/", env={}) is None
+
+
+class _Argv(list[str]):
+    pass
+
+
+def test_a_list_subclass_takes_the_full_path() -> None:
+    assert plan_argv(_Argv(["true"]), config=CFG, user="", cwd="/", env={}) is None
