@@ -28,9 +28,14 @@ Rules:
   now (the host's view of the container, or the engine): one killed or paused while it
   waited, even a moment before, is removed and the next one taken (or a new one made).
 * A sandbox idle for ``max_idle`` is replaced by a fresh one.
-* Refilling after an acquire served from the queue waits until the sandbox is released or
-  ``REFILL_DELAY`` passed, so the create does not slow the user's first command, unless the
-  pool is more than one short of ``min_ready`` or an acquire waits.
+* Refilling after an acquire served from the queue waits until the sandbox is released
+  (while nothing else is ready) or ``REFILL_DELAY`` passed, so the create does not slow the
+  user's first command, unless the pool is more than one short of ``min_ready`` or an
+  acquire waits.
+* A sandbox given back (used up, or not reusable) is never handed out again; its removal
+  starts once no acquire came for ``REFILL_DELAY``, at most ``RETIRE_LIMIT`` after the
+  release, at once when the pool needs the room, and always at close (which waits for it):
+  removed at the release, it competed for the CPU with the next user's first command.
 * Background failures are never swallowed: each is logged, counted in `PoolStats`, and
   raised by an ``acquire`` that would otherwise wait for the sandbox that failed.
 """
@@ -73,6 +78,9 @@ CREATE_CONCURRENCY = 3
 #: started at the acquire, the create competed for the CPU with the acquirer's first command
 #: (process pool on 2 cores: acquire to first command 13-24 ms instead of ~3 ms).
 REFILL_DELAY = 0.05
+#: A used sandbox's removal waits at most this long for a quiet moment (see ``_retire``):
+#: a busy pool removes its used sandboxes late, never not at all.
+RETIRE_LIMIT = 0.25
 
 Factory = Callable[[SandboxConfig], Sandbox]
 
@@ -197,6 +205,9 @@ class SandboxPool:
         self._removing = 0
         self._waiting = 0  # acquires that found nothing ready
         self._refill_after = 0.0  # a top-up refill waits until then (see REFILL_DELAY)
+        self._quiet_at = 0.0  # REFILL_DELAY after the last acquire: retired ones go then
+        # Given back, never handed out again, removal not yet started (counted in _removing).
+        self._retiring: deque[tuple[float, _Lease, str]] = deque()
         self._changed = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._refill_scope: anyio.CancelScope | None = None
@@ -256,6 +267,7 @@ class SandboxPool:
         self._closed = True
         if self._refill_scope is not None:
             self._refill_scope.cancel()  # creates in flight remove what they made
+        self._start_retired(math.inf)
         while self._ready:
             self._discard(self._ready.popleft(), "the pool closed")
         for lease in list(self._held):
@@ -317,9 +329,10 @@ class SandboxPool:
                     lease = self._ready.popleft()
                     self._held.add(lease)
                     if await self._usable(lease):
+                        self._quiet_at = time.monotonic() + REFILL_DELAY
                         if not waiting:
                             # Served from the queue: its refill may wait (REFILL_DELAY).
-                            self._refill_after = time.monotonic() + REFILL_DELAY
+                            self._refill_after = self._quiet_at
                         self._notify()
                         return lease
                     continue
@@ -376,17 +389,19 @@ class SandboxPool:
     def _release(self, lease: _Lease) -> None:
         if lease not in self._held:
             return  # the pool closed meanwhile and removed it
-        if self._refill_after:
-            self._refill_after = 0.0  # its user is done: a deferred top-up may start
+        if self._refill_after and not self._ready:
+            # Its user is done and nothing else is ready: a deferred top-up may start. With
+            # one still ready, the next acquire (often at once) is served without it.
+            self._refill_after = 0.0
             self._notify()
         lease.uses += 1
         sb = lease.sb
         if self._closed or lease.uses >= self._max_uses or \
                 sb.status is not SandboxStatus.RUNNING:
-            self._discard(lease, "used up" if lease.uses >= self._max_uses else "not running")
+            self._retire(lease, "used up" if lease.uses >= self._max_uses else "not running")
             return
         if lease.baseline is not None and lease.baseline.unverifiable:
-            self._discard(lease, f"a reset cannot verify it: {lease.baseline.unverifiable}")
+            self._retire(lease, f"a reset cannot verify it: {lease.baseline.unverifiable}")
             return
         assert self._tg is not None
         self._tg.start_soon(self._recycle, lease)
@@ -418,6 +433,32 @@ class SandboxPool:
         self._changed.set()
         self._changed = anyio.Event()
 
+    def _retire(self, lease: _Lease, why: str) -> None:
+        """Take a given-back lease out of service now; its removal starts in `_start_retired`
+        (the refiller), off the next user's first command."""
+        if self._closed:
+            self._discard(lease, why)
+            return
+        self._held.discard(lease)
+        self._removing += 1  # holds no place, but counts against twice max_size
+        self._counts["discarded"] += 1
+        self._retiring.append((time.monotonic(), lease, why))
+        self._notify()
+
+    def _start_retired(self, now: float) -> None:
+        """Start the removals that waited: all once no acquire came for REFILL_DELAY (or at
+        close, ``now`` infinite) or when a create wants their room; else those released more
+        than RETIRE_LIMIT ago."""
+        if not self._retiring:
+            return
+        wanted = self._min_ready + self._waiting - len(self._ready) - self._creating > 0
+        crowded = wanted and self._live() + self._removing >= 2 * self._max_size
+        everything = now >= self._quiet_at or crowded
+        while self._retiring and (everything or self._retiring[0][0] + RETIRE_LIMIT <= now):
+            _, lease, why = self._retiring.popleft()
+            assert self._tg is not None
+            self._tg.start_soon(self._remove, lease.sb, why)
+
     def _live(self) -> int:
         return len(self._ready) + len(self._held) + self._creating
 
@@ -442,6 +483,7 @@ class SandboxPool:
                     changed = self._changed
                     self._expire_idle()
                     now = time.monotonic()
+                    self._start_retired(now)
                     if now >= self._retry_at:
                         for _ in range(self._to_create(now)):
                             self._creating += 1
@@ -456,6 +498,9 @@ class SandboxPool:
             wake = self._retry_at - now
         if self._refill_after > now:
             wake = min(wake, self._refill_after - now)
+        if self._retiring:
+            wake = min(wake, max(0.0, min(self._quiet_at, self._retiring[0][0] + RETIRE_LIMIT)
+                                 - now))
         if self._ready:
             # The event watcher marks a sandbox killed while idle: look again each second.
             wake = min(wake, 1.0)

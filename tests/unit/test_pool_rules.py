@@ -109,9 +109,13 @@ async def test_never_more_than_max_size_and_all_removed_at_close() -> None:
     async with SandboxPool(SandboxConfig(), min_ready=3, max_size=3, factory=fake,
                            create_concurrency=3) as pool:
 
+        live: list[int] = []
+
         async def user() -> None:
             async with pool.acquire() as sb:
                 boxes.append(sb)
+                stats = pool.stats()
+                live.append(stats.ready + stats.in_use + stats.creating)
                 await anyio.sleep(0.01)
 
         with anyio.fail_after(10):
@@ -119,7 +123,9 @@ async def test_never_more_than_max_size_and_all_removed_at_close() -> None:
                 for _ in range(20):
                     tg.start_soon(user)
         assert pool.stats().acquired == 20
-    assert SlowFake.peak <= 3 and SlowFake.alive == 0
+    # Ready, in use or being created: max_size; given back and not yet removed (the removal
+    # waits for a quiet moment) or being removed: as many again.
+    assert max(live) <= 3 and SlowFake.peak <= 6 and SlowFake.alive == 0
     assert SlowFake.peak_total <= 6 and SlowFake.removing == 0
     assert len({id(b) for b in boxes}) == 20  # max_uses=1: no sandbox served twice
     assert all(b.status is SandboxStatus.DESTROYED for b in boxes)
@@ -139,7 +145,9 @@ async def test_a_slow_removal_does_not_hold_back_the_next_create() -> None:
                 # Released: its removal is stuck, and the next one is made meanwhile.
                 async with pool.acquire() as second:
                     assert second is not first
-                    assert pool.stats().removing == 1 and SlowFake.removing == 1
+                    assert pool.stats().removing == 1
+                    while SlowFake.removing < 1:  # noqa: ASYNC110 (its removal waits a moment)
+                        await anyio.sleep(0.01)
                 # Two removals stuck (max_size beyond the live ones): the third create waits.
                 while SlowFake.removing < 2:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
@@ -249,14 +257,28 @@ async def _fill(pool: SandboxPool, ready: int) -> None:
 @pytest.mark.asyncio
 async def test_a_top_up_waits_for_the_release_or_the_delay() -> None:
     """Refilling one short of min_ready waits so it does not slow the user's first command;
-    the release (or REFILL_DELAY) starts it, and two short starts at once."""
+    the release with nothing else ready (or REFILL_DELAY) starts it, and two short starts at
+    once."""
     async with SandboxPool(SandboxConfig(), min_ready=2, max_size=4, factory=fake) as pool:
         await _fill(pool, 2)
         async with pool.acquire():
             await anyio.sleep(0.002)
             assert pool.stats().creating == 0  # one short: deferred
         await anyio.sleep(0.002)
-        assert pool.stats().creating == 1  # released: the top-up started
+        assert pool.stats().creating == 0  # released, one still ready: still deferred
+        async with pool.acquire():
+            await anyio.sleep(0.002)
+            assert pool.stats().creating == 2  # two short: at once
+        await _fill(pool, 2)
+        async with pool.acquire():
+            pass
+        async with SandboxPool(SandboxConfig(), min_ready=1, max_size=4, factory=fake) as one:
+            await _fill(one, 1)
+            async with one.acquire():
+                await anyio.sleep(0.002)
+                assert one.stats().creating == 0  # one short: deferred
+            await anyio.sleep(0.002)
+            assert one.stats().creating == 1  # released, nothing ready: the top-up started
         await _fill(pool, 2)
         async with pool.acquire(), pool.acquire():
             await anyio.sleep(0.002)
@@ -274,3 +296,29 @@ async def test_an_acquire_that_waits_gets_its_create_at_once() -> None:
         with anyio.fail_after(1):  # the deferral (REFILL_DELAY) never applies to a waiter
             async with pool.acquire() as sb:
                 assert sb.status is SandboxStatus.RUNNING
+
+
+@pytest.mark.asyncio
+async def test_a_used_sandbox_is_removed_after_the_next_users_first_moment() -> None:
+    """A given-back sandbox's removal waits while acquires come back to back (it would slow
+    the next user's first command), starts once no acquire came for REFILL_DELAY, and is
+    never handed out again; close waits for the removals still deferred."""
+    used: list[Sandbox] = []
+    async with SandboxPool(SandboxConfig(), min_ready=3, max_size=4, factory=fake) as pool:
+        await _fill(pool, 3)
+        for _ in range(3):
+            async with pool.acquire() as sb:
+                assert sb not in used
+                used.append(sb)
+        await anyio.sleep(0.005)  # well within REFILL_DELAY of the last acquire
+        # Back to back: out of service, but no removal started yet.
+        assert pool.stats().removing == 3 and SlowFake.removing == 0
+        assert all(sb.status is SandboxStatus.RUNNING for sb in used)
+        with anyio.fail_after(5):
+            while any(sb.status is not SandboxStatus.DESTROYED for sb in used):  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+        async with pool.acquire() as sb:
+            assert sb not in used
+        last = sb
+    assert last.status is SandboxStatus.DESTROYED  # close removed the one still deferred
+    assert SlowFake.alive == 0 and SlowFake.removing == 0
