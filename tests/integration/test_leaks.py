@@ -138,8 +138,10 @@ async def test_cancel_at_any_point_of_initialize_leaves_nothing(delay: float) ->
 
 
 CHILD = textwrap.dedent("""
-    import asyncio, sys
+    import asyncio, faulthandler, signal, sys
     from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+
+    faulthandler.register(signal.SIGUSR1)  # a child that hangs shows where (the test asks)
 
     async def main() -> None:
         async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
@@ -178,10 +180,21 @@ async def test_keyboard_interrupt_in_a_child_process_leaves_nothing() -> None:
     try:
         assert leftovers(sandbox_id)
         proc.send_signal(signal.SIGINT)
-        _, err = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
+        try:
+            _, err = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
+        except subprocess.TimeoutExpired:
+            # Where it hangs: every thread's stack, then the rest of its stderr.
+            proc.send_signal(signal.SIGUSR1)
+            await anyio.sleep(1)
+            proc.kill()
+            _, err = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=10))
+            raise AssertionError(f"the child did not exit 30 s after SIGINT:\n{err}") from None
     finally:
         proc.kill()
         proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     assert "KeyboardInterrupt" in err, err
     assert leftovers(sandbox_id) == {}
 
