@@ -143,7 +143,21 @@ CHILD = textwrap.dedent("""
 
     faulthandler.register(signal.SIGUSR1)  # a child that hangs shows where (the test asks)
 
+    def tasks() -> None:  # SIGUSR2: where each asyncio task waits
+        for task in asyncio.all_tasks():
+            print("task", task.get_name(), "cancelling", task.cancelling(), file=sys.stderr)
+            task.print_stack(file=sys.stderr)
+            coro = task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+                if frame is not None:
+                    print("  at", frame.f_code.co_filename, frame.f_lineno,
+                          frame.f_code.co_name, file=sys.stderr)
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        sys.stderr.flush()
+
     async def main() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, tasks)
         async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
             print(sb.id, flush=True)
             await sb.execute_command("sleep 1000")
@@ -190,6 +204,8 @@ async def test_keyboard_interrupt_in_a_child_process_leaves_nothing() -> None:
             _, err = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
         except subprocess.TimeoutExpired:
             # Where it hangs: every thread's stack, then the rest of its stderr.
+            proc.send_signal(signal.SIGUSR2)
+            await anyio.sleep(1)
             proc.send_signal(signal.SIGUSR1)
             await anyio.sleep(1)
             proc.kill()
