@@ -32,7 +32,6 @@ Checkpoints, forks and pools create through the same path; a user-requested netw
 
 from __future__ import annotations
 
-import io
 import posixpath
 import tarfile
 import time
@@ -41,6 +40,7 @@ from typing import Any
 
 from .._errors import SandboxError, SandboxInitFailed
 from ._gateway import Engine
+from ._workdir import entries_tar
 
 __all__ = ["HOSTS", "SYSCTLS", "applies", "disable_network", "hosts_entry", "hosts_tar",
            "write_hosts"]
@@ -114,11 +114,7 @@ def hosts_entry(name: str = "etc/hosts") -> tuple[tarfile.TarInfo, bytes]:
 
 def hosts_tar() -> bytes:
     """A tar of ``hosts`` (`hosts_entry`), to extract into /etc."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        info, data = hosts_entry("hosts")
-        tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return entries_tar([hosts_entry("hosts")])
 
 
 async def write_hosts(engine: Engine, container_id: str) -> None:

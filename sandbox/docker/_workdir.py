@@ -90,6 +90,15 @@ if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown
 Extra = tuple[tarfile.TarInfo, bytes]
 
 
+def entries_tar(entries: Sequence[Extra]) -> bytes:
+    """A tar of ``entries``, in order, for an archive PUT before start."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for member, data in entries:
+            tf.addfile(member, io.BytesIO(data))
+    return buf.getvalue()
+
+
 def dir_tar(name: str, uid: int, gid: int, extra: Sequence[Extra] = ()) -> bytes:
     """A tar of one directory entry, which the engine extracts with that owner (a chown that
     needs no capability inside the sandbox), and the ``extra`` files after it."""
@@ -97,12 +106,7 @@ def dir_tar(name: str, uid: int, gid: int, extra: Sequence[Extra] = ()) -> bytes
     info.type = tarfile.DIRTYPE
     info.mode = 0o755
     info.uid, info.gid = uid, gid
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        tf.addfile(info)
-        for member, data in extra:
-            tf.addfile(member, io.BytesIO(data))
-    return buf.getvalue()
+    return entries_tar([(info, b""), *extra])
 
 
 @attrs.frozen
