@@ -40,7 +40,14 @@ from .._sweep import MARKER_VAR
 from .._tty import check_terminal_size
 from ._exec_gate import ExecGate
 from ._exec_kill import kill_command, sweep
-from ._gateway import Engine, EngineConflict, EngineNotFound, ExecStream, engine_address
+from ._gateway import (
+    Engine,
+    EngineConflict,
+    EngineError,
+    EngineNotFound,
+    ExecStream,
+    engine_address,
+)
 
 __all__ = ["ExecProcess", "Finalizer", "open_exec", "read_exit_info", "read_start_failure"]
 
@@ -119,7 +126,8 @@ class ExecProcess(ProcessBase):
             return name, data
 
     def _output_ended(self) -> None:
-        self._gate.confirmed(self.exec_id)
+        if self._drained:  # the engine ended it; a cancelled read says nothing of the start
+            self._gate.confirmed(self.exec_id)
         super()._output_ended()
         self._wake.set()
 
@@ -355,7 +363,7 @@ async def open_exec(
         "Tty": spec.tty,
     }
     await gate.enter()  # held while a checkpoint freezes the container
-    started = ""
+    exec_id = ""
     try:
         try:
             exec_id = await engine.create_exec("start a command", container_id, body)
@@ -369,9 +377,17 @@ async def open_exec(
             ) from exc
         # Closes itself if attaching fails; from here on it is closed below.
         stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
-        started = exec_id
-    finally:
-        gate.started(started)
+    except BaseException as exc:
+        gate.started(exec_id or None)
+        if exec_id and not isinstance(exc, EngineError):
+            # The start may have reached the engine (a cancel or a broken connection while
+            # attaching; an error answer means it refused): then the command runs, or starts
+            # in a moment, with nobody reading it. Kill it once the engine shows it started
+            # (`kill_command` waits for that).
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await kill_command(engine, container_id, exec_id, user, marker, gate)
+        raise
+    gate.started(exec_id)
     try:
         proc = ExecProcess(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,

@@ -60,6 +60,16 @@ class ExecGate:
         """The exec runs (it wrote output) or ended: a freeze can no longer catch it starting."""
         self._unconfirmed.discard(exec_id)
 
+    async def wait_started(self, engine: Engine, exec_id: str, *,
+                           settle: float = SETTLE_STARTS) -> None:
+        """Until the engine shows ``exec_id`` started or ended, unless that is known already
+        (at most ``settle`` seconds): a kill before then finds nothing, and the command
+        starts after it."""
+        if exec_id in self._unconfirmed:
+            with anyio.move_on_after(settle):
+                await _wait_started(engine, exec_id)
+                self._unconfirmed.discard(exec_id)
+
     @contextlib.asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
         """Keep checkpoints and kills from the host out for the block (the sweep exec)."""
@@ -94,6 +104,7 @@ class ExecGate:
 
 async def _wait_started(engine: Engine, exec_id: str) -> None:
     """Until the engine reports the exec's process (``Pid``) or its end."""
+    pause = 0.005
     while True:
         try:
             info = await engine.inspect_exec(exec_id, deadline=10)
@@ -104,4 +115,5 @@ async def _wait_started(engine: Engine, exec_id: str) -> None:
             continue
         if info.get("Pid") or info.get("ExitCode") is not None:
             return
-        await anyio.sleep(0.01)
+        pause = min(pause * 2, 0.1)  # a start that never reached the engine never shows
+        await anyio.sleep(pause)

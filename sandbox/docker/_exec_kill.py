@@ -23,6 +23,9 @@ from ._gateway import Engine
 from ._host import find_container_cgroup
 from ._host_kill import kill_from_host
 
+#: How long a kill waits for a command whose start the SDK did not see to show up.
+START_SETTLE = 5.0
+
 
 async def sweep(engine: Engine, container_id: str, user: str, marker: str, signal: str,
                 gate: ExecGate | None = None) -> bool:
@@ -63,6 +66,7 @@ async def kill_command(engine: Engine, container_id: str, exec_id: str, user: st
     (`_host_kill`: no pid of the container needed), else by the marker sweep. Shielded."""
     done: bool | None = None
     with anyio.CancelScope(shield=True):
+        await gate.wait_started(engine, exec_id, settle=START_SETTLE)
         if os.geteuid() == 0:
             done = await _kill_from_host(engine, container_id, exec_id,
                                          f"{MARKER_VAR}={marker}", gate)
