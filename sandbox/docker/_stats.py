@@ -272,13 +272,9 @@ class StatsSampler:
 
     async def demand(self) -> bool:
         """As `want`; the first time, a host sampler reads the counts and the size at once
-        (True: then `sample_now` carries them).
-
-        Read from the host, those two are the sampler's only engine calls (an exec, an
-        inspect with ``size=1``); a sandbox whose usage nobody reads does not make them.
-        A hundred sandboxes opened at once made a hundred such execs a second later, beside
-        the next creates.
-        """
+        (True: then `sample_now` carries them). Read from the host, those are the sampler's
+        only engine calls (an exec, an inspect with ``size=1``): a sandbox whose usage nobody
+        reads makes none (100 sandboxes opened at once made 100 execs a second later)."""
         first = not self._wanted
         self._wanted = True
         if not first or self._on_host is None:
