@@ -29,8 +29,9 @@ __all__ = ["FreshFacts", "forget", "keep", "kept"]
 #: Per engine address: the facts the last create there read.
 _KEPT: dict[str, EngineFacts] = {}
 _MAX_KEPT: Final = 16
-#: Per engine address: the ``/info`` read in flight, and how many creates wait on it.
-_IN_FLIGHT: dict[str, asyncio.Task[dict[str, Any]]] = {}
+#: Per engine address and event loop: the ``/info`` read in flight, and how many creates wait
+#: on it (a task is never shared between loops).
+_IN_FLIGHT: dict[tuple[str, asyncio.AbstractEventLoop], asyncio.Task[dict[str, Any]]] = {}
 _USERS: dict[asyncio.Task[dict[str, Any]], int] = {}
 
 
@@ -62,15 +63,16 @@ class FreshFacts:
 
     def __init__(self, engine: Engine, address: str = "") -> None:
         self._engine = engine
-        shared = _IN_FLIGHT.get(address) if address else None
+        key = (address, asyncio.get_running_loop())
+        shared = _IN_FLIGHT.get(key) if address else None
         self._joined = shared is not None and not shared.done()
         if shared is not None and self._joined:
             self._task = shared
         else:
             self._task = task = asyncio.ensure_future(engine.engine_info())
             if address:
-                _IN_FLIGHT[address] = task
-                task.add_done_callback(lambda done: _ended(address, done))
+                _IN_FLIGHT[key] = task
+                task.add_done_callback(lambda done: _ended(key, done))
         _USERS[self._task] = _USERS.get(self._task, 0) + 1
         self._left = False
 
@@ -101,9 +103,10 @@ class FreshFacts:
         task.add_done_callback(_consume)
 
 
-def _ended(address: str, task: asyncio.Task[dict[str, Any]]) -> None:
-    if _IN_FLIGHT.get(address) is task:
-        del _IN_FLIGHT[address]
+def _ended(key: tuple[str, asyncio.AbstractEventLoop],
+           task: asyncio.Task[dict[str, Any]]) -> None:
+    if _IN_FLIGHT.get(key) is task:
+        del _IN_FLIGHT[key]
 
 
 def _consume(task: asyncio.Task[Any]) -> None:
