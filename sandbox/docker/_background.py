@@ -80,6 +80,8 @@ class Background:
         wall = seconds(config.resources.wall_time_limit)
         if wall is not None:
             work.append(("the wall clock", lambda: self._wall_clock(wall)))
+        if main_pid is not None:
+            main_pid.expect_offer()  # the watcher's first look, for the sampler
         work.append(("the event watcher", lambda: watch_container(
             engine, container_id, self.on_container_stop, on_oom=finisher.on_oom,
             on_pause=self._on_pause, on_running=self._found_init)))

@@ -7,6 +7,12 @@ finds facts kept for its engine plans from them at once and reads ``/info`` mean
 equal the kept ones, or the sandbox starts over from the fresh ones. Every started container
 was planned from facts read during its own create, as before; the read just no longer waits
 in front of the rest.
+
+Creates that begin while such a read is in flight for their engine join it instead of starting
+their own (ten creates at once made ten ``/info`` calls, twenty engine-side process starts,
+beside the creates themselves): its answer comes after they began, so each started container
+is still planned from facts the engine gave during its create. A joiner whose shared read
+fails (the creating client was closed under it) reads on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ __all__ = ["FreshFacts", "forget", "keep", "kept"]
 #: Per engine address: the facts the last create there read.
 _KEPT: dict[str, EngineFacts] = {}
 _MAX_KEPT: Final = 16
+#: Per engine address and event loop: the ``/info`` read in flight, and how many creates wait
+#: on it (a task is never shared between loops).
+_IN_FLIGHT: dict[tuple[str, asyncio.AbstractEventLoop], asyncio.Task[dict[str, Any]]] = {}
+_USERS: dict[asyncio.Task[dict[str, Any]], int] = {}
 
 
 def kept(address: str) -> EngineFacts | None:
@@ -43,24 +53,60 @@ def forget(address: str) -> None:
 
 
 class FreshFacts:
-    """A ``GET /info`` running while the create goes on; `result` waits for it.
+    """A ``GET /info`` running while the create goes on (or joined, see above); `result`
+    waits for it.
 
     A plain asyncio task (not a task group around the whole create, which would wrap the
-    create's own errors in exception groups); `cancel` ends it if the create stops early.
+    create's own errors in exception groups); `cancel` ends it if the create stops early and
+    no other create waits on it.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self._task = asyncio.ensure_future(engine.engine_info())
+    def __init__(self, engine: Engine, address: str = "") -> None:
+        self._engine = engine
+        key = (address, asyncio.get_running_loop())
+        shared = _IN_FLIGHT.get(key) if address else None
+        self._joined = shared is not None and not shared.done()
+        if shared is not None and self._joined:
+            self._task = shared
+        else:
+            self._task = task = asyncio.ensure_future(engine.engine_info())
+            if address:
+                _IN_FLIGHT[key] = task
+                task.add_done_callback(lambda done: _ended(key, done))
+        _USERS[self._task] = _USERS.get(self._task, 0) + 1
+        self._left = False
 
     async def result(self) -> EngineFacts:
         """The facts the engine reports now (its error, if the read failed)."""
-        return EngineFacts.from_info(await asyncio.shield(self._task))
+        try:
+            info = await asyncio.shield(self._task)
+        except Exception:
+            if not self._joined:
+                raise
+            info = await self._engine.engine_info()  # the shared read failed: our own
+        return EngineFacts.from_info(info)
 
     def cancel(self) -> None:
-        """Stop the read if it still runs, and consume its outcome either way."""
-        if not self._task.done():
-            self._task.cancel()
-        self._task.add_done_callback(_consume)
+        """Stop the read if it still runs and nobody else waits on it, and consume its
+        outcome either way; idempotent."""
+        if self._left:
+            return
+        self._left = True
+        task = self._task
+        users = _USERS.get(task, 1) - 1
+        if users > 0:
+            _USERS[task] = users
+            return
+        _USERS.pop(task, None)
+        if not task.done():
+            task.cancel()
+        task.add_done_callback(_consume)
+
+
+def _ended(key: tuple[str, asyncio.AbstractEventLoop],
+           task: asyncio.Task[dict[str, Any]]) -> None:
+    if _IN_FLIGHT.get(key) is task:
+        del _IN_FLIGHT[key]
 
 
 def _consume(task: asyncio.Task[Any]) -> None:

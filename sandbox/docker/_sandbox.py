@@ -171,7 +171,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         # once while /info is read again; they must match before start (`_facts_cache`).
         address = engine_address() if self._owns_docker else ""
         cached = _facts_cache.kept(address) if address and not self._replanned else None
-        fresh = _facts_cache.FreshFacts(engine) if cached is not None else None
+        fresh = _facts_cache.FreshFacts(engine, address) if cached is not None else None
         try:
             if fresh is None:
                 info = await engine.ping_and_info()  # one round trip where there were three
@@ -450,11 +450,17 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             sampler = self._background.sampler = StatsSampler(
                 engine, container_id, interval=1.0,
                 host_mem=self._facts.mem_total if self._facts else 0)
+        if await sampler.demand():  # the counts were read just now: a sample with them
+            return await sampler.sample_now()
         return sampler.latest or await sampler.sample_now()
 
     def usage_history(self) -> list[ResourceUsage]:
         """The samples kept so far (the last 600), oldest first."""
-        return self._background.sampler.history() if self._background.sampler else []
+        sampler = self._background.sampler
+        if sampler is None:
+            return []
+        sampler.want()
+        return sampler.history()
 
     def _platform(self, os_name: str) -> str:
         arch = self._config.architecture or (self._facts.architecture if self._facts else "")

@@ -119,7 +119,8 @@ class StatsSampler:
             history: Published samples kept by `history`.
             on_sample: Called with each published sample, sync or async; keep it quick,
                 sampling waits for it. Errors are logged.
-            proc_reader: Reads (processes, threads, fds) in the sandbox, every 5th sample.
+            proc_reader: Reads (processes, threads, fds) in the sandbox, every 5th sample
+                (read from the host: once usage is asked for, see `demand`).
             started_at: ``time.monotonic()`` when the sandbox started, for ``uptime``;
                 defaults to now.
             host_mem: Host memory in bytes, used when a sample carries no memory limit.
@@ -153,6 +154,9 @@ class StatsSampler:
         self._slow_failures: dict[str, int] = {}
         self._host = host
         self._on_host: _HostReader | None = None
+        # Read from the host, the counts and the disk size cost an exec and a layer walk
+        # each: made only once someone reads usage (`demand`), or every sample goes out.
+        self._wanted = on_sample is not None
 
     # -- what callers read ------------------------------------------------------------------------
 
@@ -261,6 +265,23 @@ class StatsSampler:
         self._keep(time.monotonic(), usage)
         return usage
 
+    def want(self) -> None:
+        """Someone reads usage: from now on the occasional process count and disk size
+        reads run (every 5th and 10th sample), for a sampler reading the host too."""
+        self._wanted = True
+
+    async def demand(self) -> bool:
+        """As `want`; the first time, a host sampler reads the counts and the size at once
+        (True: then `sample_now` carries them). Read from the host, those are the sampler's
+        only engine calls (an exec, an inspect with ``size=1``): a sandbox whose usage nobody
+        reads makes none (100 sandboxes opened at once made 100 execs a second later)."""
+        first = not self._wanted
+        self._wanted = True
+        if not first or self._on_host is None:
+            return False  # not yet on the host: its first reading makes them
+        await self._read_slow(time.monotonic(), want_proc=True, want_size=True)
+        return True
+
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -292,7 +313,7 @@ class StatsSampler:
     async def _find_on_host(self) -> _HostReader | None:
         """The container's cgroup on this host through its main process; None: not local."""
         with contextlib.suppress(SandboxError):
-            pid = await self._main_pid.get(deadline=SLOW_CALL_TIMEOUT)
+            pid = await self._main_pid.get(deadline=SLOW_CALL_TIMEOUT, wait_offer=True)
             cgroup = await anyio.to_thread.run_sync(HostCgroup.find, pid, self._id)
             if cgroup is not None:
                 return _HostReader(self, cgroup, pid)
@@ -338,9 +359,9 @@ class StatsSampler:
         elif reading.active:
             reader.dirty_proc = reader.dirty_size = True
         age_proc, age_size = reading.mono - reader.read_proc, reading.mono - reader.read_size
-        want_proc = self._proc_reader is not None and self._seen % PROC_EVERY == 0 and \
-            (reader.dirty_proc or age_proc >= EXEC_REFRESH)
-        want_size = self._seen % SIZE_EVERY == 0 and \
+        want_proc = self._wanted and self._proc_reader is not None and \
+            self._seen % PROC_EVERY == 0 and (reader.dirty_proc or age_proc >= EXEC_REFRESH)
+        want_size = self._wanted and self._seen % SIZE_EVERY == 0 and \
             (reader.dirty_size or age_size >= EXEC_REFRESH)
         self._seen += 1
         if want_proc or want_size:
@@ -348,6 +369,13 @@ class StatsSampler:
         return self._host_publish(reading)
 
     async def _host_slow(self, reading: _HostReading, want_proc: bool, want_size: bool) -> None:
+        await self._read_slow(reading.mono, want_proc=want_proc, want_size=want_size)
+        follow = self._host_publish(reading)
+        if follow is not None:
+            await follow
+
+    async def _read_slow(self, mono: float, *, want_proc: bool, want_size: bool) -> None:
+        """The process counts and the disk size of a container read from the host."""
         reader = self._on_host
         assert reader is not None
         if want_proc and self._proc_reader is not None:
@@ -361,13 +389,10 @@ class StatsSampler:
         # What the reads themselves use (an exec's shell, ending after its output did) is not
         # the container running: the next reading gives the quiet baseline.
         if want_proc:
-            reader.dirty_proc, reader.read_proc = False, reading.mono
+            reader.dirty_proc, reader.read_proc = False, mono
         if want_size:
-            reader.dirty_size, reader.read_size = False, reading.mono
+            reader.dirty_size, reader.read_size = False, mono
         reader.settling = True
-        follow = self._host_publish(reading)
-        if follow is not None:
-            await follow
 
     def _host_publish(self, reading: _HostReading) -> Awaitable[None] | None:
         reader = self._on_host

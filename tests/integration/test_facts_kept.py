@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import attrs
 import pytest
 
-from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
+from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig, SandboxError
 from sandbox.docker import _facts_cache, _gateway
 from sandbox.docker._gateway import engine_address
 from tests.conftest import docker_cli, sandbox_containers
@@ -94,3 +95,67 @@ async def test_a_refusal_from_outdated_facts_is_checked_against_current_ones() -
     async with Sandbox(config) as sb:
         assert memory_of(sb) == 256 << 20
     assert _facts_cache.kept(engine_address()) == real
+
+
+async def test_creates_at_once_share_one_read_and_each_starts_after_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass  # keeps the facts
+    trace = Trace(monkeypatch)
+    boxes: list[Sandbox] = []
+
+    async def one() -> None:
+        sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
+        await sb.__aenter__()
+        boxes.append(sb)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(one)
+        steps = list(trace.steps)
+        for sb in boxes:
+            assert (await sb.execute_command("true")).success
+    finally:
+        for sb in boxes:
+            await sb.cleanup()
+    assert len(boxes) == 5
+    # Five creates begun in one go: one read of /info, not five; and no start before it.
+    assert steps.count("info answered") == 1, steps
+    assert steps.count("start the sandbox container") == 5, steps
+    assert steps.index("info answered") < steps.index("start the sandbox container"), steps
+
+
+async def test_a_create_whose_shared_read_failed_reads_on_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass
+    read = _gateway.Engine.engine_info
+    calls: list[str] = []
+
+    async def info(engine: Any) -> dict[str, Any]:
+        calls.append("read")
+        if len(calls) == 1:  # the shared read: its client goes away under it
+            await anyio.sleep(0.2)
+            raise SandboxError("read engine info: the client was closed")
+        return await read(engine)
+
+    monkeypatch.setattr(_gateway.Engine, "engine_info", info)
+    outcomes: list[str] = []
+
+    async def one() -> None:
+        try:
+            async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+                assert (await sb.execute_command("true")).success
+            outcomes.append("ok")
+        except SandboxError as exc:
+            outcomes.append(f"{exc.message}: {exc.__cause__}")
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(one)
+    # The create that made the read fails with its error, as before; the two that joined
+    # it read again (one read each) and start.
+    assert sorted(outcomes)[:2] == ["ok", "ok"], outcomes
+    assert "read engine info: the client was closed" in sorted(outcomes)[2], outcomes
+    assert len(calls) == 3, calls
