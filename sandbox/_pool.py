@@ -28,10 +28,11 @@ Rules:
   now (the host's view of the container, or the engine): one killed or paused while it
   waited, even a moment before, is removed and the next one taken (or a new one made).
 * A sandbox idle for ``max_idle`` is replaced by a fresh one.
-* Refilling after an acquire served from the queue waits until the sandbox is released
-  (while nothing else is ready) or ``REFILL_DELAY`` passed, so the create does not slow the
-  user's first command, unless the pool is more than one short of ``min_ready`` or an
-  acquire waits.
+* Refilling after an acquire served from the queue waits for a quiet moment, so no create
+  slows a user's first command: until ``REFILL_DELAY`` passed without an acquire (at most
+  ``RETIRE_LIMIT`` after the first acquire it waits for), unless an acquire waits. A release
+  that leaves nothing ready starts one create at once (the next user's), the rest of the
+  top-up still waits.
 * A sandbox given back (used up, or not reusable) is never handed out again; its removal
   starts once no acquire came for ``REFILL_DELAY``, at most ``RETIRE_LIMIT`` after the
   release, at once when the pool needs the room, and always at close (which waits for it):
@@ -73,10 +74,12 @@ MAX_BACKOFF = 5.0
 #: Creates in flight by default: the measured knee of throughput on a 2-core host (see
 #: ``SandboxPool``'s ``create_concurrency``).
 CREATE_CONCURRENCY = 3
-#: A refill that only tops the ready queue back up (nobody waits, at most one short of
-#: ``min_ready``) starts this long after an acquire, or at the release if that comes first:
-#: started at the acquire, the create competed for the CPU with the acquirer's first command
-#: (process pool on 2 cores: acquire to first command 13-24 ms instead of ~3 ms).
+#: A refill that only tops the ready queue back up (nobody waits) starts once no acquire came
+#: for this long (at most `RETIRE_LIMIT` after the first one it waited for); a release that
+#: leaves nothing ready starts one create before that. Started at the acquire, the create
+#: competed for the CPU with the acquirer's first command (process pool on 2 cores: acquire to
+#: first command 13-24 ms instead of ~3 ms); started at once when two acquires in a row left
+#: the pool two short, it still did (6.7-7.4 ms in round 4's bench).
 REFILL_DELAY = 0.05
 #: A used sandbox's removal waits at most this long for a quiet moment (see ``_retire``):
 #: a busy pool removes its used sandboxes late, never not at all.
@@ -205,6 +208,8 @@ class SandboxPool:
         self._removing = 0
         self._waiting = 0  # acquires that found nothing ready
         self._refill_after = 0.0  # a top-up refill waits until then (see REFILL_DELAY)
+        self._deferred_since = 0.0  # the acquire the pending top-up first waited for
+        self._refill_one = False  # a release left nothing ready: one create may start now
         self._quiet_at = 0.0  # REFILL_DELAY after the last acquire: retired ones go then
         # Given back, never handed out again, removal not yet started (counted in _removing).
         self._retiring: deque[tuple[float, _Lease, str]] = deque()
@@ -329,10 +334,16 @@ class SandboxPool:
                     lease = self._ready.popleft()
                     self._held.add(lease)
                     if await self._usable(lease):
-                        self._quiet_at = time.monotonic() + REFILL_DELAY
+                        now = time.monotonic()
+                        self._quiet_at = now + REFILL_DELAY
                         if not waiting:
-                            # Served from the queue: its refill may wait (REFILL_DELAY).
-                            self._refill_after = self._quiet_at
+                            # Served from the queue: its refill waits for a quiet moment
+                            # (REFILL_DELAY without an acquire, RETIRE_LIMIT at most).
+                            if self._refill_after <= now:
+                                self._deferred_since = now
+                            self._refill_after = min(self._quiet_at,
+                                                     self._deferred_since + RETIRE_LIMIT)
+                            self._refill_one = False
                         self._notify()
                         return lease
                     continue
@@ -390,9 +401,10 @@ class SandboxPool:
         if lease not in self._held:
             return  # the pool closed meanwhile and removed it
         if self._refill_after and not self._ready:
-            # Its user is done and nothing else is ready: a deferred top-up may start. With
-            # one still ready, the next acquire (often at once) is served without it.
-            self._refill_after = 0.0
+            # Its user is done and nothing else is ready: one create for the next user may
+            # start (the rest of the top-up waits for the quiet moment). With one still
+            # ready, the next acquire (often at once) is served without it.
+            self._refill_one = True
             self._notify()
         lease.uses += 1
         sb = lease.sb
@@ -466,11 +478,14 @@ class SandboxPool:
         """Creates to start now: a lease taken leaves a deficit at once (not at its release),
         and a used sandbox being removed holds no place, so a slow removal never holds back
         the next create, unless removals pile up: with them, at most twice ``max_size``.
-        A top-up right after an acquire waits for its release or `REFILL_DELAY`."""
+        A top-up right after an acquire waits for a quiet moment (`REFILL_DELAY`), except
+        one create once a release left nothing ready (and none is being made)."""
         want = self._min_ready + self._waiting
         deficit = want - len(self._ready) - self._creating
-        if deficit <= 1 and not self._waiting and now < self._refill_after:
-            return 0  # a top-up right after an acquire: deferred (REFILL_DELAY)
+        if not self._waiting and now < self._refill_after:
+            if not (self._refill_one and not self._ready and not self._creating):
+                return 0  # a top-up right after an acquire: deferred (REFILL_DELAY)
+            deficit = min(deficit, 1)
         live = self._live()
         room = min(self._max_size - live, 2 * self._max_size - live - self._removing)
         return max(0, min(deficit, room, self._concurrency - self._creating))

@@ -6,11 +6,17 @@ Output is read from two pipes as it comes; stdin is a pipe with a real EOF; a de
 `kill` reaches every process the command started (`_tree.sweep`, from the host).
 The command ends when its first process exits; output still held open by something it left in the
 background is read for `DRAIN_AFTER_EXIT` more seconds, then dropped.
+
+A plain ``execute_command`` (no stdin, no iteration, no time limit) runs *inline*
+(`ProcessBase.INLINE`): the caller's task reads the output and concludes, with no task group
+and no two tasks per command; the exit report, seen by a callback on the loop, ends the
+command and bounds the read that follows it.
 """
 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal as _signal
@@ -44,6 +50,7 @@ class SandboxProcess(ProcessBase):
     #: The command ends when its first process exits; its output may outlive it.
     OUTPUT_ENDS_COMMAND: ClassVar[bool] = False
     CONCLUDE_ERRORS: ClassVar[tuple[type[Exception], ...]] = (Exception,)
+    INLINE: ClassVar[bool] = True
 
     def __init__(self, proc: RemoteProcess, spec: ProcessSpec, *, marker: str,
                  pid_ns: str, iterate: bool, on_stdout: Callback | None,
@@ -57,6 +64,18 @@ class SandboxProcess(ProcessBase):
         self._pid_ns = pid_ns
         self._kill_confirmed = True  # False once a KILL sweep saw survivors
         self._stdin_closed = proc.stdin is None
+        self._drain_done = False  # an inline read already waited DRAIN_AFTER_EXIT
+        proc.on_exit(self._exited)
+
+    def _exited(self) -> None:
+        """The command's first process ended (a callback on the loop): the command is over,
+        and an inline read of output still held open stops `DRAIN_AFTER_EXIT` from now.
+        Seen here, not in `_conclude`, which an inline read only reaches at end of output:
+        a KILL (`_signal_tree`) waits for this."""
+        self._ended.set()
+        self._cut_at = min(self._cut_at, asyncio.get_running_loop().time() + DRAIN_AFTER_EXIT)
+        if self._inline_scope is not None:
+            self._inline_scope.deadline = self._cut_at
 
     async def resize(self, rows: int, cols: int) -> None:
         """Set the terminal's size (the program gets SIGWINCH); checked, then ignored for a
@@ -110,11 +129,18 @@ class SandboxProcess(ProcessBase):
                 with anyio.move_on_after(KILL_GRACE):  # reported once the joiner reaped it
                     await self._ended.wait()
 
+    async def _output_cut(self) -> None:
+        """An inline read: the command ended and its output stayed open `DRAIN_AFTER_EXIT`
+        longer (a background job holds it): conclude without the rest, as `_conclude` does
+        beside a pump."""
+        self._drain_done = True
+        await self._finish()
+
     async def _conclude(self) -> CommandResult:
         try:
             code = await self._proc.wait()
             self._command_ended()
-            if not self._eof.is_set():  # else no timer, no checkpoint: the usual case
+            if not self._eof.is_set() and not self._drain_done:  # else no timer: the usual
                 with anyio.move_on_after(DRAIN_AFTER_EXIT):
                     await self._eof.wait()
             self._stop_reading()

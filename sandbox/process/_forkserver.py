@@ -326,7 +326,10 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
             resource.setrlimit(which, (soft, hard))
         send_message(sock, {"joined": True})
     except Exception as exc:
-        send_message(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
+        # The SDK may have closed its end already (the sandbox removed while this zygote
+        # joined it): then nobody is told, and no traceback reaches the SDK's stderr.
+        with contextlib.suppress(OSError):
+            send_message(sock, {"id": None, "error": f"entering the sandbox failed: {exc}"})
         os._exit(1)
     try:
         _Zygote(sock).serve()

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._errors import CommandStartFailed
@@ -145,6 +145,29 @@ class RemoteProcess:
         self.returncode: int | None = None
         self.terminal = -1  # the pseudo-terminal's master side (owned by ``output``)
         self._gone: asyncio.Future[None] | None = None
+        self._watch: asyncio.Future[int] | None = None  # see `on_exit`
+
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the loop once the process has ended: when its end is reported,
+        or (its reporter gone) when its pidfd says so; at once if `wait` saw it already."""
+        if self.returncode is not None:
+            asyncio.get_running_loop().call_soon(callback)
+            return
+
+        def reported(future: asyncio.Future[int]) -> None:
+            if future.cancelled():
+                return
+            if future.exception() is None:
+                callback()
+            else:  # the zygote is gone: the pidfd tells the end
+                self._watch = asyncio.ensure_future(self.wait())  # kept: not collected
+                self._watch.add_done_callback(ended)
+
+        def ended(watch: asyncio.Future[int]) -> None:
+            if not watch.cancelled():
+                watch.exception()  # retrieved: `wait` raises it to whoever waits
+            callback()
+        self._pending.status.add_done_callback(reported)
 
     async def wait(self) -> int:
         """The exit code, or minus the signal number that ended the command.

@@ -604,3 +604,33 @@ async def test_a_hidden_daemon_is_counted_and_samples_track_it() -> None:
         history = box.usage_history()
         assert len(history) >= 2 and history[-1].timestamp > usage.timestamp, history
         assert history[-1].process_count == usage.process_count
+
+
+async def test_output_held_by_a_background_job_ends_the_read_after_the_drain(
+        sb: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain ``execute_command`` reads its output in the caller's task (no pump task): a
+    job left in the background holding stdout open must not hold the result, which comes
+    DRAIN_AFTER_EXIT after the command's own process ended, with the output before it."""
+    from sandbox.process import _exec
+
+    monkeypatch.setattr(_exec, "DRAIN_AFTER_EXIT", 0.3)
+    with anyio.fail_after(20):  # the job sleeps 60 s: waiting for its EOF would fail here
+        result = await sb.execute_command(["sh", "-c", "echo before; sleep 60 & echo after"])
+    assert result.exit_code == 0
+    assert result.stdout == "before\nafter\n"
+    assert (await sb.execute_command(["sh", "-c", "ps | grep -q '[s]leep 60'"])).exit_code \
+        == 0  # the job still runs: only the read was given up, as on Docker
+
+
+async def test_a_cancelled_plain_command_is_killed_and_its_end_seen(
+        sb: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelling a plain ``execute_command`` (read inline, no task beside it) kills the
+    command, and the kill returns once the end is reported, not after its grace."""
+    from sandbox.process import _exec
+
+    monkeypatch.setattr(_exec, "KILL_GRACE", 60.0)
+    with anyio.fail_after(30):  # the end not seen: the kill would wait the whole 60 s
+        with anyio.move_on_after(0.5):
+            await sb.execute_command(["sleep", "45"])
+    found = await sb.execute_command(["sh", "-c", "ps | grep '[s]leep 45'"])
+    assert found.exit_code == 1, found.stdout  # none left

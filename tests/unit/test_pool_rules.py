@@ -256,9 +256,9 @@ async def _fill(pool: SandboxPool, ready: int) -> None:
 
 @pytest.mark.asyncio
 async def test_a_top_up_waits_for_the_release_or_the_delay() -> None:
-    """Refilling one short of min_ready waits so it does not slow the user's first command;
-    the release with nothing else ready (or REFILL_DELAY) starts it, and two short starts at
-    once."""
+    """Refilling after acquires waits for a quiet moment so it does not slow a user's first
+    command, however short the pool is: a release with nothing else ready starts one create
+    (the next user's), REFILL_DELAY without an acquire the rest."""
     async with SandboxPool(SandboxConfig(), min_ready=2, max_size=4, factory=fake) as pool:
         await _fill(pool, 2)
         async with pool.acquire():
@@ -268,8 +268,10 @@ async def test_a_top_up_waits_for_the_release_or_the_delay() -> None:
         assert pool.stats().creating == 0  # released, one still ready: still deferred
         async with pool.acquire():
             await anyio.sleep(0.002)
-            assert pool.stats().creating == 2  # two short: at once
-        await _fill(pool, 2)
+            assert pool.stats().creating == 0  # two short: deferred as well
+        await anyio.sleep(0.002)
+        assert pool.stats().creating == 1  # released, nothing ready: one for the next user
+        await _fill(pool, 2)  # and the rest once no acquire came for REFILL_DELAY
         async with pool.acquire():
             pass
         async with SandboxPool(SandboxConfig(), min_ready=1, max_size=4, factory=fake) as one:
@@ -282,12 +284,35 @@ async def test_a_top_up_waits_for_the_release_or_the_delay() -> None:
         await _fill(pool, 2)
         async with pool.acquire(), pool.acquire():
             await anyio.sleep(0.002)
-            assert pool.stats().creating == 2  # two short: at once
+            assert pool.stats().creating == 0  # two short, both held: deferred
+            with anyio.fail_after(5):
+                while pool.stats().creating + pool.stats().ready < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)  # the delay runs out: both start
         await _fill(pool, 2)
         async with pool.acquire():
             with anyio.fail_after(5):
                 while not pool.stats().creating:  # noqa: ASYNC110 (the delay runs out)
                     await anyio.sleep(0.005)
+
+
+@pytest.mark.asyncio
+async def test_acquires_back_to_back_defer_a_top_up_by_retire_limit_at_most() -> None:
+    """A stream of acquires, each within REFILL_DELAY of the last, holds the top-up back for
+    RETIRE_LIMIT at most: it starts while sandboxes are still ready, not once the pool ran
+    dry (a busy pool that nobody waits on would otherwise never refill)."""
+    from sandbox._pool import REFILL_DELAY, RETIRE_LIMIT
+
+    count = int(4 * RETIRE_LIMIT / (REFILL_DELAY / 5))  # a stream longer than the limit
+    async with SandboxPool(SandboxConfig(), min_ready=count, max_size=count,
+                           factory=fake) as pool:
+        await _fill(pool, count)
+        acquired = 0
+        with anyio.fail_after(10):
+            while not pool.stats().creating:
+                async with pool.acquire():
+                    acquired += 1
+                await anyio.sleep(REFILL_DELAY / 5)
+        assert pool.stats().ready > 0 and acquired < count
 
 
 @pytest.mark.asyncio
