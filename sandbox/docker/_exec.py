@@ -32,6 +32,7 @@ from .._errors import (
     SandboxNotRunning,
 )
 from .._exec_start import check_exec_size, start_error
+from .._flag import Flag
 from .._models import CommandResult
 from .._output import StreamName
 from .._process_base import Callback, Finalizer, ProcessBase, Reader, unconfirmed_kill
@@ -75,7 +76,7 @@ class ExecProcess(ProcessBase):
         self._stopped: SandboxError | None = None  # why the container stopped under us
         # The output ended or the container stopped: one event for the finisher to wait on
         # (waiting for the first of two took a task group and two tasks per command).
-        self._wake = anyio.Event()
+        self._wake = Flag()
 
     async def resize(self, rows: int, cols: int) -> None:
         """Set the size of the command's terminal (``tty=True``); the engine ignores it
@@ -166,10 +167,12 @@ class ExecProcess(ProcessBase):
 
     async def _conclude(self) -> CommandResult:
         """Wait for EOF, read the exit code and build the result."""
-        await self._wake.wait()
+        # Run inline, or after the pump: both set already, and no checkpoint is spent here.
+        if not self._wake.is_set():
+            await self._wake.wait()
         if not self._eof.is_set():
             await self._end_with_container()
-        await self._eof.wait()  # bounded after a kill: see _await_end_after_kill
+            await self._eof.wait()  # bounded after a kill: see _await_end_after_kill
         info = await read_exit_info(self._engine, self.exec_id, abandoned=self._abandoned)
         if info.get("Running") and not self._killed:
             # The output ended but the command did not: the connection to the engine
