@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import uuid
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -344,7 +344,7 @@ async def open_exec(
     """
     gate = gate or ExecGate()
     argv, env, workdir, user, stdin = spec.argv, spec.env, spec.workdir, spec.user, spec.stdin
-    marker = uuid.uuid4().hex
+    marker = os.urandom(16).hex()  # as random as uuid4's, without building a UUID
     env_list = [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"]
     check_exec_size(argv, env_list)
     body = {
@@ -388,7 +388,8 @@ async def open_exec(
             yield proc
     finally:
         gate.confirmed(exec_id)
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            # stdin the engine never took is dropped, or the socket would linger until taken.
-            await stream.close()
+        # stdin the engine never took is dropped, or the socket would linger until taken.
+        # Without an await: nothing to shield from a cancellation.
+        with contextlib.suppress(Exception):
+            stream.close_now()
 
