@@ -36,6 +36,7 @@ from .._flag import Flag
 from .._models import CommandResult
 from .._output import StreamName
 from .._process_base import Callback, Finalizer, ProcessBase, Reader, unconfirmed_kill
+from .._shield import finish_despite_cancel
 from .._signals import signal_name
 from .._sweep import MARKER_VAR
 from .._tty import check_terminal_size
@@ -138,9 +139,20 @@ class ExecProcess(ProcessBase):
         in the sandbox can starve it), else by the marker sweep exec; other signals by the
         sweep. A KILL records whether none of them was seen left."""
         if signal == "KILL":
-            self._kill_confirmed = await kill_command(
-                self._engine, self.container_id, self.exec_id, self._user, self._marker,
-                self._gate)
+            confirmed: list[bool] = []
+
+            async def kill() -> None:
+                confirmed.append(await kill_command(
+                    self._engine, self.container_id, self.exec_id, self._user, self._marker,
+                    self._gate))
+
+            try:
+                # In a task of its own: anyio's shield (kill_command's) does not hold off a
+                # native Task.cancel(), and a second Ctrl-C while the kill ran left the
+                # command running (tests/integration/test_exec_cancel.py).
+                await finish_despite_cancel(kill())
+            finally:
+                self._kill_confirmed = bool(confirmed and confirmed[0])
             await self._await_end_after_kill()
         else:
             await sweep(self._engine, self.container_id, self._user, self._marker, signal,
@@ -332,6 +344,33 @@ async def read_start_failure(
     return engine_start_error(text, argv, user, workdir)
 
 
+#: How long an exec whose attach failed may take to show it started (a Pid) or ended; a start
+#: that never reached the engine shows neither, ever.
+UNATTACHED_PATIENCE = 2.0
+
+
+async def end_unattached(engine: Engine, container_id: str, exec_id: str, user: str,
+                         marker: str, gate: ExecGate) -> None:
+    """Kill the exec whose attach failed (a cancel, a broken connection) if the engine
+    started it anyway: the start request may have reached it, and nobody would read or end
+    the command (a cancelled ``execute_command("sleep 1000")`` left it running)."""
+    ran = False
+    with anyio.move_on_after(UNATTACHED_PATIENCE):
+        while True:
+            try:
+                info = await engine.inspect_exec(exec_id, deadline=UNATTACHED_PATIENCE)
+            except SandboxError:
+                return  # the exec or its container is gone
+            if info.get("ExitCode") is not None and not info.get("Running"):
+                return  # it ran and ended
+            if info.get("Pid") or info.get("Running"):
+                ran = True
+                break
+            await anyio.sleep(0.01)
+    if ran:
+        await kill_command(engine, container_id, exec_id, user, marker, gate)
+
+
 @contextlib.asynccontextmanager
 async def open_exec(
     engine: Engine, container_id: str, spec: ProcessSpec, *, attach_stdin: bool,
@@ -359,6 +398,7 @@ async def open_exec(
     }
     await gate.enter()  # held while a checkpoint freezes the container
     started = ""
+    unattached = ""  # the attach failed after the exec was made: it may run unread
     try:
         try:
             exec_id = await engine.create_exec("start a command", container_id, body)
@@ -371,10 +411,18 @@ async def open_exec(
                 "the sandbox's container is not running", details=exc.details, cause=exc
             ) from exc
         # Closes itself if attaching fails; from here on it is closed below.
-        stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
+        try:
+            stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
+        except BaseException:
+            unattached = exec_id
+            raise
         started = exec_id
     finally:
         gate.started(started)
+        if unattached:  # after `started`: the kill closes the gate, which waits for starts
+            with contextlib.suppress(Exception):
+                await finish_despite_cancel(end_unattached(
+                    engine, container_id, unattached, user, marker, gate))
     try:
         proc = ExecProcess(
             engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
