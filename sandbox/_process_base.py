@@ -194,9 +194,8 @@ class ProcessBase:
 
     async def _chunks(self) -> AsyncIterator[OutputChunk]:
         receive = self._receive
-        if receive is None:  # made not to be iterated: no chunks, the end once output ends
-            if not self._closed:
-                await self._eof.wait()
+        if receive is None and not self._closed:
+            await self._eof.wait()  # made not to be iterated: no chunks, the end at its end
         # Take what is buffered without a checkpoint per chunk (see _take); wait only when empty.
         while receive is not None:
             try:
