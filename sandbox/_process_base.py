@@ -27,8 +27,10 @@ from typing import Any, ClassVar
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._errors import CommandStartFailed, EngineUnavailable, KillFailed, SandboxError, StdinClosed
+from ._flag import Flag
 from ._models import CommandResult, OutputChunk, ResourceUsage
 from ._output import LazyText, OutputCapture, StreamName, deliver
 from ._signals import parse_signal
@@ -92,13 +94,17 @@ class ProcessBase:
         self._finalize = finalize
         self._measure: Callable[[], ResourceUsage | None] | None = getattr(
             finalize, "measure", None)
-        send, receive = anyio.create_memory_object_stream[OutputChunk](ITER_BUFFER)
-        self._send = send
-        self._receive = receive
-        self._eof = anyio.Event()  # every output source ended (or failed)
+        # The channel to an iterating reader; none when nobody iterates (`execute_command`).
+        self._send: MemoryObjectSendStream[OutputChunk] | None = None
+        self._receive: MemoryObjectReceiveStream[OutputChunk] | None = None
+        if iterate:
+            self._send, self._receive = anyio.create_memory_object_stream[OutputChunk](
+                ITER_BUFFER)
+        # Flags, not anyio Events: most commands have no waiter on them (see `Flag`).
+        self._eof = Flag()  # every output source ended (or failed)
         # The command is over: the end of its output, unless the backend knows it apart.
-        self._ended = self._eof if self.OUTPUT_ENDS_COMMAND else anyio.Event()
-        self._done = anyio.Event()  # the result (or the error) is there
+        self._ended = self._eof if self.OUTPUT_ENDS_COMMAND else Flag()
+        self._done = Flag()  # the result (or the error) is there
         self._readers = 0
         self._drained = False  # a source ended normally: the command closed its output
         self._last_output = time.monotonic()
@@ -187,14 +193,17 @@ class ProcessBase:
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[OutputChunk]:
+        receive = self._receive
+        if receive is None and not self._closed:
+            await self._eof.wait()  # made not to be iterated: no chunks, the end at its end
         # Take what is buffered without a checkpoint per chunk (see _take); wait only when empty.
-        while True:
+        while receive is not None:
             try:
-                chunk = self._receive.receive_nowait()
+                chunk = receive.receive_nowait()
             except anyio.WouldBlock:
                 self._reader_waits()
                 try:
-                    chunk = await self._receive.receive()
+                    chunk = await receive.receive()
                 except anyio.EndOfStream:
                     break
             except anyio.EndOfStream:
@@ -273,13 +282,14 @@ class ProcessBase:
 
         Output not yet read through iteration is still captured in the result.
         """
-        if self._iterate and not self._closed:
+        if self._receive is not None and not self._closed:
             async for _ in self._receive:
                 pass
         if self._inline and not self._inline_started:
             self._inline_started = True
             await self._run_inline()
-        await self._done.wait()
+        if not self._done.is_set():  # an inline run has it: no checkpoint then
+            await self._done.wait()
         if self._error is not None:
             raise self._error
         assert self._result is not None
@@ -295,18 +305,22 @@ class ProcessBase:
             self._closed = True
             # First, so a pump blocked on a full buffer nobody reads drops output and reads on
             # (else the kill stalls on the unread output for its whole deadline).
-            self._receive.close()
+            if self._receive is not None:
+                self._receive.close()
             if self._needs_kill():
                 self._killed = True
                 with anyio.CancelScope(shield=True):
                     await self._kill_on_close()
-        self._receive.close()
+        if self._receive is not None:
+            self._receive.close()
 
     def release(self) -> None:
         """Close the output channel's both ends; the last step of `lifetime`, also when a
         second cancellation broke into the shielded `aclose`."""
-        self._send.close()
-        self._receive.close()
+        if self._send is not None:
+            self._send.close()
+        if self._receive is not None:
+            self._receive.close()
 
     # -- running it ----------------------------------------------------------------------------
 
@@ -354,8 +368,7 @@ class ProcessBase:
             tg.start_soon(self._watchdog)
 
     async def _pump(self, read: Reader) -> None:
-        capture, callbacks, iterate, send = (self._capture, self._callbacks, self._iterate,
-                                             self._send)
+        capture, callbacks, send = self._capture, self._callbacks, self._send
         try:
             while True:
                 try:
@@ -371,7 +384,7 @@ class ProcessBase:
                 self._last_output = time.monotonic()
                 capture.feed(name, data)
                 await deliver(callbacks[name], data)
-                if iterate:
+                if send is not None:
                     chunk = OutputChunk(stream=name, data=data)
                     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                         # send() checkpoints on every chunk; skipping that while the buffer
@@ -388,7 +401,8 @@ class ProcessBase:
     def _output_ended(self) -> None:
         """Every source ended: close the iteration; the command is over if its output says so."""
         self._eof.set()
-        self._send.close()
+        if self._send is not None:
+            self._send.close()
         if self.OUTPUT_ENDS_COMMAND:
             self._stop_stdin()
 
@@ -511,7 +525,7 @@ class ProcessBase:
 
 
 async def overdue(
-    wake: anyio.Event, t0: float, time_limit: float | None, idle_timeout: float | None,
+    wake: anyio.Event | Flag, t0: float, time_limit: float | None, idle_timeout: float | None,
     last_output: Callable[[], float], *, floor: float = 0.01,
 ) -> str:
     """Wait until `wake` is set (the command ended; then return "") or a deadline passes

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import uuid
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -32,9 +32,11 @@ from .._errors import (
     SandboxNotRunning,
 )
 from .._exec_start import check_exec_size, start_error
+from .._flag import Flag
 from .._models import CommandResult
 from .._output import StreamName
 from .._process_base import Callback, Finalizer, ProcessBase, Reader, unconfirmed_kill
+from .._shield import finish_despite_cancel
 from .._signals import signal_name
 from .._sweep import MARKER_VAR
 from .._tty import check_terminal_size
@@ -82,7 +84,7 @@ class ExecProcess(ProcessBase):
         self._stopped: SandboxError | None = None  # why the container stopped under us
         # The output ended or the container stopped: one event for the finisher to wait on
         # (waiting for the first of two took a task group and two tasks per command).
-        self._wake = anyio.Event()
+        self._wake = Flag()
 
     async def resize(self, rows: int, cols: int) -> None:
         """Set the size of the command's terminal (``tty=True``); the engine ignores it
@@ -145,9 +147,20 @@ class ExecProcess(ProcessBase):
         in the sandbox can starve it), else by the marker sweep exec; other signals by the
         sweep. A KILL records whether none of them was seen left."""
         if signal == "KILL":
-            self._kill_confirmed = await kill_command(
-                self._engine, self.container_id, self.exec_id, self._user, self._marker,
-                self._gate)
+            confirmed: list[bool] = []
+
+            async def kill() -> None:
+                confirmed.append(await kill_command(
+                    self._engine, self.container_id, self.exec_id, self._user, self._marker,
+                    self._gate))
+
+            try:
+                # In a task of its own: anyio's shield (kill_command's) does not hold off a
+                # native Task.cancel(), and a second Ctrl-C while the kill ran left the
+                # command running (tests/integration/test_exec_cancel.py).
+                await finish_despite_cancel(kill())
+            finally:
+                self._kill_confirmed = bool(confirmed and confirmed[0])
             await self._await_end_after_kill()
         else:
             await sweep(self._engine, self.container_id, self._user, self._marker, signal,
@@ -174,10 +187,12 @@ class ExecProcess(ProcessBase):
 
     async def _conclude(self) -> CommandResult:
         """Wait for EOF, read the exit code and build the result."""
-        await self._wake.wait()
+        # Run inline, or after the pump: both set already, and no checkpoint is spent here.
+        if not self._wake.is_set():
+            await self._wake.wait()
         if not self._eof.is_set():
             await self._end_with_container()
-        await self._eof.wait()  # bounded after a kill: see _await_end_after_kill
+            await self._eof.wait()  # bounded after a kill: see _await_end_after_kill
         info = await read_exit_info(self._engine, self.exec_id, abandoned=self._abandoned)
         if info.get("Running") and not self._killed:
             # The output ended but the command did not: the connection to the engine
@@ -337,6 +352,33 @@ async def read_start_failure(
     return engine_start_error(text, argv, user, workdir)
 
 
+#: How long an exec whose attach failed may take to show it started (a Pid) or ended; a start
+#: that never reached the engine shows neither, ever.
+UNATTACHED_PATIENCE = 2.0
+
+
+async def end_unattached(engine: Engine, container_id: str, exec_id: str, user: str,
+                         marker: str, gate: ExecGate) -> None:
+    """Kill the exec whose attach failed (a cancel, a broken connection) if the engine
+    started it anyway: the start request may have reached it, and nobody would read or end
+    the command (a cancelled ``execute_command("sleep 1000")`` left it running)."""
+    ran = False
+    with anyio.move_on_after(UNATTACHED_PATIENCE):
+        while True:
+            try:
+                info = await engine.inspect_exec(exec_id, deadline=UNATTACHED_PATIENCE)
+            except SandboxError:
+                return  # the exec or its container is gone
+            if info.get("ExitCode") is not None and not info.get("Running"):
+                return  # it ran and ended
+            if info.get("Pid") or info.get("Running"):
+                ran = True
+                break
+            await anyio.sleep(0.01)
+    if ran:
+        await kill_command(engine, container_id, exec_id, user, marker, gate)
+
+
 @contextlib.asynccontextmanager
 async def open_exec(
     engine: Engine, container_id: str, spec: ProcessSpec, *, attach_stdin: bool,
@@ -349,7 +391,7 @@ async def open_exec(
     """
     gate = gate or ExecGate()
     argv, env, workdir, user, stdin = spec.argv, spec.env, spec.workdir, spec.user, spec.stdin
-    marker = uuid.uuid4().hex
+    marker = os.urandom(16).hex()  # as random as uuid4's, without building a UUID
     env_list = [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"]
     check_exec_size(argv, env_list)
     body = {
@@ -378,14 +420,14 @@ async def open_exec(
         # Closes itself if attaching fails; from here on it is closed below.
         stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
     except BaseException as exc:
-        gate.started(exec_id or None)
+        gate.started(None)  # before the kill: it closes the gate, which waits for starts
         if exec_id and not isinstance(exc, EngineError):
             # The start may have reached the engine (a cancel or a broken connection while
             # attaching; an error answer means it refused): then the command runs, or starts
-            # in a moment, with nobody reading it. Kill it once the engine shows it started
-            # (`kill_command` waits for that).
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await kill_command(engine, container_id, exec_id, user, marker, gate)
+            # in a moment, with nobody reading it.
+            with contextlib.suppress(Exception):
+                await finish_despite_cancel(end_unattached(
+                    engine, container_id, exec_id, user, marker, gate))
         raise
     gate.started(exec_id)
     try:
@@ -401,7 +443,8 @@ async def open_exec(
             yield proc
     finally:
         gate.confirmed(exec_id)
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            # stdin the engine never took is dropped, or the socket would linger until taken.
-            await stream.close()
+        # stdin the engine never took is dropped, or the socket would linger until taken.
+        # Without an await: nothing to shield from a cancellation.
+        with contextlib.suppress(Exception):
+            stream.close_now()
 

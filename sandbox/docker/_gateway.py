@@ -233,9 +233,21 @@ class ExecStream:
 
     async def close(self) -> None:
         """Close the connection; stdin the engine never took is dropped, not lingered over."""
+        self.close_now()
+
+    def close_now(self) -> None:
+        """`close` without an await: what aiodocker's ``Stream.close`` does (half-close, then
+        close the answer), which never waits, so a caller in a ``finally`` needs no shielding
+        cancel scope for it (one per exec)."""
         transport = self._transport()
+        stream = self._stream
         try:
-            await self._stream.close()
+            resp = stream._resp
+            if resp is not None and not stream._closed:
+                stream._closed = True
+                if transport is not None and transport.can_write_eof():
+                    transport.write_eof()
+                resp.close()
         finally:
             if transport is not None and transport.get_write_buffer_size():
                 transport.abort()
@@ -321,7 +333,9 @@ class _Call:
 
     def __init__(self, action: str, limit: float) -> None:
         self._action, self._limit = action, limit
-        self._scope = anyio.CancelScope(deadline=anyio.current_time() + limit)
+        # The loop's clock is anyio's on asyncio (the only loop aiohttp runs on), read without
+        # asking which backend runs (three calls per exec).
+        self._scope = anyio.CancelScope(deadline=asyncio.get_running_loop().time() + limit)
 
     async def __aenter__(self) -> None:
         self._scope.__enter__()
@@ -330,7 +344,7 @@ class _Call:
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
         scope = self._scope
         swallowed = scope.__exit__(exc_type, exc, tb)
-        if scope.cancelled_caught and anyio.current_time() >= scope.deadline:
+        if scope.cancelled_caught and asyncio.get_running_loop().time() >= scope.deadline:
             timeout = TimeoutError()
             raise _timed_out(self._action, self._limit, timeout) from timeout
         if swallowed or exc is None:

@@ -153,7 +153,8 @@ class SandboxProcess(ProcessBase):
 
     def _stop_reading(self) -> None:
         """Stop waiting for output a background job still holds open."""
-        self._send.close()
+        if self._send is not None:
+            self._send.close()
         self._proc.output.close()
 
     def _build(self, code: int) -> CommandResult:
