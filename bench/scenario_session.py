@@ -68,6 +68,11 @@ async def session_scenario(bench: Any) -> None:
         async with box.sb.session() as session:
             impls = [_Session(session), _Exec(sdk, "sandbox SDK (execute_command)"),
                      _Exec(raw, "aiodocker")]
+            # Alone first (the idle case), then interleaved with execs on the same sandbox,
+            # where each session call starts while the engine still finishes the exec before.
+            await bench.interleaved("command round trip `true`, session alone",
+                                    bench.reps(100, 30), lambda impl: impl.exec_true(box),
+                                    impls=impls[:1], warmup=5)
             await bench.interleaved("command round trip `true`", bench.reps(100, 30),
                                     lambda impl: impl.exec_true(box), impls=impls, warmup=5)
 
