@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiodocker.stream
 import pytest
 
 from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
@@ -116,4 +117,55 @@ async def test_cancel_again_during_the_kill(monkeypatch: pytest.MonkeyPatch) -> 
         done, _ = await asyncio.wait([task], timeout=60)
         assert done and task.cancelled(), task
         monkeypatch.undo()
+        assert await _left(sb) == ""
+
+
+async def test_a_cancel_while_attaching_kills_the_command_the_engine_started(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine has started the command when the attach is cancelled: nobody reads it, so
+    the SDK must kill it, not leave it running."""
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        started = asyncio.Event()
+        original = aiodocker.stream.Stream._init
+
+        async def slow_init(self: aiodocker.stream.Stream) -> None:
+            fresh = self._resp is None
+            await original(self)
+            if fresh:  # started and attached: the SDK's attach has not returned yet
+                started.set()
+                await asyncio.sleep(30)
+
+        monkeypatch.setattr(aiodocker.stream.Stream, "_init", slow_init)
+        task = asyncio.ensure_future(sb.execute_command("sleep 1000"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        monkeypatch.undo()
+        await asyncio.sleep(0.5)  # a command the kill missed has started by now
+        assert await _left(sb) == ""
+
+
+async def test_a_cancel_before_the_command_is_running_still_kills_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled at once after the attach (the engine answers it before the process runs):
+    the kill must wait for the process, or it finds none and the command starts after it."""
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        original = Engine.attach_exec
+        task: asyncio.Task[object] | None = None
+
+        async def attach_then_cancelled(self: Engine, *args: object, **kwargs: object) -> object:
+            stream = await original(self, *args, **kwargs)  # type: ignore[arg-type]
+            if task is not None and asyncio.current_task() is task:
+                task.cancel()  # lands at the read, the first await after this
+            return stream
+
+        monkeypatch.setattr(Engine, "attach_exec", attach_then_cancelled)
+        for _ in range(10):
+            task = asyncio.ensure_future(sb.execute_command("sleep 1000"))
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        task = None
+        monkeypatch.undo()
+        await asyncio.sleep(0.5)  # a command the kill missed has started by now
         assert await _left(sb) == ""

@@ -86,63 +86,6 @@ async def test_asyncio_task_cancel_during_command_leaves_nothing() -> None:
     assert leftovers(boxes[0].id) == {}
 
 
-async def sleeps_left(sb: Sandbox) -> int:
-    """How many ``sleep 1000`` commands still run in ``sb`` (the ones this file starts)."""
-    await anyio.sleep(0.5)  # a command the kill missed has started by now
-    return (await sb.execute_command(["ps", "-o", "args"])).stdout.count("sleep 1000")
-
-
-async def test_a_cancel_while_attaching_kills_the_command_the_engine_started(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine has started the command when the attach is cancelled: nobody reads it, so
-    the SDK must kill it, not leave it running."""
-    async with busybox() as sb:
-        started = anyio.Event()
-        original = aiodocker.stream.Stream._init
-
-        async def slow_init(self: aiodocker.stream.Stream) -> None:
-            fresh = self._resp is None
-            await original(self)
-            if fresh:  # started and attached: the SDK's attach has not returned yet
-                started.set()
-                await anyio.sleep(30)
-
-        monkeypatch.setattr(aiodocker.stream.Stream, "_init", slow_init)
-        task = asyncio.ensure_future(sb.execute_command("sleep 1000"))
-        await started.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        monkeypatch.undo()
-        assert await sleeps_left(sb) == 0
-
-
-async def test_a_cancel_before_the_command_is_running_still_kills_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cancelled at once after the attach (the engine answers it before the process runs):
-    the kill must wait for the process, or it finds none and the command starts after it."""
-    from sandbox.docker._gateway import Engine
-
-    async with busybox() as sb:
-        original = Engine.attach_exec
-        task: asyncio.Task[object] | None = None
-
-        async def attach_then_cancelled(self: Engine, *args: object, **kwargs: object) -> object:
-            stream = await original(self, *args, **kwargs)  # type: ignore[arg-type]
-            if task is not None and asyncio.current_task() is task:
-                task.cancel()  # lands at the read, the first await after this
-            return stream
-
-        monkeypatch.setattr(Engine, "attach_exec", attach_then_cancelled)
-        for _ in range(10):
-            task = asyncio.ensure_future(sb.execute_command("sleep 1000"))
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        task = None
-        monkeypatch.undo()
-        assert await sleeps_left(sb) == 0
-
-
 async def test_repeated_task_cancel_during_cleanup_still_removes() -> None:
     """A caller that cancels again and again while cleanup runs cannot make it leak."""
     task, boxes = await task_in_a_long_command()
