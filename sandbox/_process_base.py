@@ -31,10 +31,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._errors import CommandStartFailed, EngineUnavailable, KillFailed, SandboxError, StdinClosed
 from ._flag import Flag
-from ._models import CommandResult, OutputChunk, ResourceUsage
+from ._models import CommandResult, OutputChunk, ResourceUsage, sdk_result
 from ._output import LazyText, OutputCapture, StreamName, deliver
 from ._signals import parse_signal
 from ._tasks import single_errors
+from ._validate import FrozenMap
 
 __all__ = [
     "DRAIN_AFTER_KILL", "NO_USAGE", "Callback", "Finalizer", "ProcessBase", "Reader",
@@ -56,6 +57,8 @@ asked for the usage when the command ended, so its result is built with it once 
 
 #: The usage of a result nobody measured; one frozen instance instead of one built per result.
 NO_USAGE = ResourceUsage()
+#: The metadata of a result that has none (immutable, so one serves all).
+NO_METADATA = FrozenMap()
 Reader = Callable[[], Awaitable[tuple[StreamName, bytes] | None]]
 """One output source of a command: the next chunk and its stream, None at the end."""
 
@@ -556,6 +559,14 @@ def unconfirmed_kill(what: str, details: str) -> KillFailed:
                       "run", details=details)
 
 
+def _str_items(mapping: dict[str, str]) -> bool:
+    """Every key and value of ``mapping`` is a str (what `CommandResult` checks)."""
+    for key, value in mapping.items():
+        if type(key) is not str or type(value) is not str:
+            return False
+    return True
+
+
 def make_result(
     capture: OutputCapture, *, exit_code: int, signal: str, errors: Sequence[str],
     timed_out: bool, start_time: datetime, t0: float, process_id: int = 0,
@@ -572,9 +583,26 @@ def make_result(
     error = "; ".join(e for e in errors if e)
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
+    ran_ok = exit_code == 0 and not timed_out
+    # The usual case, every value the SDK's own (a pid the engine reported and the metadata
+    # are checked here): built without CommandResult's eighteen checks (`sdk_result`);
+    # anything else goes through them below.
+    if ((success is None or success is ran_ok) and type(exit_code) is int
+            and type(process_id) is int and process_id >= 0
+            and (not metadata or _str_items(metadata))):
+        return sdk_result(
+            exit_code=exit_code, success=ran_ok, _stdout=LazyText(out, "stdout"),
+            _stderr=LazyText(out, "stderr"), _combined=LazyText(out, "combined"),
+            start_time=start_time, end_time=datetime.now(UTC),
+            duration=timedelta(seconds=time.monotonic() - t0),
+            resource_usage=NO_USAGE if resource_usage is None else resource_usage,
+            error=error, signal=signal, process_id=process_id,
+            metadata=FrozenMap(metadata) if metadata else NO_METADATA,
+            timed_out=timed_out, oom_killed=False, truncated=capture.truncated,
+            stdout_bytes=out.stdout, stderr_bytes=out.stderr)
     return CommandResult(
         exit_code=exit_code,
-        success=exit_code == 0 and not timed_out if success is None else success,
+        success=ran_ok if success is None else success,
         stdout=LazyText(out, "stdout"),
         stderr=LazyText(out, "stderr"),
         combined=LazyText(out, "combined"),
