@@ -327,26 +327,26 @@ class ProcessBase:
 
     # -- running it ----------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def lifetime(self, stdin: bytes | AsyncIterable[bytes] | None, *,
-                       close_stdin: bool = False) -> AsyncIterator[None]:
+    def lifetime(self, stdin: bytes | AsyncIterable[bytes] | None, *,
+                 close_stdin: bool = False) -> contextlib.AbstractAsyncContextManager[None]:
         """Run the handle's tasks for the block: pump, stdin feeder, watchdog, finisher; on
         leaving, kill the command if it still runs (shielded) and close the output channel.
 
         ``close_stdin``: send EOF at once (stdin is attached but nobody will write to it).
+        A command `wait` runs inline (see INLINE) has no tasks: its block is a plain class,
+        not a generator-based context manager (cheaper, once per command).
         """
         if (self.INLINE and stdin is None and not close_stdin and not self._iterate
                 and self._timeout is None and self._idle_timeout is None
                 and len(self._sources()) == 1):
             self._inline = True
-            try:
-                try:
-                    yield
-                finally:
-                    await self.aclose()
-            finally:
-                self.release()
-            return
+            return _InlineLifetime(self)
+        return self._task_lifetime(stdin, close_stdin)
+
+    @contextlib.asynccontextmanager
+    async def _task_lifetime(self, stdin: bytes | AsyncIterable[bytes] | None,
+                             close_stdin: bool) -> AsyncIterator[None]:
+        """`lifetime` with the pump, feeder, watchdog and finisher in a task group."""
         try:
             async with single_errors(), anyio.create_task_group() as tg:
                 self._start(tg, stdin)
@@ -525,6 +525,26 @@ class ProcessBase:
             timed_out=bool(self._kill_reason), start_time=self.start_time, t0=self._t0,
             process_id=process_id, metadata=metadata,
             resource_usage=self._measure() if self._measure is not None else None)
+
+
+class _InlineLifetime:
+    """`ProcessBase.lifetime` for a command `wait` runs inline: nothing to start; on leaving
+    (normally, by an error or a cancellation) `aclose` kills it if it still runs, shielded,
+    and `release` closes up, also when a second cancellation broke into the kill."""
+
+    __slots__ = ("_proc",)
+
+    def __init__(self, proc: ProcessBase) -> None:
+        self._proc = proc
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            await self._proc.aclose()
+        finally:
+            self._proc.release()
 
 
 async def overdue(
