@@ -14,6 +14,7 @@ behind this are in docs/engine-notes.md, sections "exec: streams, stdin, exit co
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -279,7 +280,8 @@ async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> di
     """
     # The first look bounded by its own call's deadline: no scope around it for the usual
     # case, where the exit is already recorded.
-    give_up = anyio.current_time() + EXIT_PATIENCE
+    # The loop's clock, which is anyio's on asyncio, read without asking which backend runs.
+    give_up = asyncio.get_running_loop().time() + EXIT_PATIENCE
     try:
         info = await engine.inspect_exec(exec_id, deadline=EXIT_PATIENCE)
     except EngineTimeout:
