@@ -657,6 +657,27 @@ class CommandResult:
         return f"CommandResult({', '.join(shown)})"
 
 
+_RESULT_FIELDS = tuple(f.name for f in attrs.fields(CommandResult))
+_RESULT_FIELD_SET = frozenset(_RESULT_FIELDS)
+
+
+def sdk_result(**values: Any) -> CommandResult:
+    """A `CommandResult` built without its converters and validators, for one the SDK makes
+    from values of its own (`_process_base.make_result`, once per command): checking its
+    eighteen fields again cost more than working them out. Takes the attribute names
+    (``_stdout``, not ``stdout``), every one of them, each of its field's type and range
+    already: ``success`` derived, ``metadata`` a `FrozenMap`, times aware. A caller with
+    anything else, or a user's values, uses ``CommandResult(...)``."""
+    if values.keys() != _RESULT_FIELD_SET:
+        raise TypeError(f"sdk_result needs exactly the fields of CommandResult, got "
+                        f"{sorted(values.keys() ^ _RESULT_FIELD_SET)} wrong")
+    result = object.__new__(CommandResult)
+    put = object.__setattr__
+    for name in _RESULT_FIELDS:
+        put(result, name, values[name])
+    return result
+
+
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)
 class FileInfo:
     """Metadata of a file in the sandbox.

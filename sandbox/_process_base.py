@@ -17,6 +17,7 @@ pump, stdin feeder, watchdog and finisher in a task group and kills the command 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import signal as _signal
@@ -31,10 +32,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._errors import CommandStartFailed, EngineUnavailable, KillFailed, SandboxError, StdinClosed
 from ._flag import Flag
-from ._models import CommandResult, OutputChunk, ResourceUsage
+from ._models import CommandResult, OutputChunk, ResourceUsage, sdk_result
 from ._output import LazyText, OutputCapture, StreamName, deliver
 from ._signals import parse_signal
 from ._tasks import single_errors
+from ._validate import FrozenMap
 
 __all__ = [
     "DRAIN_AFTER_KILL", "NO_USAGE", "Callback", "Finalizer", "ProcessBase", "Reader",
@@ -56,6 +58,8 @@ asked for the usage when the command ended, so its result is built with it once 
 
 #: The usage of a result nobody measured; one frozen instance instead of one built per result.
 NO_USAGE = ResourceUsage()
+#: The metadata of a result that has none (immutable, so one serves all).
+NO_METADATA = FrozenMap()
 Reader = Callable[[], Awaitable[tuple[StreamName, bytes] | None]]
 """One output source of a command: the next chunk and its stream, None at the end."""
 
@@ -128,7 +132,7 @@ class ProcessBase:
         self._inline = False  # `wait` runs the command (see INLINE)
         self._inline_started = False
         self._cut_at = math.inf  # when an inline read gives up (see `_cut_after`)
-        self._inline_scope: anyio.CancelScope | None = None
+        self._inline_scope: asyncio.Timeout | None = None
 
     @property
     def _stdin_lock(self) -> anyio.Lock:
@@ -184,8 +188,13 @@ class ProcessBase:
         cancelled then (`_output_cut` follows); the backend's `_conclude` does this itself
         when it runs beside the pump."""
         self._cut_at = min(self._cut_at, anyio.current_time() + seconds)
-        if self._inline_scope is not None:
-            self._inline_scope.deadline = self._cut_at
+        self._move_cut()
+
+    def _move_cut(self) -> None:
+        """Move a running inline read's deadline to `_cut_at` (an expired one stays)."""
+        cut = self._inline_scope
+        if cut is not None and not cut.expired():
+            cut.reschedule(self._cut_at)
 
     # -- the public handle -------------------------------------------------------------------
 
@@ -324,26 +333,26 @@ class ProcessBase:
 
     # -- running it ----------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def lifetime(self, stdin: bytes | AsyncIterable[bytes] | None, *,
-                       close_stdin: bool = False) -> AsyncIterator[None]:
+    def lifetime(self, stdin: bytes | AsyncIterable[bytes] | None, *,
+                 close_stdin: bool = False) -> contextlib.AbstractAsyncContextManager[None]:
         """Run the handle's tasks for the block: pump, stdin feeder, watchdog, finisher; on
         leaving, kill the command if it still runs (shielded) and close the output channel.
 
         ``close_stdin``: send EOF at once (stdin is attached but nobody will write to it).
+        A command `wait` runs inline (see INLINE) has no tasks: its block is a plain class,
+        not a generator-based context manager (cheaper, once per command).
         """
         if (self.INLINE and stdin is None and not close_stdin and not self._iterate
                 and self._timeout is None and self._idle_timeout is None
                 and len(self._sources()) == 1):
             self._inline = True
-            try:
-                try:
-                    yield
-                finally:
-                    await self.aclose()
-            finally:
-                self.release()
-            return
+            return _InlineLifetime(self)
+        return self._task_lifetime(stdin, close_stdin)
+
+    @contextlib.asynccontextmanager
+    async def _task_lifetime(self, stdin: bytes | AsyncIterable[bytes] | None,
+                             close_stdin: bool) -> AsyncIterator[None]:
+        """`lifetime` with the pump, feeder, watchdog and finisher in a task group."""
         try:
             async with single_errors(), anyio.create_task_group() as tg:
                 self._start(tg, stdin)
@@ -484,13 +493,22 @@ class ProcessBase:
         kills the command); `_cut_after`'s deadline ends it too, and `_output_cut` says why.
         """
         self._readers = 1
-        with anyio.CancelScope(deadline=self._cut_at) as scope:
-            self._inline_scope = scope
-            try:
+        # asyncio's own Timeout rather than an anyio cancel scope: it costs a third as much,
+        # and most reads never get a deadline (no timer then). A cancel from anywhere else
+        # passes through it as the CancelledError it is (the task's cancel count).
+        cut = asyncio.timeout_at(None if self._cut_at == math.inf else self._cut_at)
+        self._inline_scope = cut
+        cut_off = False
+        try:
+            async with cut:
                 await self._pump(self._sources()[0])
-            finally:
-                self._inline_scope = None
-        if scope.cancelled_caught and not self._drained:
+        except TimeoutError:
+            if not cut.expired():
+                raise  # not the cut's: a callback's own
+            cut_off = True
+        finally:
+            self._inline_scope = None
+        if cut_off and not self._drained:
             try:
                 await self._output_cut()
             except self.CONCLUDE_ERRORS as exc:
@@ -522,6 +540,26 @@ class ProcessBase:
             timed_out=bool(self._kill_reason), start_time=self.start_time, t0=self._t0,
             process_id=process_id, metadata=metadata,
             resource_usage=self._measure() if self._measure is not None else None)
+
+
+class _InlineLifetime:
+    """`ProcessBase.lifetime` for a command `wait` runs inline: nothing to start; on leaving
+    (normally, by an error or a cancellation) `aclose` kills it if it still runs, shielded,
+    and `release` closes up, also when a second cancellation broke into the kill."""
+
+    __slots__ = ("_proc",)
+
+    def __init__(self, proc: ProcessBase) -> None:
+        self._proc = proc
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            await self._proc.aclose()
+        finally:
+            self._proc.release()
 
 
 async def overdue(
@@ -556,6 +594,14 @@ def unconfirmed_kill(what: str, details: str) -> KillFailed:
                       "run", details=details)
 
 
+def _str_items(mapping: dict[str, str]) -> bool:
+    """Every key and value of ``mapping`` is a str (what `CommandResult` checks)."""
+    for key, value in mapping.items():
+        if type(key) is not str or type(value) is not str:
+            return False
+    return True
+
+
 def make_result(
     capture: OutputCapture, *, exit_code: int, signal: str, errors: Sequence[str],
     timed_out: bool, start_time: datetime, t0: float, process_id: int = 0,
@@ -572,9 +618,26 @@ def make_result(
     error = "; ".join(e for e in errors if e)
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
+    ran_ok = exit_code == 0 and not timed_out
+    # The usual case, every value the SDK's own (a pid the engine reported and the metadata
+    # are checked here): built without CommandResult's eighteen checks (`sdk_result`);
+    # anything else goes through them below.
+    if ((success is None or success is ran_ok) and type(exit_code) is int
+            and type(process_id) is int and process_id >= 0
+            and (not metadata or _str_items(metadata))):
+        return sdk_result(
+            exit_code=exit_code, success=ran_ok, _stdout=LazyText(out, "stdout"),
+            _stderr=LazyText(out, "stderr"), _combined=LazyText(out, "combined"),
+            start_time=start_time, end_time=datetime.now(UTC),
+            duration=timedelta(seconds=time.monotonic() - t0),
+            resource_usage=NO_USAGE if resource_usage is None else resource_usage,
+            error=error, signal=signal, process_id=process_id,
+            metadata=FrozenMap(metadata) if metadata else NO_METADATA,
+            timed_out=timed_out, oom_killed=False, truncated=capture.truncated,
+            stdout_bytes=out.stdout, stderr_bytes=out.stderr)
     return CommandResult(
         exit_code=exit_code,
-        success=exit_code == 0 and not timed_out if success is None else success,
+        success=ran_ok if success is None else success,
         stdout=LazyText(out, "stdout"),
         stderr=LazyText(out, "stderr"),
         combined=LazyText(out, "combined"),

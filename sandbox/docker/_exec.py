@@ -14,10 +14,12 @@ behind this are in docs/engine-notes.md, sections "exec: streams, stdin, exit co
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -278,7 +280,8 @@ async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> di
     """
     # The first look bounded by its own call's deadline: no scope around it for the usual
     # case, where the exit is already recorded.
-    give_up = anyio.current_time() + EXIT_PATIENCE
+    # The loop's clock, which is anyio's on asyncio, read without asking which backend runs.
+    give_up = asyncio.get_running_loop().time() + EXIT_PATIENCE
     try:
         info = await engine.inspect_exec(exec_id, deadline=EXIT_PATIENCE)
     except EngineTimeout:
@@ -379,72 +382,112 @@ async def end_unattached(engine: Engine, container_id: str, exec_id: str, user: 
         await kill_command(engine, container_id, exec_id, user, marker, gate)
 
 
-@contextlib.asynccontextmanager
-async def open_exec(
+def open_exec(
     engine: Engine, container_id: str, spec: ProcessSpec, *, attach_stdin: bool,
     on_stdout: Callback | None = None, on_stderr: Callback | None = None, iterate: bool = False,
     finalize: Finalizer | None = None, gate: ExecGate | None = None,
-) -> AsyncIterator[ExecProcess]:
+) -> contextlib.AbstractAsyncContextManager[ExecProcess]:
     """Start ``spec`` in the container; on leaving, kill it if it still runs and close up.
 
     ``gate``: the container's `ExecGate` (a checkpoint holds the start); a private one else.
     """
-    gate = gate or ExecGate()
-    argv, env, workdir, user, stdin = spec.argv, spec.env, spec.workdir, spec.user, spec.stdin
-    marker = os.urandom(16).hex()  # as random as uuid4's, without building a UUID
-    env_list = [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"]
-    check_exec_size(argv, env_list)
-    body = {
-        "Cmd": list(argv),
-        "Env": env_list,
-        "WorkingDir": workdir,
-        "User": user,
-        "AttachStdin": attach_stdin,
-        "AttachStdout": True,
-        "AttachStderr": True,
-        "Tty": spec.tty,
-    }
-    await gate.enter()  # held while a checkpoint freezes the container
-    exec_id = ""
-    try:
+    return _OpenExec(engine, container_id, spec, attach_stdin=attach_stdin, on_stdout=on_stdout,
+                     on_stderr=on_stderr, iterate=iterate, finalize=finalize,
+                     gate=gate or ExecGate())
+
+
+class _OpenExec:
+    """`open_exec`'s block: a plain class, not a generator-based context manager (entered
+    once per command, and a generator's machinery cost more than the work around it)."""
+
+    __slots__ = ("_args", "_exec_id", "_gate", "_lifetime", "_stream")
+
+    def __init__(
+        self, engine: Engine, container_id: str, spec: ProcessSpec, *, attach_stdin: bool,
+        on_stdout: Callback | None, on_stderr: Callback | None, iterate: bool,
+        finalize: Finalizer | None, gate: ExecGate,
+    ) -> None:
+        self._args = (engine, container_id, spec, attach_stdin, on_stdout, on_stderr, iterate,
+                      finalize)
+        self._gate = gate
+        self._exec_id = ""
+        self._stream: ExecStream | None = None
+        self._lifetime: contextlib.AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> ExecProcess:
+        engine, container_id, spec, attach_stdin, on_stdout, on_stderr, iterate, finalize = \
+            self._args
+        gate = self._gate
+        argv, env, workdir, user, stdin = spec.argv, spec.env, spec.workdir, spec.user, spec.stdin
+        marker = os.urandom(16).hex()  # as random as uuid4's, without building a UUID
+        env_list = [f"{k}={v}" for k, v in env.items()] + [f"{MARKER_VAR}={marker}"]
+        check_exec_size(argv, env_list)
+        body = {
+            "Cmd": list(argv),
+            "Env": env_list,
+            "WorkingDir": workdir,
+            "User": user,
+            "AttachStdin": attach_stdin,
+            "AttachStdout": True,
+            "AttachStderr": True,
+            "Tty": spec.tty,
+        }
+        await gate.enter()  # held while a checkpoint freezes the container
+        exec_id = ""
         try:
-            exec_id = await engine.create_exec("start a command", container_id, body)
-        except EngineNotFound as exc:
-            raise SandboxNotFound(
-                "the sandbox's container is gone", details=exc.details, cause=exc
-            ) from exc
-        except EngineConflict as exc:
-            raise SandboxNotRunning(
-                "the sandbox's container is not running", details=exc.details, cause=exc
-            ) from exc
-        # Closes itself if attaching fails; from here on it is closed below.
-        stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
-    except BaseException as exc:
-        gate.started(None)  # before the kill: it closes the gate, which waits for starts
-        if exec_id and not isinstance(exc, EngineError):
-            # The start may have reached the engine (a cancel or a broken connection while
-            # attaching; an error answer means it refused): then the command runs, or starts
-            # in a moment, with nobody reading it.
-            with contextlib.suppress(Exception):
-                await finish_despite_cancel(end_unattached(
-                    engine, container_id, exec_id, user, marker, gate))
-        raise
-    gate.started(exec_id)
-    try:
-        proc = ExecProcess(
-            engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
-            marker=marker, user=user, argv=argv, max_output_bytes=spec.max_output_bytes,
-            timeout=spec.time_limit, idle_timeout=spec.idle_timeout, on_stdout=on_stdout,
-            on_stderr=on_stderr, iterate=iterate, finalize=finalize, workdir=workdir,
-            gate=gate,
-        )
-        async with proc.lifetime(stdin, close_stdin=stdin is None and attach_stdin
-                                 and not iterate):
-            yield proc
-    finally:
-        gate.confirmed(exec_id)
+            try:
+                exec_id = await engine.create_exec("start a command", container_id, body)
+            except EngineNotFound as exc:
+                raise SandboxNotFound(
+                    "the sandbox's container is gone", details=exc.details, cause=exc
+                ) from exc
+            except EngineConflict as exc:
+                raise SandboxNotRunning(
+                    "the sandbox's container is not running", details=exc.details, cause=exc
+                ) from exc
+            # Closes itself if attaching fails; from here on it is closed in `_close`.
+            stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
+        except BaseException as exc:
+            gate.started(None)  # before the kill: it closes the gate, which waits for starts
+            if exec_id and not isinstance(exc, EngineError):
+                # The start may have reached the engine (a cancel or a broken connection
+                # while attaching; an error answer means it refused): then the command runs,
+                # or starts in a moment, with nobody reading it.
+                with contextlib.suppress(Exception):
+                    await finish_despite_cancel(end_unattached(
+                        engine, container_id, exec_id, user, marker, gate))
+            raise
+        gate.started(exec_id)
+        self._exec_id, self._stream = exec_id, stream
+        try:
+            proc = ExecProcess(
+                engine=engine, container_id=container_id, exec_id=exec_id, stream=stream,
+                marker=marker, user=user, argv=argv, max_output_bytes=spec.max_output_bytes,
+                timeout=spec.time_limit, idle_timeout=spec.idle_timeout, on_stdout=on_stdout,
+                on_stderr=on_stderr, iterate=iterate, finalize=finalize, workdir=workdir,
+                gate=gate,
+            )
+            lifetime = proc.lifetime(stdin, close_stdin=stdin is None and attach_stdin
+                                     and not iterate)
+            await lifetime.__aenter__()
+        except BaseException:
+            self._close()
+            raise
+        self._lifetime = lifetime
+        return proc
+
+    async def __aexit__(self, typ: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        assert self._lifetime is not None
+        try:
+            return await self._lifetime.__aexit__(typ, exc, tb)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        self._gate.confirmed(self._exec_id)
         # stdin the engine never took is dropped, or the socket would linger until taken.
         # Without an await: nothing to shield from a cancellation.
         with contextlib.suppress(Exception):
-            stream.close_now()
-
+            assert self._stream is not None
+            self._stream.close_now()

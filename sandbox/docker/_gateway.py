@@ -191,6 +191,7 @@ class ExecStream:
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
+        self._patched: Any = None  # the protocol `_end_output_on_eof` hooked
 
     async def __aenter__(self) -> ExecStream:
         return self
@@ -249,6 +250,7 @@ class ExecStream:
                     transport.write_eof()
                 resp.close()
         finally:
+            self._unpatch()
             if transport is not None and transport.get_write_buffer_size():
                 transport.abort()
 
@@ -278,6 +280,16 @@ class ExecStream:
             return result
 
         setattr(protocol, "eof_received", eof_received)  # noqa: B010 (mypy: a method)
+        self._patched = protocol
+
+    def _unpatch(self) -> None:
+        """Take `_end_output_on_eof`'s hook off the protocol: it holds the protocol's own
+        bound method, a reference cycle that kept the connection (socket, transport,
+        buffers: 15 objects per exec) for the garbage collector, three times as many
+        collections as the same execs without it."""
+        protocol, self._patched = self._patched, None
+        if protocol is not None:
+            vars(protocol).pop("eof_received", None)
 
 
 class JsonLines:
@@ -324,31 +336,35 @@ class JsonLines:
 
 
 class _Call:
-    """One call's deadline and error mapping: a cancel scope of ``limit`` seconds, whose
-    expiry (or a transport's own timeout) raises `EngineTimeout`, and engine and transport
-    errors mapped as `mapped_errors` does. A class rather than nested generator-based
-    context managers: those cost more than the rest of a short call's Python work."""
+    """One call's deadline and error mapping: ``limit`` seconds, whose expiry (or a
+    transport's own timeout) raises `EngineTimeout`, and engine and transport errors mapped
+    as `mapped_errors` does. A class rather than nested generator-based context managers:
+    those cost more than the rest of a short call's Python work.
 
-    __slots__ = ("_action", "_limit", "_scope")
+    The deadline is asyncio's own `asyncio.Timeout`, not an anyio cancel scope: aiohttp runs
+    on asyncio only, and the scope's bookkeeping (backend lookup, host task, cancel-state
+    restore) cost more than the timer itself, three calls per exec. It composes with anyio's
+    scopes and a native ``Task.cancel()`` through the task's cancel count (``uncancel``): a
+    cancel from anywhere else passes through as the CancelledError it is.
+    """
+
+    __slots__ = ("_action", "_limit", "_timeout")
 
     def __init__(self, action: str, limit: float) -> None:
         self._action, self._limit = action, limit
-        # The loop's clock is anyio's on asyncio (the only loop aiohttp runs on), read without
-        # asking which backend runs (three calls per exec).
-        self._scope = anyio.CancelScope(deadline=asyncio.get_running_loop().time() + limit)
+        self._timeout = asyncio.timeout(None if limit == math.inf else limit)
 
     async def __aenter__(self) -> None:
-        self._scope.__enter__()
+        await self._timeout.__aenter__()
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
-        scope = self._scope
-        swallowed = scope.__exit__(exc_type, exc, tb)
-        if scope.cancelled_caught and asyncio.get_running_loop().time() >= scope.deadline:
-            timeout = TimeoutError()
+        try:
+            await self._timeout.__aexit__(exc_type, exc, tb)
+        except TimeoutError as timeout:  # the deadline passed: the CancelledError it made
             raise _timed_out(self._action, self._limit, timeout) from timeout
-        if swallowed or exc is None:
-            return bool(swallowed)
+        if exc is None:
+            return None
         if isinstance(exc, TimeoutError) and not isinstance(exc, SandboxError):
             raise _timed_out(self._action, self._limit, exc) from exc
         if not isinstance(exc, Exception):
@@ -357,7 +373,6 @@ class _Call:
         if mapped is exc:
             return False
         raise mapped from exc
-
 
 
 class Engine:

@@ -403,8 +403,15 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finisher.finalizer(),
             gate=self._gate,
         ) as proc:
-            with self._tracked(proc):
+            # `_tracked`, spelled out: a generator-based context manager per command cost
+            # more than these lines.
+            self._live.add(proc)
+            try:
+                if not self._life.alive:
+                    proc.container_stopped(self._life.not_running())
                 return await proc.wait()
+            finally:
+                self._live.discard(proc)
 
     @contextlib.asynccontextmanager
     async def open_process(self, spec: ProcessSpec) -> AsyncIterator[ExecProcess]:

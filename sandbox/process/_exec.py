@@ -74,8 +74,7 @@ class SandboxProcess(ProcessBase):
         a KILL (`_signal_tree`) waits for this."""
         self._ended.set()
         self._cut_at = min(self._cut_at, asyncio.get_running_loop().time() + DRAIN_AFTER_EXIT)
-        if self._inline_scope is not None:
-            self._inline_scope.deadline = self._cut_at
+        self._move_cut()
 
     async def resize(self, rows: int, cols: int) -> None:
         """Set the terminal's size (the program gets SIGWINCH); checked, then ignored for a
