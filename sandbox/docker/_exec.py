@@ -42,7 +42,7 @@ from .._shield import finish_despite_cancel
 from .._signals import signal_name
 from .._sweep import MARKER_VAR
 from .._tty import check_terminal_size
-from ._exec_gate import ExecGate
+from ._exec_gate import ExecGate, wait_for_start
 from ._exec_kill import kill_command, sweep
 from ._gateway import (
     Engine,
@@ -365,21 +365,12 @@ async def end_unattached(engine: Engine, container_id: str, exec_id: str, user: 
     """Kill the exec whose attach failed (a cancel, a broken connection) if the engine
     started it anyway: the start request may have reached it, and nobody would read or end
     the command (a cancelled ``execute_command("sleep 1000")`` left it running)."""
-    ran = False
+    info = None
     with anyio.move_on_after(UNATTACHED_PATIENCE):
-        while True:
-            try:
-                info = await engine.inspect_exec(exec_id, deadline=UNATTACHED_PATIENCE)
-            except SandboxError:
-                return  # the exec or its container is gone
-            if info.get("ExitCode") is not None and not info.get("Running"):
-                return  # it ran and ended
-            if info.get("Pid") or info.get("Running"):
-                ran = True
-                break
-            await anyio.sleep(0.01)
-    if ran:
-        await kill_command(engine, container_id, exec_id, user, marker, gate)
+        info = await wait_for_start(engine, exec_id)
+    if info is None or (info.get("ExitCode") is not None and not info.get("Running")):
+        return  # never started within the patience, gone, or it ran and ended
+    await kill_command(engine, container_id, exec_id, user, marker, gate)
 
 
 def open_exec(

@@ -16,7 +16,8 @@ The cost for an exec is a counter and a set entry: no extra engine call on the h
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import anyio
 
@@ -67,7 +68,7 @@ class ExecGate:
         starts after it."""
         if exec_id in self._unconfirmed:
             with anyio.move_on_after(settle):
-                await _wait_started(engine, exec_id)
+                await wait_for_start(engine, exec_id)
                 self._unconfirmed.discard(exec_id)
 
     @contextlib.asynccontextmanager
@@ -93,7 +94,7 @@ class ExecGate:
                     self._quiet = anyio.Event()
                     await self._quiet.wait()
                 for exec_id in list(self._unconfirmed):
-                    await _wait_started(engine, exec_id)
+                    await wait_for_start(engine, exec_id)
                     self._unconfirmed.discard(exec_id)
             yield not scope.cancelled_caught
         finally:
@@ -102,18 +103,19 @@ class ExecGate:
             opened.set()
 
 
-async def _wait_started(engine: Engine, exec_id: str) -> None:
-    """Until the engine reports the exec's process (``Pid``) or its end."""
+async def wait_for_start(engine: Engine, exec_id: str) -> Mapping[str, Any] | None:
+    """Until the engine reports the exec's process (``Pid``) or its end; its inspect then, or
+    None when the exec is gone. Unbounded: callers set the patience."""
     pause = 0.005
     while True:
         try:
             info = await engine.inspect_exec(exec_id, deadline=10)
         except EngineNotFound:
-            return
+            return None
         except SandboxError:
             await anyio.sleep(0.05)
             continue
         if info.get("Pid") or info.get("ExitCode") is not None:
-            return
+            return info
         pause = min(pause * 2, 0.1)  # a start that never reached the engine never shows
         await anyio.sleep(pause)
