@@ -30,7 +30,7 @@ import attrs
 
 from ._errors import ConfigError
 from ._owner import GcItem, Here, owner_labels
-from ._registry import EngineClient, host_collectors
+from ._registry import EngineClient, gc_collectors
 
 __all__ = ["GcItem", "GcReport", "gc", "owner_labels"]  # the first and last for old imports
 
@@ -125,8 +125,9 @@ async def gc(
     removed: list[GcItem] = []
     kept: list[GcItem] = []
     failed: list[GcItem] = []
-    # Each backend that leaves resources on this host collects its own, by the same rule.
-    for collect in host_collectors():
+    # Each backend that leaves resources on this host collects its own, by the same rule; then
+    # each backend whose sandboxes recorded places off this host (a cluster) looks there.
+    for collect in gc_collectors():
         found = await collect(dry_run=dry_run, older_than=older_than,
                               checkpoints_older_than=checkpoints_older_than, here=here,
                               now=now, docker=docker)

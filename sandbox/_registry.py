@@ -10,6 +10,7 @@ way (``tests/unit/test_layout.py`` checks both, and that every entry satisfies `
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
@@ -17,17 +18,20 @@ from ._backend import Backend, BackendFactory, CheckpointStore, ImageStore
 from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
 from ._owner import HostCollector
+from ._places import any_recorded
 
 __all__ = [
     "BACKENDS",
     "CHECKPOINT_STORE",
     "HOST_COLLECTORS",
     "IMAGE_STORE",
+    "PLACE_COLLECTORS",
     "EngineClient",
     "backend_class",
     "backend_for",
     "check_type",
     "checkpoint_store",
+    "gc_collectors",
     "host_collectors",
     "image_store",
 ]
@@ -48,8 +52,13 @@ BACKENDS: Mapping[str, str] = {
     "vm": "sandbox.docker",
 }
 #: The modules whose ``COLLECTOR`` (a `HostCollector`) `sandbox.gc` runs, in order: what dead
-#: owners left on this host (a cluster's objects are `sandbox.kubernetes.gc`'s).
+#: owners left on this host.
 HOST_COLLECTORS = ("sandbox.process._gc", "sandbox.docker._gc")
+#: Backend -> the module whose ``COLLECTOR`` (a `HostCollector`) collects what dead owners of
+#: this host left off it (a cluster's Pods), in the places its sandboxes recorded
+#: (`sandbox._places`). `sandbox.gc` runs one, after the host's, only when a place of that
+#: backend is recorded: gc never imports a client library no sandbox here used.
+PLACE_COLLECTORS: Mapping[str, str] = {"kubernetes": "sandbox.kubernetes._gc"}
 #: The module whose ``STORE`` (a `CheckpointStore`) keeps checkpoint images.
 CHECKPOINT_STORE = "sandbox.docker._checkpoint"
 #: The module whose ``IMAGES`` (an `ImageStore`) the process backend exports root filesystems
@@ -81,6 +90,23 @@ def host_collectors() -> list[HostCollector]:
     """Each backend's gc of what dead owners left on this host, in the order `sandbox.gc`
     runs them."""
     return [importlib.import_module(name).COLLECTOR for name in HOST_COLLECTORS]
+
+
+def gc_collectors() -> list[HostCollector]:
+    """Every gc `sandbox.gc` runs: this host's (`host_collectors`), then those of the
+    backends that recorded places off this host. One whose extra is no longer installed is
+    skipped with a warning (nothing could reach its places)."""
+    found = host_collectors()
+    for backend, module in PLACE_COLLECTORS.items():
+        if not any_recorded(backend):
+            continue
+        try:
+            found.append(importlib.import_module(module).COLLECTOR)
+        except ImportError as exc:
+            logging.getLogger("sandbox.gc").warning(
+                "gc: sandboxes of type %r recorded where they put resources, but that "
+                "backend cannot be loaded, so they are not collected: %s", backend, exc)
+    return found
 
 
 def checkpoint_store() -> CheckpointStore:

@@ -55,6 +55,15 @@ def ours(kind: str) -> list[str]:
                       "--filter", f"label={LABEL_OWNER_PID}={os.getpid()}").split()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's Kubernetes sandboxes record their namespaces (for `sandbox.gc`) in a
+    directory of its own, not the user's (`sandbox._places`); child processes inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SANDBOX_PLACES", str(tmp_path_factory.mktemp("places")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[None]:
     """Fail (never skip) when the engine or the test images are missing."""

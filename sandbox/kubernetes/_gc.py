@@ -6,31 +6,93 @@ collected. Pods are reported as ``container`` items, NetworkPolicies as ``networ
 Each delete has grace period 0 and the listed uid as precondition (see `delete_options`): an
 orphan's keep-alive has no owner to finish for, and a default 30 s grace would leave it
 Terminating (holding its node resources) after gc said it was removed.
+
+`gc` looks in one namespace it is given. `collect` is what `sandbox.gc` runs: it looks in every
+place (kubeconfig, context, namespace) a sandbox of this host recorded before creating its Pod
+(`remember_place`, `sandbox._places`), since a dead owner's cluster is known nowhere else.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import attrs
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import ConfigError, SandboxError
 from .._gc import GcReport
-from .._owner import GcItem, Here, owner_verdict
+from .._owner import Collected, GcItem, Here, HostCollector, owner_verdict
+from .._places import forget, recorded, remember, trusted_file
 from .._wire_time import engine_time
-from ._gateway import Cluster, KubeConflict, KubeNotFound, delete_options
+from ._gateway import REST_TIMEOUT, Cluster, KubeConflict, KubeNotFound, delete_options
 
-__all__ = ["gc"]
+__all__ = ["COLLECTOR", "collect", "gc", "remember_place"]
+
+log = logging.getLogger("sandbox.gc")
 
 _KINDS = (("container", "/api/v1/namespaces/{ns}/pods"),
           ("network", "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"))
+#: The name places are recorded under (`sandbox._places`), the backend's type.
+BACKEND = "kubernetes"
+#: Seconds one list or delete of `collect` may take: a recorded cluster that no longer
+#: answers must not hold the whole gc for the REST default (60 s) per call.
+PLACE_DEADLINE = 15.0
+#: The service account token an in-cluster owner used; without it that place is unreachable.
+_SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+async def _collect_in(cluster: Cluster, namespace: str, *, dry_run: bool,
+                      older_than: timedelta | None, here: Here, now: datetime,
+                      deadline: float = REST_TIMEOUT) -> Collected:
+    """Collect in one namespace of a connected cluster, each call within ``deadline`` s."""
+    removed: dict[str, list[GcItem]] = {"container": [], "network": []}
+    kept: dict[str, list[GcItem]] = {"container": [], "network": []}
+    failed: list[GcItem] = []
+    for kind, template in _KINDS:
+        path = template.format(ns=namespace)
+        found = await cluster.call(f"list the SDK's {kind}s", "GET", path, query=[
+            ("labelSelector", f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}")],
+            deadline=deadline)
+        for obj in found.get("items") or []:
+            meta = obj.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            gone, reason = owner_verdict(
+                meta.get("annotations") or {}, here=here,
+                created=engine_time(meta.get("creationTimestamp")),
+                older_than=older_than, now=now)
+            item = GcItem(kind=kind, id=str(meta.get("uid") or name),  # type: ignore[arg-type]
+                          name=name, reason=reason)
+            if not gone:
+                kept[kind].append(item)
+                continue
+            if not dry_run:
+                try:
+                    await cluster.call(f"delete {kind} {name}", "DELETE", f"{path}/{name}",
+                                       body=delete_options(str(meta.get("uid") or "")),
+                                       deadline=deadline)
+                except (KubeNotFound, KubeConflict):
+                    pass  # gone already, or the name now belongs to another object
+                except SandboxError as exc:
+                    failed.append(attrs.evolve(item, reason=f"{reason}, but removing it "
+                                                            f"failed: {exc}"))
+                    continue
+            removed[kind].append(item)
+    return Collected(removed=(*removed["container"], *removed["network"]),
+                     kept=(*kept["container"], *kept["network"]), failed=tuple(failed))
 
 
 async def gc(*, namespace: str = "default", kubeconfig: str | None = None,
              context: str | None = None, in_cluster: bool = False, dry_run: bool = False,
              older_than: timedelta | None = None) -> GcReport:
     """Delete the SDK's Pods and NetworkPolicies in ``namespace`` whose owner is gone.
+
+    `sandbox.gc` does the same in every namespace a sandbox of this host used; this one looks
+    in the namespace given, recorded or not.
 
     Raises:
         EngineUnavailable: The API server cannot be reached.
@@ -40,39 +102,91 @@ async def gc(*, namespace: str = "default", kubeconfig: str | None = None,
         raise ConfigError(f"older_than must be >= 0, got {older_than}")
     cluster = await Cluster.connect(kubeconfig=kubeconfig, context=context,
                                     in_cluster=in_cluster)
-    here, now = Here.current(), datetime.now(UTC)
-    removed: dict[str, list[GcItem]] = {"container": [], "network": []}
-    kept: dict[str, list[GcItem]] = {"container": [], "network": []}
-    failed: list[GcItem] = []
     try:
-        for kind, template in _KINDS:
-            path = template.format(ns=namespace)
-            found = await cluster.call(f"list the SDK's {kind}s", "GET", path, query=[
-                ("labelSelector", f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}")])
-            for obj in found.get("items") or []:
-                meta = obj.get("metadata") or {}
-                name = str(meta.get("name") or "")
-                gone, reason = owner_verdict(
-                    meta.get("annotations") or {}, here=here,
-                    created=engine_time(meta.get("creationTimestamp")),
-                    older_than=older_than, now=now)
-                item = GcItem(kind=kind, id=str(meta.get("uid") or name),  # type: ignore[arg-type]
-                              name=name, reason=reason)
-                if not gone:
-                    kept[kind].append(item)
-                    continue
-                if not dry_run:
-                    try:
-                        await cluster.call(f"delete {kind} {name}", "DELETE", f"{path}/{name}",
-                                           body=delete_options(str(meta.get("uid") or "")))
-                    except (KubeNotFound, KubeConflict):
-                        pass  # gone already, or the name now belongs to another object
-                    except SandboxError as exc:
-                        failed.append(attrs.evolve(item, reason=f"{reason}, but removing it "
-                                                                f"failed: {exc}"))
-                        continue
-                removed[kind].append(item)
+        found = await _collect_in(cluster, namespace, dry_run=dry_run, older_than=older_than,
+                                  here=Here.current(), now=datetime.now(UTC))
     finally:
         await cluster.close()
-    return GcReport(dry_run=dry_run, removed=(*removed["container"], *removed["network"]),
-                    kept=(*kept["container"], *kept["network"]), failed=tuple(failed))
+    return GcReport(dry_run=dry_run, removed=found.removed, kept=found.kept,
+                    failed=found.failed)
+
+
+def place(*, kubeconfig: str | None, context: str | None, in_cluster: bool,
+          namespace: str) -> dict[str, Any]:
+    """The place a backend with these options creates its objects in, as recorded: the
+    kubeconfig resolved to the file `Cluster.connect` reads (KUBECONFIG's first, else
+    ~/.kube/config), so gc finds it from any directory and environment."""
+    path: str | None = None
+    if not in_cluster:
+        given = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] \
+            or "~/.kube/config"
+        path = os.path.abspath(os.path.expanduser(given))
+    return {"kubeconfig": path, "context": context, "in_cluster": in_cluster,
+            "namespace": namespace}
+
+
+def remember_place(*, kubeconfig: str | None, context: str | None, in_cluster: bool,
+                   namespace: str) -> None:
+    """Record where a sandbox is about to create its Pod, for `collect` to look there once its
+    owner is gone. A place that cannot be recorded (a read-only home) costs gc its view of
+    that namespace, not the sandbox: logged, never raised."""
+    try:
+        remember(BACKEND, place(kubeconfig=kubeconfig, context=context,
+                                in_cluster=in_cluster, namespace=namespace))
+    except OSError as exc:
+        log.warning("cannot record namespace %r for gc (sandbox.gc will not look there): %s",
+                    namespace, exc)
+
+
+def _reachable(spot: Mapping[str, Any]) -> str:
+    """Why ``spot`` cannot be looked at from here ("" when it can); forgets a place whose
+    kubeconfig is gone."""
+    if spot.get("in_cluster"):
+        return "" if _SA_TOKEN.is_file() else "no service account token here"
+    path = spot.get("kubeconfig")
+    if not isinstance(path, str) or not path:
+        return "the record names no kubeconfig"
+    if not os.path.exists(path):
+        forget(BACKEND, spot)  # that cluster's configuration is gone: nothing to reach it by
+        return f"its kubeconfig {path} is gone (the record is dropped)"
+    if why := trusted_file(Path(path)):
+        return f"its kubeconfig {path} is not to be trusted: {why}"
+    return ""
+
+
+async def collect(*, dry_run: bool, older_than: timedelta | None,
+                  checkpoints_older_than: timedelta | None, here: Here, now: datetime,
+                  docker: Any) -> Collected:
+    """The Kubernetes side of `sandbox.gc`, a `HostCollector`: in each recorded place, Pods
+    and NetworkPolicies whose owner is gone. A place that cannot be reached is skipped with a
+    warning (another cluster being down must not stop the collection of the rest)."""
+    removed: list[GcItem] = []
+    kept: list[GcItem] = []
+    failed: list[GcItem] = []
+    for spot in recorded(BACKEND):
+        namespace = str(spot.get("namespace") or "default")
+        if why := _reachable(spot):
+            log.info("gc: not looking in Kubernetes namespace %r: %s", namespace, why)
+            continue
+        try:
+            cluster = await Cluster.connect(
+                kubeconfig=spot.get("kubeconfig"), context=spot.get("context"),
+                in_cluster=bool(spot.get("in_cluster")))
+            try:
+                found = await _collect_in(cluster, namespace, dry_run=dry_run,
+                                          older_than=older_than, here=here, now=now,
+                                          deadline=PLACE_DEADLINE)
+            finally:
+                await cluster.close()
+        except SandboxError as exc:
+            log.warning("gc: cannot look in Kubernetes namespace %r (kubeconfig %s): %s",
+                        namespace, spot.get("kubeconfig") or "in-cluster", exc)
+            continue
+        removed += found.removed
+        kept += found.kept
+        failed += found.failed
+    return Collected(removed=tuple(removed), kept=tuple(kept), failed=tuple(failed))
+
+
+#: What `sandbox.gc` runs (see `sandbox._registry.PLACE_COLLECTORS`).
+COLLECTOR: HostCollector = collect

@@ -60,6 +60,7 @@ from ._gateway import (
     KubeNotFound,
     delete_options,
 )
+from ._gc import remember_place
 from ._plan import CONTAINER, PodPlan, plan_pod
 
 log = logging.getLogger("sandbox.lifecycle")
@@ -222,6 +223,10 @@ class KubernetesBackend(BackendBase):
         self._cluster = cluster = await Cluster.connect(
             kubeconfig=self.kubeconfig, context=self.context, in_cluster=self.in_cluster)
         ns = self.namespace
+        # Before anything exists there: an owner killed after its POST left a Pod only
+        # `sandbox.gc` can find, and only by this record of where it is.
+        remember_place(kubeconfig=self.kubeconfig, context=self.context,
+                       in_cluster=self.in_cluster, namespace=ns)
 
         async def make(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
             self._attempted.add(kind)

@@ -15,14 +15,7 @@ from tests.kubernetes._fake_apiserver import FakeApiServer
 
 #: (backend, check) -> why it fails today: the findings, each an xfail(strict=True), so a fix
 #: turns it into an unexpected pass that asks for this line to go.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("kubernetes-fake-api", "gc_spares_a_live_sandbox"):
-        "sandbox.gc() looks at the Docker engine and process sandboxes only: Kubernetes pods "
-        "are not in its report (sandbox.kubernetes._gc.gc exists, but nothing calls it)",
-    ("kubernetes", "gc_spares_a_live_sandbox"):
-        "sandbox.gc() looks at the Docker engine and process sandboxes only: Kubernetes pods "
-        "are not in its report (sandbox.kubernetes._gc.gc exists, but nothing calls it)",
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 #: backend -> (text in the error or its causes, why): a breakage of the whole backend that
