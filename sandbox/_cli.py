@@ -218,8 +218,9 @@ def _add_gc(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "gc", parents=[common], help="remove sandbox resources whose owner process is gone",
         description="Remove containers, networks and volumes labelled by the SDK whose owner "
-        "process is gone. Resources of a live owner, and anything without the SDK's labels, "
-        "are never touched.",
+        "process is gone, process sandboxes' leftovers, and the Pods and NetworkPolicies of "
+        "Kubernetes sandboxes in every namespace this host's sandboxes recorded. Resources of "
+        "a live owner, and anything without the SDK's labels, are never touched.",
     )
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     p.add_argument(

@@ -1,5 +1,6 @@
-"""Collect what dead sandbox owners left behind: containers, networks and volumes, and the
-state directories and cgroups of process sandboxes.
+"""Collect what dead sandbox owners left behind: containers, networks and volumes, the
+state directories and cgroups of process sandboxes, and Kubernetes sandboxes' Pods and
+NetworkPolicies in every namespace a sandbox of this host recorded (`sandbox._places`).
 
 Every resource the SDK creates is labelled with its owner: host name, boot id, pid and the
 pid's start time in clock ticks since boot. A normal exit, an exception, a cancellation or
@@ -95,7 +96,9 @@ async def gc(
     *, dry_run: bool = False, older_than: timedelta | None = None,
     checkpoints_older_than: timedelta | None = None, docker: EngineClient | None = None,
 ) -> GcReport:
-    """Remove sandbox containers, networks and volumes whose owner process is gone.
+    """Remove sandbox containers, networks and volumes whose owner process is gone, and the
+    Pods and NetworkPolicies of Kubernetes sandboxes in the namespaces this host's sandboxes
+    recorded (one that does not answer is skipped with a warning on ``sandbox.gc``).
 
     Example:
         report = await sandbox.gc(dry_run=True)
