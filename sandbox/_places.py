@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import stat
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,12 @@ def places_dir() -> Path:
     """The directory of the records: SANDBOX_PLACES, else under XDG_STATE_HOME."""
     if env := os.environ.get("SANDBOX_PLACES"):
         return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    base = os.environ.get("XDG_STATE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".local" / "state")
+        except RuntimeError:  # no home directory to be found: this user's own, in /tmp
+            return Path(tempfile.gettempdir()) / f"sandbox-sdk-places-{os.getuid()}"
     return Path(base) / "sandbox-sdk" / "places"
 
 
