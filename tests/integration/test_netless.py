@@ -25,6 +25,8 @@ from sandbox import (
     SecurityPolicy,
     remove_checkpoint,
 )
+from sandbox._single_flight import SingleFlight
+from sandbox.docker import _gateway, _workdir
 from sandbox.docker._netless import HOSTS
 from tests.conftest import LABEL, derived_image, docker_cli
 from tests.integration.test_create_fast import Calls
@@ -171,6 +173,38 @@ async def test_hosts_ride_in_the_working_dirs_put_where_there_is_one(
     # One PUT either way: the hand-over carrying /etc/hosts, or /etc/hosts alone.
     assert len(puts) == 1 and (puts == [HAND_OVER] or not user), (puts, hosts)
     assert hosts.encode().startswith(HOSTS) and "0:0 644" in hosts.splitlines()
+
+
+@pytest.mark.parametrize("user", ["", "2000"], ids=["default", "uid-2000"])
+async def test_hosts_are_written_beside_the_first_look_at_an_images_working_dir(
+        user: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first create of an image (and every child of a fork: a new image each time) looks
+    # at its working dir with an archive GET; /etc/hosts goes in beside it, not after it,
+    # and a hand-over the look asks for (uid 2000: the image's empty /workspace is 1000's)
+    # still happens, as a PUT of the working dir alone.
+    security = SecurityPolicy(run_as_user=user, run_as_group=user) if user else SecurityPolicy()
+    config = SandboxConfig(image=IMAGE_BUSYBOX, security=security)
+    monkeypatch.setattr(_workdir, "_WORKDIR_ENTRIES", SingleFlight(8))  # never looked at
+    events: list[tuple[str, str]] = []
+    original = _gateway.Engine.request
+
+    async def spy(engine: Any, action: str, *args: Any, **kwargs: Any) -> Any:
+        events.append(("start", action))
+        try:
+            return await original(engine, action, *args, **kwargs)
+        finally:
+            events.append(("end", action))
+
+    monkeypatch.setattr(_gateway.Engine, "request", spy)
+    look = "look at the working directory"
+    async with Sandbox(config) as sb:
+        shown = await sh(sb, "cat /etc/hosts; stat -c '%u:%g %a' /etc/hosts /workspace")
+    assert events.index(("start", HOSTS_PUT)) < events.index(("end", look)), events
+    puts = [a for e, a in events if e == "start" and a in (HAND_OVER, HOSTS_PUT)]
+    assert puts == ([HOSTS_PUT, HAND_OVER] if user else [HOSTS_PUT]), events
+    lines = shown.splitlines()
+    assert shown.encode().startswith(HOSTS) and lines[-2] == "0:0 644", shown
+    assert lines[-1].startswith(f"{user or 1000}:"), shown
 
 
 async def test_a_checkpoint_of_a_bare_namespace_sandbox_starts_with_a_network(
