@@ -274,11 +274,12 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
     the working dir (not for a name, root, or "/": left to the steps after start) and
     wrote the extra files.
 
-    ``write_extra`` writes the extra files by themselves: given, and the image's working dir
-    not yet looked at (the first create of an image, every child of a fork), it runs beside
-    the look instead of after it (the look is an archive GET the children of a fork all
-    wait for, about a tenth of a fork's starts); a hand-over the look then asks for is a
-    PUT of the working dir alone.
+    ``write_extra`` writes the extra files by themselves: given, while another create looks
+    at the image's working dir (the children of a fork, a new image each time, all wait for
+    the first one's archive GET), they are written beside that wait instead of after it; a
+    hand-over the look then asks for is a PUT of the working dir alone. The create that
+    looks keeps one PUT after its look (the engine holds a container's lock for an archive
+    call, so a PUT beside its own GET would only queue behind it, or it behind the PUT).
     """
     uid, _, gid = user.partition(":")
     if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
@@ -296,8 +297,8 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
         return read_dir_entry(head)
 
     key = (image_id, cwd, mounts)
-    beside = write_extra is not None and bool(extra) and \
-        not (image_id and _WORKDIR_ENTRIES.get(key) is not None)
+    beside = write_extra is not None and bool(extra) and bool(image_id) and \
+        _WORKDIR_ENTRIES.get(key) is None and _WORKDIR_ENTRIES.in_flight(key)
     found: list[DirEntry] = []
 
     async def ask() -> None:
