@@ -37,7 +37,6 @@ from sandbox import (
 )
 from sandbox._constants import DEFAULT_FILE_LIMIT, DEFAULT_PROCESS_LIMIT
 from sandbox.process import _spares
-from sandbox.process._cgroup import SandboxCgroup
 from sandbox.process._rootfs import resolve_rootfs
 from sandbox.process._state import base_dir
 from tests.integration._limit_attacks import EAGAIN, EMFILE
@@ -234,29 +233,6 @@ async def test_cleanup_kills_everything_and_removes_the_state() -> None:
     assert not alive(init)
     assert box.backend.cgroup is not None
     assert not any(d.exists() for d in box.backend.cgroup.dirs)
-
-
-async def test_cleanup_waits_for_the_cgroup_to_empty_before_the_worker_threads_removal(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # The zygote (and what the sandbox still runs) is killed and waited for on the event
-    # loop; the removal in a worker thread then finds the cgroup empty instead of napping
-    # there while they exit (300 cleanups at once queued for the few worker threads).
-    seen: list[set[int]] = []
-    remove = SandboxCgroup.remove
-
-    def spy(self: SandboxCgroup) -> list[str]:
-        seen.append(self.procs())
-        return remove(self)
-
-    monkeypatch.setattr(SandboxCgroup, "remove", spy)
-    box = Sandbox(config())
-    await box.initialize()
-    await box.execute_command("(setsid sleep 300 >/dev/null 2>&1 &)")
-    cgroup = box.backend.cgroup
-    assert cgroup is not None and len(cgroup.procs()) >= 2  # the zygote and the sleep
-    await box.cleanup()
-    assert seen == [set()]
-    assert not any(d.exists() for d in cgroup.dirs)
 
 
 async def test_commands_hold_dockers_seccomp_policy_and_cannot_reach_the_holder() -> None:
