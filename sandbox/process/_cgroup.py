@@ -17,8 +17,6 @@ import signal
 import time
 from pathlib import Path
 
-import anyio
-
 from .._cgroup_usage import HostCgroup
 from .._models import ResourceLimits
 
@@ -140,32 +138,6 @@ class SandboxCgroup:
         except (OSError, ValueError):
             pass
         return 0
-
-    async def emptied(self, patience: float = 1.0) -> None:
-        """SIGKILL what is in it and wait until it is empty (or ``patience`` seconds have
-        passed), sleeping on the event loop: `remove`, in a worker thread after this, then
-        rarely has to wait. Its fixed 10 ms naps held one of the few worker threads every
-        cleanup shares while the zygote exited (about 45 ms a sandbox, 4-5 naps), which
-        made 300 cleanups at once queue for the threads.
-
-        One ``cgroup.procs`` is read (every process of the sandbox joins all of its
-        directories; `remove` reads them all)."""
-        end = time.monotonic() + patience
-        step = 0.002
-        while self._kill(self.procs_files[:1]) and time.monotonic() < end:
-            await anyio.sleep(step)
-            step = min(step * 2, 0.01)
-
-    def _kill(self, files: list[str]) -> bool:
-        """SIGKILL every process listed in ``files`` now; whether there was any."""
-        found: set[int] = set()
-        for path in files:
-            with contextlib.suppress(OSError, ValueError):
-                found.update(int(line) for line in Path(path).read_text().split())
-        for pid in found:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        return bool(found)
 
     def remove(self) -> list[str]:
         """Kill what is left in it and remove every directory; the errors, if any."""

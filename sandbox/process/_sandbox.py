@@ -351,8 +351,6 @@ class ProcessBackend(BackendBase, HelperFiles):
             self._zygote.close()
             self._zygote = None
         errors: list[str] = []
-        if self._cgroup is not None:
-            await self._cgroup.emptied()  # the zygote exits: waited for here, not in a thread
         if self._state is not None:
             errors = await anyio.to_thread.run_sync(remove_state, self._state)
             if not self._state.exists():
