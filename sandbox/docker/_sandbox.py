@@ -339,7 +339,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                             write_extra: Callable[[], Awaitable[None]]) -> bool:
         """Before start, hand the working dir to a numeric non-root user (see `_workdir`);
         say whether the ``extra`` files were written (in its PUT, or by ``write_extra``
-        beside its first look at an image)."""
+        while another create looked at the image's working dir)."""
         cwd = posixpath.normpath(self._cwd or "/")
         if self._config.security.read_only_root or self._workspace.covers(cwd):
             return False  # a read-only root's tmpfs gets its owner as options
