@@ -34,6 +34,10 @@ class SingleFlight(Generic[K, V]):
         """The kept answer for ``key``, if any (asks nothing)."""
         return self._kept.get(key)
 
+    def in_flight(self, key: K) -> bool:
+        """Whether someone is fetching the answer for ``key`` now."""
+        return key in self._flights
+
     def keep(self, key: K, value: V) -> None:
         """Keep ``value`` as the answer for ``key``."""
         if key not in self._kept and len(self._kept) >= self._limit:

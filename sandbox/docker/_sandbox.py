@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -286,8 +286,13 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         assert self._container_id is not None
-        if not await self._give_workdir([hosts_entry()] if netless else []) and netless:
-            await write_hosts(engine, self._container_id)
+        cid = self._container_id
+
+        async def hosts() -> None:
+            await write_hosts(engine, cid)
+
+        if not await self._give_workdir([hosts_entry()] if netless else [], hosts) and netless:
+            await hosts()
         if await self._facts_changed(fresh):
             return False
         self._life.advance(SandboxStatus.STARTING)
@@ -330,16 +335,18 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # checkout.
             self._env["HOME"] = "/tmp" if self._workspace.covers(self._cwd) else self._cwd
 
-    async def _give_workdir(self, extra: list[Extra]) -> bool:
+    async def _give_workdir(self, extra: list[Extra],
+                            write_extra: Callable[[], Awaitable[None]]) -> bool:
         """Before start, hand the working dir to a numeric non-root user (see `_workdir`);
-        say whether its PUT carried the ``extra`` files."""
+        say whether the ``extra`` files were written (in its PUT, or by ``write_extra``
+        while another create looked at the image's working dir)."""
         cwd = posixpath.normpath(self._cwd or "/")
         if self._config.security.read_only_root or self._workspace.covers(cwd):
             return False  # a read-only root's tmpfs gets its owner as options
         assert self._container_id is not None
         done = await give_workdir_before_start(
             self._engine_or_fail(), self._container_id, cwd, self._user, image_id=self._image_id,
-            mounts=self._mounts_key or "", extra=extra)
+            mounts=self._mounts_key or "", extra=extra, write_extra=write_extra)
         self._workdir_given = done.dealt
         return done.wrote_extra
 

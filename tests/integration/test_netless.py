@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 import pytest
 
@@ -25,6 +26,8 @@ from sandbox import (
     SecurityPolicy,
     remove_checkpoint,
 )
+from sandbox._single_flight import SingleFlight
+from sandbox.docker import _gateway, _workdir
 from sandbox.docker._netless import HOSTS
 from tests.conftest import LABEL, derived_image, docker_cli
 from tests.integration.test_create_fast import Calls
@@ -171,6 +174,59 @@ async def test_hosts_ride_in_the_working_dirs_put_where_there_is_one(
     # One PUT either way: the hand-over carrying /etc/hosts, or /etc/hosts alone.
     assert len(puts) == 1 and (puts == [HAND_OVER] or not user), (puts, hosts)
     assert hosts.encode().startswith(HOSTS) and "0:0 644" in hosts.splitlines()
+
+
+@pytest.mark.parametrize("user", ["", "2000"], ids=["default", "uid-2000"])
+async def test_hosts_are_written_while_another_create_looks_at_the_working_dir(
+        user: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Creates of an image nobody looked at yet (the children of a fork: a new image each
+    # time) wait for one archive GET of its working dir; the others write /etc/hosts beside
+    # that wait, not after it. The one that looks writes it after its look, in its hand-over
+    # where there is one (uid 2000: the image's empty /workspace is 1000's); the others then
+    # hand the working dir over alone. Each ends with the same files.
+    security = SecurityPolicy(run_as_user=user, run_as_group=user) if user else SecurityPolicy()
+    config = SandboxConfig(image=IMAGE_BUSYBOX, security=security)
+    monkeypatch.setattr(_workdir, "_WORKDIR_ENTRIES", SingleFlight(8))  # never looked at
+    events: list[tuple[str, str, str]] = []  # (start or end, action, container id)
+    original = _gateway.Engine.request
+    look = "look at the working directory"
+
+    async def spy(engine: Any, action: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        who = path.split("/")[1] if path.startswith("containers/") else ""
+        events.append(("start", action, who))
+        try:
+            if action == look:
+                await anyio.sleep(1.5)  # the others reach their wait meanwhile
+            return await original(engine, action, path, *args, **kwargs)
+        finally:
+            events.append(("end", action, who))
+
+    monkeypatch.setattr(_gateway.Engine, "request", spy)
+    shown: list[str] = []
+
+    async def one() -> None:
+        async with Sandbox(config) as sb:
+            shown.append(await sh(sb, "cat /etc/hosts; stat -c '%u:%g %a' /etc/hosts /workspace"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(one)
+    looks = [who for e, a, who in events if e == "start" and a == look]
+    assert len(looks) == 1, events
+    looked_end = events.index(("end", look, looks[0]))
+    others = {who for e, a, who in events if e == "start" and a == HOSTS_PUT} - {looks[0]}
+    assert len(others) == 2, events
+    for who in others:
+        assert events.index(("start", HOSTS_PUT, who)) < looked_end, events
+    for who in {looks[0], *others}:
+        puts = [a for e, a, w in events if e == "start" and w == who and a in (HAND_OVER,
+                                                                              HOSTS_PUT)]
+        expected = [HAND_OVER] if who == looks[0] else [HOSTS_PUT, HAND_OVER]
+        assert puts == (expected if user else [HOSTS_PUT]), (who, events)
+    for text in shown:
+        lines = text.splitlines()
+        assert text.encode().startswith(HOSTS) and lines[-2] == "0:0 644", text
+        assert lines[-1].startswith(f"{user or 1000}:"), text
 
 
 async def test_a_checkpoint_of_a_bare_namespace_sandbox_starts_with_a_network(

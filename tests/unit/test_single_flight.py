@@ -107,3 +107,20 @@ async def test_bounded() -> None:
             return i
         await flight.ask(i, fetch)
     assert len(flight) == 1 and flight.get(3) == 3
+
+
+async def test_in_flight_while_fetched_and_not_after() -> None:
+    flight: SingleFlight[str, int] = SingleFlight(8)
+    release = anyio.Event()
+
+    async def fetch() -> int:
+        await release.wait()
+        return 1
+
+    assert not flight.in_flight("img")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(flight.ask, "img", fetch)
+        await anyio.sleep(0.01)
+        assert flight.in_flight("img") and not flight.in_flight("other")
+        release.set()
+    assert not flight.in_flight("img") and flight.get("img") == 1
