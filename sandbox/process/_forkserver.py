@@ -44,6 +44,9 @@ MAX_FDS = 16
 #: The largest message a zygote reads (a request's argv and environment).
 MAX_MESSAGE = 1 << 20
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+# Plain ints: or-ing the socket module's IntFlag members runs enum code on every message.
+_RECV_FLAGS = int(socket.MSG_CMSG_CLOEXEC)
+_SEND_FLAGS = int(socket.MSG_NOSIGNAL)
 _NS_FLAGS = {"user": 0x10000000, "mnt": 0x00020000, "pid": 0x20000000, "ipc": 0x08000000,
              "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40000000}
 _MS_REC = 0x4000
@@ -97,13 +100,13 @@ def send_message(sock: socket.socket, message: Mapping[str, Any],
     """One message of the protocol: JSON, plus ``fds`` passed along (SCM_RIGHTS)."""
     data = json.dumps(message).encode()
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sock.sendmsg([data], ancillary, socket.MSG_NOSIGNAL)
+    sock.sendmsg([data], ancillary, _SEND_FLAGS)
 
 
 def receive_message(sock: socket.socket, size: int = 1 << 20,
                     flags: int = 0) -> tuple[bytes, list[int]]:
     """One message and the descriptors it passed (close-on-exec); b"" at the end."""
-    data, ancillary, _, _ = sock.recvmsg(size, _FD_SPACE, socket.MSG_CMSG_CLOEXEC | flags)
+    data, ancillary, _, _ = sock.recvmsg(size, _FD_SPACE, _RECV_FLAGS | flags)
     return data, _fds_of(ancillary)
 
 
@@ -269,7 +272,7 @@ class _Zygote:
             for fd, _ in ready:
                 if fd == me:
                     size, ancillary, _, _ = sock.recvmsg_into(
-                        [buffer], _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
+                        [buffer], _FD_SPACE, _RECV_FLAGS)
                     fds = _fds_of(ancillary) if ancillary else []
                     if not size:
                         return
