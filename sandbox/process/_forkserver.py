@@ -224,7 +224,7 @@ class _Zygote:
             self.errpipes[read_end] = (ident, pid)
             self.poll.register(read_end, select.POLLIN)
         else:  # posix_spawn returned: the program runs; one message says both
-            send_message(self.sock, {"id": ident, "pid": pid, "exec": 0}, [pidfd])
+            self.report(ident, b'"pid": %d, "exec": 0}' % pid, {"pid": pid, "exec": 0}, pidfd)
         self.pidfds[pidfd] = (ident, pid, read_end)
         self.poll.register(pidfd, select.POLLIN)
 
@@ -239,6 +239,18 @@ class _Zygote:
         return os.posix_spawnp(
             req["argv"][0], req["argv"], env, setsid=True,
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds[:3])])
+
+    def report(self, ident: Any, rest: bytes, message: dict[str, Any], fd: int = -1) -> None:
+        """Send ``message`` for request ``ident``: the JSON ``{"id": ident, ...}`` whose
+        members after the id are ``rest`` (formatted directly when the id is an int, as the
+        SDK's are: json.dumps cost more than the rest of a status report)."""
+        if type(ident) is int:
+            data = b'{"id": %d, ' % ident + rest
+            self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        array.array("i", (fd,)))] if fd >= 0 else [],
+                              _SEND_FLAGS)
+        else:
+            send_message(self.sock, {"id": ident, **message}, [fd] if fd >= 0 else [])
 
     def started(self, fd: int) -> None:
         ident, _ = self.errpipes.pop(fd)
@@ -260,7 +272,7 @@ class _Zygote:
         del self.pidfds[pidfd]
         self.poll.unregister(pidfd)
         os.close(pidfd)
-        send_message(self.sock, {"id": ident, "status": status})
+        self.report(ident, b'"status": %d}' % status, {"status": status})
 
     def serve(self) -> None:
         sock, me, buffer = self.sock, self.sock.fileno(), self.buffer
