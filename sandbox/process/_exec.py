@@ -187,12 +187,12 @@ class Entry:
     rlimits: tuple[tuple[int, int, int], ...]
 
 
-@contextlib.asynccontextmanager
-async def open_command(
+async def start_command(
     spec: ProcessSpec, *, entry: Entry, env: dict[str, str], workdir_fd: int, pid_ns: str,
     iterate: bool, on_stdout: Callback | None = None, on_stderr: Callback | None = None,
-) -> AsyncIterator[SandboxProcess]:
-    """Start ``spec`` in the sandbox ``entry`` enters; leaving kills it if it still runs."""
+) -> SandboxProcess:
+    """Start ``spec`` in the sandbox ``entry`` enters (``workdir_fd`` taken over); the caller
+    runs its `lifetime`, then `reap`."""
     marker = uuid.uuid4().hex
     env = {**env, MARKER_VAR: marker}
     try:
@@ -203,13 +203,30 @@ async def open_command(
         raise errno_start_error(exc.strerror or str(exc), spec.argv) from exc
     finally:
         os.close(workdir_fd)
-    handle = SandboxProcess(proc, spec, marker=marker, pid_ns=pid_ns, iterate=iterate,
-                            on_stdout=on_stdout, on_stderr=on_stderr)
+    return SandboxProcess(proc, spec, marker=marker, pid_ns=pid_ns, iterate=iterate,
+                          on_stdout=on_stdout, on_stderr=on_stderr)
+
+
+async def reap(handle: SandboxProcess) -> None:
+    """Kill the command of ``handle`` if it still runs, and wait for its end (shielded)."""
+    proc = handle._proc
+    if proc.returncode is None:
+        with anyio.CancelScope(shield=True):
+            proc.kill()
+            await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def open_command(
+    spec: ProcessSpec, *, entry: Entry, env: dict[str, str], workdir_fd: int, pid_ns: str,
+    iterate: bool, on_stdout: Callback | None = None, on_stderr: Callback | None = None,
+) -> AsyncIterator[SandboxProcess]:
+    """Start ``spec`` in the sandbox ``entry`` enters; leaving kills it if it still runs."""
+    handle = await start_command(spec, entry=entry, env=env, workdir_fd=workdir_fd,
+                                 pid_ns=pid_ns, iterate=iterate, on_stdout=on_stdout,
+                                 on_stderr=on_stderr)
     try:
         async with handle.lifetime(spec.stdin):
             yield handle
     finally:
-        if proc.returncode is None:
-            with anyio.CancelScope(shield=True):
-                proc.kill()
-                await proc.wait()
+        await reap(handle)

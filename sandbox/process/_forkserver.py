@@ -28,6 +28,7 @@ import ctypes
 import fcntl
 import gc
 import json
+import mmap
 import os
 import resource
 import select
@@ -40,7 +41,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_FDS = 16
+#: The largest message a zygote reads (a request's argv and environment).
+MAX_MESSAGE = 1 << 20
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+# Plain ints: or-ing the socket module's IntFlag members runs enum code on every message.
+_RECV_FLAGS = int(socket.MSG_CMSG_CLOEXEC)
+_SEND_FLAGS = int(socket.MSG_NOSIGNAL)
 _NS_FLAGS = {"user": 0x10000000, "mnt": 0x00020000, "pid": 0x20000000, "ipc": 0x08000000,
              "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40000000}
 _MS_REC = 0x4000
@@ -94,20 +100,24 @@ def send_message(sock: socket.socket, message: Mapping[str, Any],
     """One message of the protocol: JSON, plus ``fds`` passed along (SCM_RIGHTS)."""
     data = json.dumps(message).encode()
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sock.sendmsg([data], ancillary, socket.MSG_NOSIGNAL)
+    sock.sendmsg([data], ancillary, _SEND_FLAGS)
 
 
 def receive_message(sock: socket.socket, size: int = 1 << 20,
                     flags: int = 0) -> tuple[bytes, list[int]]:
     """One message and the descriptors it passed (close-on-exec); b"" at the end."""
-    data, ancillary, _, _ = sock.recvmsg(size, _FD_SPACE, socket.MSG_CMSG_CLOEXEC | flags)
+    data, ancillary, _, _ = sock.recvmsg(size, _FD_SPACE, _RECV_FLAGS | flags)
+    return data, _fds_of(ancillary)
+
+
+def _fds_of(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     fds: list[int] = []
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             got = array.array("i")
             got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
             fds.extend(got)
-    return data, fds
+    return fds
 
 
 def _command(req: dict[str, Any], fds: list[int], errpipe: int) -> None:
@@ -181,6 +191,11 @@ class _Zygote:
         self.poll.register(sock, select.POLLIN)
         self.errpipes: dict[int, tuple[Any, int]] = {}  # fd -> (request id, pid)
         self.pidfds: dict[int, tuple[Any, int, int]] = {}  # pidfd -> (id, pid, errpipe)
+        # One buffer for every request: a fresh 1 MiB one each time (recvmsg's) cost an
+        # mmap, its page faults, an mremap and a munmap per command. Anonymous memory: only
+        # the pages a request reached are ever resident.
+        self.buffer = mmap.mmap(-1, MAX_MESSAGE)
+        self.path = ""  # the PATH posix_spawnp searches (our own environment's)
 
     def spawn(self, req: dict[str, Any], fds: list[int]) -> None:
         ident = req.get("id")
@@ -209,20 +224,33 @@ class _Zygote:
             self.errpipes[read_end] = (ident, pid)
             self.poll.register(read_end, select.POLLIN)
         else:  # posix_spawn returned: the program runs; one message says both
-            send_message(self.sock, {"id": ident, "pid": pid, "exec": 0}, [pidfd])
+            self.report(ident, b'"pid": %d, "exec": 0}' % pid, {"pid": pid, "exec": 0}, pidfd)
         self.pidfds[pidfd] = (ident, pid, read_end)
         self.poll.register(pidfd, select.POLLIN)
 
-    @staticmethod
-    def fast(req: dict[str, Any], fds: list[int]) -> int:
+    def fast(self, req: dict[str, Any], fds: list[int]) -> int:
         """posix_spawn (vfork and exec, no Python in the child): everything else is already
         the zygote's own state; the working directory is set here and inherited."""
         env = _environment(req)
-        os.environ["PATH"] = env.get("PATH", "")  # posix_spawnp searches the caller's PATH
+        path = env.get("PATH", "")
+        if path != self.path:  # posix_spawnp searches the caller's PATH
+            os.environ["PATH"] = self.path = path
         os.fchdir(fds[3])
         return os.posix_spawnp(
             req["argv"][0], req["argv"], env, setsid=True,
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds[:3])])
+
+    def report(self, ident: Any, rest: bytes, message: dict[str, Any], fd: int = -1) -> None:
+        """Send ``message`` for request ``ident``: the JSON ``{"id": ident, ...}`` whose
+        members after the id are ``rest`` (formatted directly when the id is an int, as the
+        SDK's are: json.dumps cost more than the rest of a status report)."""
+        if type(ident) is int:
+            data = b'{"id": %d, ' % ident + rest
+            self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        array.array("i", (fd,)))] if fd >= 0 else [],
+                              _SEND_FLAGS)
+        else:
+            send_message(self.sock, {"id": ident, **message}, [fd] if fd >= 0 else [])
 
     def started(self, fd: int) -> None:
         ident, _ = self.errpipes.pop(fd)
@@ -244,24 +272,31 @@ class _Zygote:
         del self.pidfds[pidfd]
         self.poll.unregister(pidfd)
         os.close(pidfd)
-        send_message(self.sock, {"id": ident, "status": status})
+        self.report(ident, b'"status": %d}' % status, {"status": status})
 
     def serve(self) -> None:
+        sock, me, buffer = self.sock, self.sock.fileno(), self.buffer
+        pidfds, errpipes = self.pidfds, self.errpipes
         while True:
-            for fd, _ in sorted(self.poll.poll(), key=lambda e: e[0] in self.pidfds):
-                if fd == self.sock.fileno():
-                    data, fds = receive_message(self.sock)
-                    if not data:
+            ready = self.poll.poll()
+            if len(ready) > 1:  # requests and exec outcomes before ends
+                ready.sort(key=lambda e: e[0] in pidfds)
+            for fd, _ in ready:
+                if fd == me:
+                    size, ancillary, _, _ = sock.recvmsg_into(
+                        [buffer], _FD_SPACE, _RECV_FLAGS)
+                    fds = _fds_of(ancillary) if ancillary else []
+                    if not size:
                         return
                     try:
-                        self.spawn(json.loads(data), fds)
+                        self.spawn(json.loads(buffer[:size]), fds)
                     except Exception as exc:
-                        send_message(self.sock, {"id": None, "error": repr(exc)})
+                        send_message(sock, {"id": None, "error": repr(exc)})
                     for passed in fds:
                         os.close(passed)
-                elif fd in self.errpipes:
+                elif fd in errpipes:
                     self.started(fd)
-                elif fd in self.pidfds:
+                elif fd in pidfds:
                     self.ended(fd)
 
 

@@ -14,7 +14,6 @@ i.e. in the writer), and each read takes at most `CHUNK` bytes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 from collections import deque
@@ -70,6 +69,8 @@ class OutputPipes:
                 self._loop.remove_reader(fd)
         else:
             self._close_one(name)
+            if self._fds and self._error is None:
+                return  # the other pipe is still open: `read` would only wait again
         self._wake()
 
     def _wake(self) -> None:
@@ -83,8 +84,10 @@ class OutputPipes:
             if name not in self._paused:
                 self._loop.remove_reader(fd)
             self._paused.discard(name)
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib.suppress costs three calls per pipe
                 os.close(fd)
+            except OSError:
+                pass
 
     async def read(self) -> tuple[StreamName, bytes] | None:
         """The next chunk of either pipe, in the order they came; None once every pipe

@@ -45,7 +45,7 @@ from .._workspace import Workspace
 from . import _seccomp, _spares, _usage
 from ._bwrap import bwrap_argv, find_bwrap, home_of, lookup_in, mount_points, prepare_state
 from ._cgroup import SandboxCgroup, available, renames
-from ._exec import Entry, SandboxProcess, open_command
+from ._exec import Entry, SandboxProcess, open_command, reap, start_command
 from ._helpers import HelperRunner, helper_runner
 from ._inroot import missing, open_in_root
 from ._overlay import overlay_options, overlay_problem, prepare_overlay
@@ -367,10 +367,8 @@ class ProcessBackend(BackendBase, HelperFiles):
 
     # -- commands --------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _open(self, spec: ProcessSpec, *, iterate: bool,
-                    on_stdout: OutputCallback | None = None,
-                    on_stderr: OutputCallback | None = None) -> AsyncIterator[SandboxProcess]:
+    def _workdir(self, spec: ProcessSpec) -> int:
+        """Check that ``spec`` may start here; its working directory, opened in the root."""
         self._life.require_running()
         assert self._plan is not None and self._entry is not None
         if spec.user and spec.user != self._user:
@@ -379,11 +377,18 @@ class ProcessBackend(BackendBase, HelperFiles):
                 f"every command as its own user ({self._user})",
                 details="leave Command.user empty, or use type='docker'")
         try:
-            wd = open_in_root(self._root_fd, spec.workdir)
+            return open_in_root(self._root_fd, spec.workdir)
         except OSError as exc:
             what = "does not exist" if missing(exc) else f"cannot be entered ({exc.strerror})"
             raise CommandStartFailed(f"cannot start {spec.argv[0]!r}: its working directory "
                                      f"{spec.workdir!r} {what} in the sandbox") from exc
+
+    @contextlib.asynccontextmanager
+    async def _open(self, spec: ProcessSpec, *, iterate: bool,
+                    on_stdout: OutputCallback | None = None,
+                    on_stderr: OutputCallback | None = None) -> AsyncIterator[SandboxProcess]:
+        wd = self._workdir(spec)
+        assert self._entry is not None
         async with open_command(
             spec, entry=self._entry, env={**self._base_env, **spec.env}, workdir_fd=wd,
             pid_ns=self._pid_ns, iterate=iterate, on_stdout=on_stdout, on_stderr=on_stderr,
@@ -410,9 +415,21 @@ class ProcessBackend(BackendBase, HelperFiles):
         """Run ``spec`` to its end; exit codes, signals and timeouts are results, with what
         the sandbox's cgroup says about it (`_usage.CommandAccounting`)."""
         before = self._accounting.before()
-        async with self._open(spec, iterate=False, on_stdout=on_stdout,
-                              on_stderr=on_stderr) as proc:
-            result = await proc.wait()
+        # `_open` without its two generator-based context managers (once per command).
+        wd = self._workdir(spec)
+        assert self._entry is not None
+        proc = await start_command(
+            spec, entry=self._entry, env={**self._base_env, **spec.env}, workdir_fd=wd,
+            pid_ns=self._pid_ns, iterate=False, on_stdout=on_stdout, on_stderr=on_stderr)
+        try:
+            async with proc.lifetime(spec.stdin):
+                self._live.add(proc)
+                try:
+                    result = await proc.wait()
+                finally:
+                    self._live.discard(proc)
+        finally:
+            await reap(proc)
         return self._accounting.after(result, before)
 
     @contextlib.asynccontextmanager

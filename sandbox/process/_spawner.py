@@ -276,10 +276,18 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         raise
     finally:
         close_fds(list(set(theirs)))
+    output: OutputPipes | None = None
     try:
+        # The output's readers are set up while the zygote spawns: they need no pid.
+        pipes: dict[StreamName, int] = (
+            {"stdout": ours.pop(0)} if tty else {"stdout": ours.pop(-2), "stderr": ours.pop(-1)})
+        terminal = pipes["stdout"] if tty else -1
+        output = OutputPipes(loop, pipes)  # closes them if it fails
         pid, pidfd = await pending.settled(pending.pidfd)
     except BaseException:
         close_fds(ours)
+        if output is not None:
+            output.close()
         _kill_late(pending)
         raise
     try:
@@ -290,24 +298,18 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
             raise CommandStartFailed(f"could not start {argv[0]!r}: entering the sandbox "
                                      f"failed at {step!r}",
                                      details=os.strerror(failed) if failed else "")
-        terminal = ours[0] if tty else -1
         made: list[asyncio.BaseTransport] = []
         stdin: asyncio.StreamWriter | None = None
         try:
-            if tty:
-                stdin = await _writer(loop, ours.pop(1), made)
-                output = OutputPipes(loop, {"stdout": ours.pop(0)})
-            else:
-                if attach_stdin:
-                    stdin = await _writer(loop, ours.pop(0), made)
-                pipes: dict[StreamName, int] = {"stdout": ours.pop(0), "stderr": ours.pop(0)}
-                output = OutputPipes(loop, pipes)  # closes them if it fails
+            if ours:  # stdin's write end (a terminal's: the master side's duplicate)
+                stdin = await _writer(loop, ours.pop(0), made)
         except BaseException:
             for transport in made:
                 transport.close()
             raise
     except BaseException:
         close_fds(ours)
+        output.close()
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         os.close(pidfd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -187,6 +188,18 @@ async def test_timeout_kills_the_whole_tree(sb: Sandbox) -> None:
     assert result.timed_out and not result.success
     left = await sh(sb, "ps")
     assert "sleep 20" not in left, left
+
+
+async def test_requests_of_every_size_reach_the_zygote_whole(sb: Sandbox) -> None:
+    """The zygote reads every request into one buffer: a large one (an environment of
+    about 150 KiB), then a small one, then a large one again each arrive as sent."""
+    script = 'for v in "$B1" "$B2" "$B3" "$B4" "$B5"; do printf %s "$v" | md5sum; done'
+    for size, fill in ((30_000, "a"), (10, "b"), (30_000, "c")):
+        env = {f"B{i}": f"{i}{fill * size}" for i in range(1, 6)}
+        result = await sb.execute_command(Command(executable="/bin/sh", args=("-c", script),
+                                                  environment=env))
+        want = "".join(f"{hashlib.md5(v.encode()).hexdigest()}  -\n" for v in env.values())
+        assert result.stdout == want, (size, result.stderr[:200])
 
 
 async def test_stdin_eof_and_streams_apart(sb: Sandbox) -> None:

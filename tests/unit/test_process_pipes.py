@@ -81,3 +81,21 @@ async def test_a_terminal_ends_with_eio_and_close_ends_a_wait() -> None:
     assert await waiting is None
     pipes.close()  # idempotent
     os.close(write_end)
+
+
+@pytest.mark.asyncio
+async def test_one_pipe_ending_leaves_the_reader_asleep_until_the_other_does() -> None:
+    """An end of file on one pipe while the other is open gives the reader nothing: its wait
+    is not woken (once per command: it would only wait again), the other's end is."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pipes = OutputPipes(asyncio.get_running_loop(), {"stdout": out_r, "stderr": err_r})
+    reading = asyncio.ensure_future(pipes.read())
+    await asyncio.sleep(0.01)
+    waiting = pipes._waiter
+    assert waiting is not None
+    os.close(out_w)
+    await asyncio.sleep(0.01)
+    assert pipes._waiter is waiting and not waiting.done()  # the same wait, not woken
+    os.close(err_w)
+    assert await reading is None
