@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from .._errors import CommandStartFailed
-from ._forkserver import receive_message, send_message
+from ._forkserver import IN_MEMFD, parse_message, receive_message, send_message
 
 __all__ = ["Pending", "Zygote", "close_fds"]
 
@@ -191,9 +191,10 @@ class Zygote:
 
     def _dispatch(self, data: bytes, fds: list[int]) -> None:
         try:
-            message = dict(_decode(data.decode()))
+            message = dict(parse_message(data, fds) if data[:1] == IN_MEMFD
+                           else _decode(data.decode()))
             ident = message.get("id")
-        except (ValueError, TypeError):
+        except (OSError, ValueError, TypeError):
             close_fds(fds)
             return
         if message.get("joined") and ident is None:

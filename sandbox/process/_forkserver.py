@@ -41,8 +41,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_FDS = 16
-#: The largest message a zygote reads (a request's argv and environment).
-MAX_MESSAGE = 1 << 20
+#: The longest message sent as itself; a longer one (a request with a large environment) goes
+#: in a memfd: a SEQPACKET message must fit the socket's send buffer (about 208 KiB here).
+INLINE_MAX = 64 << 10
+#: What is sent in place of a message that went in a memfd (no JSON starts so).
+IN_MEMFD = b"@"
+#: The longest message read from a memfd (the kernel's own bound on argv and environment is
+#: a quarter of the stack limit).
+MAX_MEMFD_MESSAGE = 64 << 20
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 # Plain ints: or-ing the socket module's IntFlag members runs enum code on every message.
 _RECV_FLAGS = int(socket.MSG_CMSG_CLOEXEC)
@@ -97,10 +103,46 @@ def install_filter(program: bytes) -> None:
 
 def send_message(sock: socket.socket, message: Mapping[str, Any],
                  fds: Sequence[int] = ()) -> None:
-    """One message of the protocol: JSON, plus ``fds`` passed along (SCM_RIGHTS)."""
+    """One message of the protocol: JSON, plus ``fds`` passed along (SCM_RIGHTS). JSON longer
+    than `INLINE_MAX` goes in a memfd passed last, the message itself being `IN_MEMFD`."""
     data = json.dumps(message).encode()
+    if len(data) > INLINE_MAX:
+        memfd = os.memfd_create("sandbox-request", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(memfd, view):]
+            sock.sendmsg([IN_MEMFD], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                       array.array("i", [*fds, memfd]))], _SEND_FLAGS)
+        finally:
+            os.close(memfd)
+        return
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
     sock.sendmsg([data], ancillary, _SEND_FLAGS)
+
+
+def parse_message(data: bytes, fds: list[int]) -> Any:
+    """The JSON of a received message; one sent in a memfd is read from it (its descriptor,
+    the last of ``fds``, is taken off the list and closed)."""
+    if data[:1] != IN_MEMFD:
+        return json.loads(data)
+    if not fds:
+        raise ValueError("a message in a memfd came without its memfd")
+    memfd = fds.pop()
+    try:
+        size = os.fstat(memfd).st_size
+        if size > MAX_MEMFD_MESSAGE:
+            raise ValueError(f"a message of {size} bytes (at most {MAX_MEMFD_MESSAGE})")
+        chunks, done = [], 0
+        while done < size:
+            chunk = os.pread(memfd, size - done, done)
+            if not chunk:
+                raise ValueError("a message's memfd ended early")
+            chunks.append(chunk)
+            done += len(chunk)
+        return json.loads(b"".join(chunks))
+    finally:
+        os.close(memfd)
 
 
 def receive_message(sock: socket.socket, size: int = 1 << 20,
@@ -194,7 +236,7 @@ class _Zygote:
         # One buffer for every request: a fresh 1 MiB one each time (recvmsg's) cost an
         # mmap, its page faults, an mremap and a munmap per command. Anonymous memory: only
         # the pages a request reached are ever resident.
-        self.buffer = mmap.mmap(-1, MAX_MESSAGE)
+        self.buffer = mmap.mmap(-1, INLINE_MAX)
         self.path = ""  # the PATH posix_spawnp searches (our own environment's)
 
     def spawn(self, req: dict[str, Any], fds: list[int]) -> None:
@@ -289,7 +331,7 @@ class _Zygote:
                     if not size:
                         return
                     try:
-                        self.spawn(json.loads(buffer[:size]), fds)
+                        self.spawn(parse_message(buffer[:size], fds), fds)
                     except Exception as exc:
                         send_message(sock, {"id": None, "error": repr(exc)})
                     for passed in fds:
@@ -348,7 +390,7 @@ def _zygote(req: dict[str, Any], fds: list[int]) -> None:
         data, passed = receive_message(sock)
         if not data:
             os._exit(0)
-        join = dict(json.loads(data))
+        join = dict(parse_message(data, passed))
         if join.get("uid") is not None:  # as host root still: the namespace denies it later
             os.setgroups([])
         for path in join.get("cgroup_procs") or ():
@@ -417,7 +459,7 @@ def serve(fd: int) -> None:
                 data, fds = receive_message(sock)
                 if not data:
                     return
-                _start(_request_of(data), fds, sock, poll, children, replies)
+                _start(_request_of(data, fds), fds, sock, poll, children, replies)
                 for passed in fds:
                     os.close(passed)
 
@@ -439,11 +481,11 @@ def _sweep_orphans(known: set[int]) -> None:
             os.waitpid(pid, 0)
 
 
-def _request_of(data: bytes) -> dict[str, Any]:
-    """A request's JSON object ({} when it is none)."""
+def _request_of(data: bytes, fds: list[int]) -> dict[str, Any]:
+    """A request's JSON object ({} when it is none); see `parse_message`."""
     try:
-        return dict(json.loads(data))
-    except (ValueError, TypeError):
+        return dict(parse_message(data, fds))
+    except (OSError, ValueError, TypeError):
         return {}
 
 

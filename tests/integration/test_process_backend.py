@@ -191,15 +191,29 @@ async def test_timeout_kills_the_whole_tree(sb: Sandbox) -> None:
 
 
 async def test_requests_of_every_size_reach_the_zygote_whole(sb: Sandbox) -> None:
-    """The zygote reads every request into one buffer: a large one (an environment of
-    about 150 KiB), then a small one, then a large one again each arrive as sent."""
+    """Requests of every size arrive as sent: small ones through the zygote's one buffer,
+    larger ones (an environment of 150 KiB) in a memfd, up to one of 600 KiB, which no
+    socket message holds (it failed with EMSGSIZE as "the spawner is gone")."""
     script = 'for v in "$B1" "$B2" "$B3" "$B4" "$B5"; do printf %s "$v" | md5sum; done'
-    for size, fill in ((30_000, "a"), (10, "b"), (30_000, "c")):
+    for size, fill in ((30_000, "a"), (10, "b"), (120_000, "c"), (10_000, "d")):
         env = {f"B{i}": f"{i}{fill * size}" for i in range(1, 6)}
         result = await sb.execute_command(Command(executable="/bin/sh", args=("-c", script),
                                                   environment=env))
         want = "".join(f"{hashlib.md5(v.encode()).hexdigest()}  -\n" for v in env.values())
         assert result.stdout == want, (size, result.stderr[:200])
+
+
+async def test_a_large_environment_reaches_the_sandbox_and_the_slow_path() -> None:
+    """A sandbox's own 400 KiB environment reaches its first process (the fork server's
+    request) and every command, also one started by the forked path (rlimits)."""
+    env = {f"S{i}": f"{i}" + "s" * 100_000 for i in range(4)}
+    want = "".join(f"{hashlib.md5(v.encode()).hexdigest()}  -\n" for v in env.values())
+    script = 'for v in "$S0" "$S1" "$S2" "$S3"; do printf %s "$v" | md5sum; done'
+    cfg = config(environment=env, resources=ResourceLimits(file_limit=200))
+    async with Sandbox(cfg) as box:
+        result = await box.execute_command(script)
+        assert result.stdout == want, result.stderr[:200]
+        assert (await sh(box, "ulimit -n")).strip() == "200"  # the forked path ran it
 
 
 async def test_stdin_eof_and_streams_apart(sb: Sandbox) -> None:
