@@ -24,11 +24,13 @@ from typing import Any, Final
 from ._facts import EngineFacts
 from ._gateway import Engine
 
-__all__ = ["FreshFacts", "forget", "keep", "kept"]
+__all__ = ["FreshFacts", "forget", "keep", "keep_api", "kept", "kept_api"]
 
 #: Per engine address: the facts the last create there read.
 _KEPT: dict[str, EngineFacts] = {}
 _MAX_KEPT: Final = 16
+#: Per engine address: the API version its last ping answered with ("v1.41").
+_API: dict[str, str] = {}
 #: Per engine address and event loop: the ``/info`` read in flight, and how many creates wait
 #: on it (a task is never shared between loops).
 _IN_FLIGHT: dict[tuple[str, asyncio.AbstractEventLoop], asyncio.Task[dict[str, Any]]] = {}
@@ -50,6 +52,24 @@ def keep(address: str, facts: EngineFacts) -> None:
 def forget(address: str) -> None:
     """Drop what is kept for ``address`` (the next create there reads first)."""
     _KEPT.pop(address, None)
+    _API.pop(address, None)
+
+
+def kept_api(address: str) -> str:
+    """The API version the engine at ``address`` answered last ("" when none is kept).
+
+    A create's new client takes it before its ping, so the image's inspect goes out beside
+    the ping instead of after it; the ping's answer still says which version holds (see
+    `DockerBackend._create`).
+    """
+    return _API.get(address, "")
+
+
+def keep_api(address: str, version: str) -> None:
+    """Keep the API version (``"v1.41"``) the engine at ``address`` answered with."""
+    if len(_API) >= _MAX_KEPT and address not in _API:
+        _API.clear()
+    _API[address] = version
 
 
 class FreshFacts:

@@ -159,3 +159,57 @@ async def test_a_create_whose_shared_read_failed_reads_on_its_own(
     assert sorted(outcomes)[:2] == ["ok", "ok"], outcomes
     assert "read engine info: the client was closed" in sorted(outcomes)[2], outcomes
     assert len(calls) == 3, calls
+
+
+class PingTrace:
+    """When the ping answered, and when the image's inspect went out (round 6)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, hold: float = 0.3) -> None:
+        self.steps: list[str] = []
+        ping = _gateway.Engine.ping
+
+        async def slow_ping(engine: Any, **kwargs: Any) -> str:
+            version = await ping(engine, **kwargs)
+            await anyio.sleep(hold)  # an engine slow to answer the ping
+            self.steps.append("ping answered")
+            return version
+
+        query = _gateway.Engine.query_json
+
+        async def spy(engine: Any, action: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            self.steps.append(f"{action} ({engine.docker.api_version})")
+            return await query(engine, action, path, *args, **kwargs)
+
+        monkeypatch.setattr(_gateway.Engine, "ping", slow_ping)
+        monkeypatch.setattr(_gateway.Engine, "query_json", spy)
+
+
+async def test_the_image_inspect_goes_out_beside_the_ping_in_the_kept_version(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass  # keeps the facts and the API version
+    version = _facts_cache.kept_api(engine_address())
+    assert version.startswith("v1."), version
+    trace = PingTrace(monkeypatch)
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        assert (await sb.execute_command("true")).success
+    steps = trace.steps
+    assert steps.index(f"inspect the image ({version})") < steps.index("ping answered"), steps
+    assert steps.count(f"inspect the image ({version})") == 1, steps
+
+
+async def test_a_kept_version_the_engine_no_longer_answers_with_is_replaced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass
+    version = _facts_cache.kept_api(engine_address())
+    # What an engine replaced by one of another version leaves: the early inspect goes out
+    # in a version this engine refuses, and is dropped once the ping tells the current one.
+    _facts_cache.keep_api(engine_address(), "v9.99")
+    trace = PingTrace(monkeypatch, hold=0.0)
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        assert (await sb.execute_command("true")).success
+    steps = trace.steps
+    assert steps.index("inspect the image (v9.99)") < steps.index("ping answered"), steps
+    assert steps.index("ping answered") < steps.index(f"inspect the image ({version})"), steps
+    assert _facts_cache.kept_api(engine_address()) == version
