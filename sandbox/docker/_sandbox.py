@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import posixpath
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -111,6 +112,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._workdir_given = False
         self._given_config = self._config
         self._replanned = False  # a create that found its kept facts outdated started over
+        self._pin_runc = False  # planned from trusted facts: the body names runc itself
         self._mounts_key: str | None = None
         self._image_id = ""
         self._started_at: datetime | None = None
@@ -184,11 +186,17 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         # once while /info is read again; they must match before start (`_facts_cache`).
         address = engine_address() if self._owns_docker else ""
         cached = _facts_cache.kept(address) if address and not self._replanned else None
-        fresh = _facts_cache.FreshFacts(engine, address) if cached is not None else None
-        early = self._early_inspect(engine, ref, address) if fresh is not None else None
+        # Confirmed by a read sent moments ago, for a sandbox pinned to runc: no read now.
+        trusted = _facts_cache.trusted(address, cfg.runtime) \
+            if cached is not None and cfg.type == "docker" else None
+        fresh = _facts_cache.FreshFacts(engine, address) \
+            if cached is not None and trusted is None else None
+        early = self._early_inspect(engine, ref, address) if cached is not None else None
+        kept_api = _facts_cache.kept_api(address) if address else ""
         try:
             try:
-                if fresh is None:
+                if cached is None:
+                    asked_at = time.monotonic()
                     info = await engine.ping_and_info()  # one round trip where there were three
                 else:
                     version = await engine.ping(unversioned=early is not None)
@@ -200,13 +208,23 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                         exc.message.startswith("read engine info"):
                     raise
                 raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
+            if trusted is not None and self._docker.api_version != kept_api:
+                trusted = None  # another engine answers now (`_check_api` forgot the facts)
+                self._replanned = True
             if address and self._docker.api_version != "auto":
                 _facts_cache.keep_api(address, self._docker.api_version)
-            if fresh is None or cached is None:
+            if cached is None:
                 self._facts = EngineFacts.from_info(info)
                 if address:
-                    _facts_cache.keep(address, self._facts)
+                    _facts_cache.keep(address, self._facts, asked_at)
                 await self._build(engine, ref, None)
+                return
+            if fresh is None:
+                if trusted is None:  # not trusted after all: read the facts first
+                    await self._create()
+                    return
+                self._facts, self._pin_runc = trusted, True
+                await self._build(engine, ref, None, early)
                 return
             self._facts = cached
             try:
@@ -217,6 +235,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                 planned_from_current = False  # failed from outdated facts
             finally:
                 fresh.cancel()
+            if planned_from_current:
+                _facts_cache.keep(address, cached, fresh.asked_at)  # confirmed: trusted a while
         finally:
             if early is not None:
                 _drop(early)
@@ -265,6 +285,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._workdir_given = False
         self._config = self._given_config
         self._replanned = True
+        self._pin_runc = False
         await self._create()
 
     async def _build(self, engine: Engine, ref: ImageRef,
@@ -325,6 +346,11 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         if netless:
             disable_network(body)
         self._mounts_key = mounts_key(body)  # what the user probe's answer depends on
+
+        if self._pin_runc:
+            # Planned for runc from facts not read during this create (`_facts_cache.trusted`):
+            # runc runs it, whatever the engine's default became since.
+            body["HostConfig"] = {**(body.get("HostConfig") or {}), "Runtime": "runc"}
 
         async def create() -> None:
             self._container_id = await create_container(engine, self._name, plan.params, body)
