@@ -4,19 +4,20 @@
 and ``docker-init --version`` for it) and its answer almost never changes. So a create that
 finds facts kept for its engine plans from them at once and reads ``/info`` meanwhile
 (`FreshFacts`); before the container starts (nothing has run in it yet) the fresh facts must
-equal the kept ones, or the sandbox starts over from the fresh ones. Every started container
-was planned from facts read during its own create, as before; the read just no longer waits
-in front of the rest.
+equal the kept ones, or the sandbox starts over from the fresh ones. Such a container was
+planned from facts read during its own create; the read just no longer waits in front of the
+rest.
 
 Facts confirmed by a read sent less than `TRUSTED_FOR` seconds ago are planned from without
 reading again when the sandbox runs under runc, pinned in the create body (`trusted`): a read
 costs the engine 12-24 ms of CPU here (two process starts), beside every create on a 2-core
-host, and what it could find changed in that time cannot reach such a sandbox. Of the facts,
-only the runtimes and the default one change without a daemon restart (a reload); "runc"
-is a name the engine reserves (its arguments cannot be configured), and the pin keeps the
-sandbox on it whatever the default became. Whatever else changes comes with a restart,
-which also ends every connection; the ping that starts each create is answered by the new
-daemon then, and its API version must still be the kept one.
+host. Of the facts, only the runtimes and the default one change without a daemon restart
+(a reload); "runc" is a name the engine reserves (its arguments cannot be configured), and the
+pin keeps the sandbox on it whatever the default became. The rest changes only with a restart
+into another configuration, or a reboot: one into another engine version shows in the ping
+that starts each create (its API version must still be the kept one, else the facts are read);
+one into the same version within `TRUSTED_FOR` seconds of a read is not seen. That is the
+trust: the daemon's configuration does not change by a restart in the moments after a read.
 
 Creates that begin while such a read is in flight for their engine join it instead of starting
 their own (ten creates at once made ten ``/info`` calls, twenty engine-side process starts,
