@@ -34,6 +34,9 @@ class Lifecycle:
         self.oom_killed = False
         self.gone = False
         self.background_error: BaseException | None = None
+        #: Cleanup was asked for and removes the sandbox without a delay: background work
+        #: that has not begun yet (an event watcher) need not begin (`Supervisor.start`).
+        self.removing = False
 
     @property
     def status(self) -> SandboxStatus:

@@ -44,14 +44,34 @@ def owner_labels() -> dict[str, str]:
         LABEL_OWNER_PID: str(os.getpid()),
         LABEL_CREATED: datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    labels.update(_process_marks(os.getpid()))
+    return labels
+
+
+#: Per pid (a forked child is another process): its boot id and start time labels. Neither
+#: changes while the process lives; reading them took two /proc reads, 0.2 ms of CPU in front
+#: of every create.
+_MARKS: dict[int, dict[str, str]] = {}
+
+
+def _process_marks(pid: int) -> dict[str, str]:
+    """The boot id and ``pid``'s start time in clock ticks since boot, as labels (each left
+    out where /proc does not say)."""
+    marks = _MARKS.get(pid)
+    if marks is not None:
+        return marks
+    marks = {}
     with contextlib.suppress(OSError):
-        labels[LABEL_OWNER_BOOT_ID] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        marks[LABEL_OWNER_BOOT_ID] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     with contextlib.suppress(OSError, IndexError, ValueError):
         # Field 22 of /proc/self/stat: start time in clock ticks since boot; with the boot id it
         # tells a live owner from a later process that reused the pid.
-        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
-        labels[LABEL_OWNER_START] = stat.rsplit(")", 1)[1].split()[19]
-    return labels
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        marks[LABEL_OWNER_START] = stat.rsplit(")", 1)[1].split()[19]
+    if len(marks) == 2:  # complete: kept (an incomplete read is tried again next time)
+        _MARKS.clear()
+        _MARKS[pid] = marks
+    return marks
 
 
 @attrs.frozen(kw_only=True)

@@ -429,6 +429,10 @@ class Sandbox:
         """
         if not self._life.initialized:
             return  # nothing was created, so there is nothing to remove
+        if self._impl.config.cleanup_delay.total_seconds() <= 0:
+            # Said before the first await: background work the create started but that has
+            # not run yet (cleanup right after create) stays unstarted.
+            self._life.removing = True
         await finish_despite_cancel(self._cleanup())
 
     async def _cleanup(self) -> None:

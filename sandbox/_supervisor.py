@@ -31,18 +31,25 @@ class Supervisor:
         self._owner, self._on_failure = owner, on_failure
         self._task: asyncio.Task[None] | None = None
 
-    def start(self, work: Sequence[Work]) -> None:
-        """Start ``work`` in a task group of its own (once)."""
+    def start(self, work: Sequence[Work], *, unless: Callable[[], bool] | None = None) -> None:
+        """Start ``work`` in a task group of its own (once).
+
+        ``unless`` is asked when the task first runs: if it says True by then (the sandbox's
+        cleanup was asked for in the meantime, `Lifecycle.removing`), nothing starts. A
+        cleanup right after create then does not open the event stream only to close it.
+        """
         if self._task is not None:
             raise RuntimeError("the background work was started already")
-        self._task = asyncio.ensure_future(self._supervise(work))
+        self._task = asyncio.ensure_future(self._supervise(work, unless))
 
     @property
     def task(self) -> asyncio.Task[None] | None:
         """The supervisor task while it exists (for tests that watch it end)."""
         return self._task
 
-    async def _supervise(self, work: Sequence[Work]) -> None:
+    async def _supervise(self, work: Sequence[Work], unless: Callable[[], bool] | None) -> None:
+        if unless is not None and unless():
+            return
         async with anyio.create_task_group() as tg:
             for name, start in work:
                 tg.start_soon(self._guarded, name, start, tg.cancel_scope)

@@ -93,7 +93,7 @@ class Background:
                 host_mem=host_mem, host=True, main_pid=main_pid,
             )
             work.append(("the stats sampler", sampler.run))
-        self._supervisor.start(work)
+        self._supervisor.start(work, unless=lambda: life.removing)
 
     async def aclose(self) -> None:
         """End all background work and wait for it; idempotent."""

@@ -497,21 +497,22 @@ class Engine:
         """Whether someone closed the client under us."""
         return bool(self.docker.session.closed)
 
-    async def ping(self) -> None:
-        """Check the engine answers (within 10 s); a new client learns the API version
-        from the answer's header instead of asking /version first (one round trip less)."""
+    async def ping(self, *, unversioned: bool = False) -> str:
+        """Check the engine answers (within 10 s) and return its API version from the
+        answer's header ("" if none); a new client learns its version from it instead of
+        asking /version first (one round trip less). A client with a version pings in it,
+        unless ``unversioned`` (the version is a guess the answer is to confirm)."""
         action = "ping the engine"
         async with self._call(action, min(self.timeout, 10.0)):
-            if self.docker.api_version != "auto":
-                async with self.docker._query("_ping") as resp:
-                    await resp.read()
-                return
-            async with self.docker._query("_ping", versioned_api=False) as resp:
+            versioned = self.docker.api_version != "auto" and not unversioned
+            async with self.docker._query("_ping", versioned_api=versioned) as resp:
                 await resp.read()
                 version = resp.headers.get("Api-Version", "")
-            if version and self.docker.api_version == "auto" and \
-                    all(p.isdigit() for p in version.split(".")):
-                self.docker.api_version = f"v{version}"
+        if not (version and all(p.isdigit() for p in version.split("."))):
+            return ""
+        if self.docker.api_version == "auto":
+            self.docker.api_version = f"v{version}"
+        return version
 
     async def ping_and_info(self) -> dict[str, Any]:
         """`ping`, with the engine's info asked for at the same time (unversioned: the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -36,13 +36,16 @@ async def inspect_image(engine: Engine, name: str) -> dict[str, Any] | None:
 
 async def ensure_image(
     engine: Engine, ref: ImageRef, policy: str, on_progress: PullProgress | None, *,
-    platform: str = "",
+    platform: str = "", inspected: Awaitable[dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """Apply the pull policy ("missing" pulls when absent, "always" pulls, "never" never does)
-    and return the image's inspect."""
+    and return the image's inspect; ``inspected`` is an `inspect_image` of ``ref`` already
+    under way (the create's, beside its ping), used instead of a new one."""
     name = ref.engine_name
-    if policy != "always" and (found := await inspect_image(engine, name)) is not None:
-        return found
+    if policy != "always":
+        found = await (inspected if inspected is not None else inspect_image(engine, name))
+        if found is not None:
+            return found
     if name in BUILT_HERE:
         # No registry has them: they are built on this machine, by the package itself.
         raise SandboxInitFailed(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import posixpath
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -47,7 +49,7 @@ from ._facts import EngineFacts
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, engine_address, new_client
 from ._helpers import HelperRunner, Helpers
-from ._images import ensure_image
+from ._images import ensure_image, inspect_image
 from ._main_pid import MainPid
 from ._netless import applies as netless_applies
 from ._netless import disable_network, hosts_entry, write_hosts
@@ -62,6 +64,18 @@ from ._workdir import Extra, give_workdir_before_start, mounts_key, settle_user
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
 
 PullProgress = Callable[[Mapping[str, Any]], object]
+
+
+def _drop(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` if it still runs, and consume its outcome either way."""
+    if not task.done():
+        task.cancel()
+    task.add_done_callback(_consumed)
+
+
+def _consumed(task: asyncio.Task[Any]) -> None:
+    with contextlib.suppress(BaseException):
+        task.exception()
 
 
 class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
@@ -98,6 +112,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._workdir_given = False
         self._given_config = self._config
         self._replanned = False  # a create that found its kept facts outdated started over
+        self._pin_runc = False  # planned from trusted facts: the body names runc itself
         self._mounts_key: str | None = None
         self._image_id = ""
         self._started_at: datetime | None = None
@@ -171,39 +186,89 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         # once while /info is read again; they must match before start (`_facts_cache`).
         address = engine_address() if self._owns_docker else ""
         cached = _facts_cache.kept(address) if address and not self._replanned else None
-        fresh = _facts_cache.FreshFacts(engine, address) if cached is not None else None
+        # Confirmed by a read sent moments ago, for a sandbox pinned to runc: no read now.
+        trusted = _facts_cache.trusted(address, cfg.runtime) \
+            if cached is not None and cfg.type == "docker" else None
+        fresh = _facts_cache.FreshFacts(engine, address) \
+            if cached is not None and trusted is None else None
+        early = self._early_inspect(engine, ref, address) if cached is not None else None
+        kept_api = _facts_cache.kept_api(address) if address else ""
         try:
+            try:
+                if cached is None:
+                    asked_at = time.monotonic()
+                    info = await engine.ping_and_info()  # one round trip where there were three
+                else:
+                    version = await engine.ping(unversioned=early is not None)
+                    early = self._check_api(version, address, early)
+            except BaseException as exc:
+                if fresh is not None:
+                    fresh.cancel()
+                if isinstance(exc, EngineUnavailable) or not isinstance(exc, SandboxError) or \
+                        exc.message.startswith("read engine info"):
+                    raise
+                raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
+            if trusted is not None and self._docker.api_version != kept_api:
+                trusted = None  # another engine answers now (`_check_api` forgot the facts)
+                self._replanned = True
+            if address and self._docker.api_version != "auto":
+                _facts_cache.keep_api(address, self._docker.api_version)
+            if cached is None:
+                self._facts = EngineFacts.from_info(info)
+                if address:
+                    _facts_cache.keep(address, self._facts, asked_at)
+                await self._build(engine, ref, None)
+                return
             if fresh is None:
-                info = await engine.ping_and_info()  # one round trip where there were three
-            else:
-                await engine.ping()
-        except BaseException as exc:
-            if fresh is not None:
+                if trusted is None:  # not trusted after all: read the facts first
+                    await self._create()
+                    return
+                self._facts, self._pin_runc = trusted, True
+                await self._build(engine, ref, None, early)
+                return
+            self._facts = cached
+            try:
+                planned_from_current = await self._build(engine, ref, fresh, early)
+            except SandboxError:
+                if not await self._facts_changed(fresh):
+                    raise
+                planned_from_current = False  # failed from outdated facts
+            finally:
                 fresh.cancel()
-            if isinstance(exc, EngineUnavailable) or not isinstance(exc, SandboxError) or \
-                    exc.message.startswith("read engine info"):
-                raise
-            raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
-        if fresh is None or cached is None:
-            self._facts = EngineFacts.from_info(info)
-            if address:
-                _facts_cache.keep(address, self._facts)
-            await self._build(engine, ref, None)
-            return
-        self._facts = cached
-        try:
-            planned_from_current = await self._build(engine, ref, fresh)
-        except SandboxError:
-            if not await self._facts_changed(fresh):
-                raise
-            planned_from_current = False  # failed from outdated facts
+            if planned_from_current:
+                _facts_cache.keep(address, cached, fresh.asked_at)  # confirmed: trusted a while
         finally:
-            fresh.cancel()
+            if early is not None:
+                _drop(early)
         if not planned_from_current:
             # The engine changed since the facts were kept: nothing ran in what was made
             # from them; remove it and plan again from what the engine says now.
             _facts_cache.forget(address)
             await self._start_over()
+
+    def _early_inspect(self, engine: Engine, ref: ImageRef,
+                       address: str) -> asyncio.Task[dict[str, Any] | None] | None:
+        """The image's inspect, sent beside the ping in the API version the engine answered
+        with last (kept for ``address``); None where no version is kept, the client has its
+        own, or the pull policy pulls first anyway."""
+        api = _facts_cache.kept_api(address) if address else ""
+        if not api or self._config.pull_policy == "always" or \
+                engine.docker.api_version != "auto":
+            return None
+        engine.docker.api_version = api
+        return asyncio.ensure_future(inspect_image(engine, ref.engine_name))
+
+    def _check_api(self, version: str, address: str,
+                   early: asyncio.Task[dict[str, Any] | None] | None) -> \
+            asyncio.Task[dict[str, Any] | None] | None:
+        """After the ping: keep the early inspect if the engine still answers in the version
+        it was sent in; else drop it (the image is inspected again) and take the new one."""
+        if early is None or f"v{version}" == self._engine_or_fail().docker.api_version:
+            return early
+        _drop(early)
+        _facts_cache.forget(address)
+        self._engine_or_fail().docker.api_version = f"v{version}" if version else "auto"
+        return None
 
     async def _facts_changed(self, fresh: _facts_cache.FreshFacts | None) -> bool:
         """Whether the engine's facts now differ from those this create planned from."""
@@ -220,10 +285,12 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._workdir_given = False
         self._config = self._given_config
         self._replanned = True
+        self._pin_runc = False
         await self._create()
 
     async def _build(self, engine: Engine, ref: ImageRef,
-                     fresh: _facts_cache.FreshFacts | None) -> bool:
+                     fresh: _facts_cache.FreshFacts | None,
+                     early: asyncio.Task[dict[str, Any] | None] | None = None) -> bool:
         """Everything after reading the facts; False when ``fresh`` (the facts read during
         this create) shows the ones planned from were outdated, before the container
         started."""
@@ -234,7 +301,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                 cfg, runtime=pick_vm_runtime(self._facts.runtimes, cfg.runtime))
         self._gvisor = self._facts.is_gvisor(cfg.runtime or self._facts.default_runtime)
         image = await ensure_image(engine, ref, cfg.pull_policy, self._on_pull_progress,
-                                   platform=cfg.architecture)
+                                   platform=cfg.architecture, inspected=early)
         self._image_id = str(image.get("Id") or "")
         labels = {**owner_labels(), LABEL_SANDBOX_ID: self.id}
         image_user = ""
@@ -279,6 +346,11 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         if netless:
             disable_network(body)
         self._mounts_key = mounts_key(body)  # what the user probe's answer depends on
+
+        if self._pin_runc:
+            # Planned for runc from facts not read during this create (`_facts_cache.trusted`):
+            # runc runs it, whatever the engine's default became since.
+            body["HostConfig"] = {**(body.get("HostConfig") or {}), "Runtime": "runc"}
 
         async def create() -> None:
             self._container_id = await create_container(engine, self._name, plan.params, body)

@@ -1,6 +1,8 @@
 """The engine's facts kept between creates (`_facts_cache`): a create plans from them while it
 reads /info again, and no container starts before its own create's read confirmed them; facts
-that went out of date make the create start over from the current ones."""
+that went out of date make the create start over from the current ones. Within
+`_facts_cache.TRUSTED_FOR` seconds of a confirming read, a sandbox pinned to runc reads none
+(the tests of the read set the window to 0)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,12 @@ from sandbox.docker._gateway import engine_address
 from tests.conftest import docker_cli, sandbox_containers
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+
+@pytest.fixture
+def no_trust(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every create reads the facts again (no window of trust after a read)."""
+    monkeypatch.setattr(_facts_cache, "TRUSTED_FOR", 0.0)
 
 
 class Trace:
@@ -48,12 +56,14 @@ def memory_of(sb: Sandbox) -> int:
     return int(json.loads(docker_cli("inspect", cid))[0]["HostConfig"]["Memory"])
 
 
+@pytest.mark.usefixtures("no_trust")
 async def test_each_start_waits_for_its_own_read_of_the_facts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
         pass  # keeps the facts
     assert _facts_cache.kept(engine_address()) is not None
     for _ in range(2):
+        monkeypatch.setattr(_facts_cache, "TRUSTED_FOR", 0.0)  # undone below, each round
         trace = Trace(monkeypatch)
         async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
             steps = list(trace.steps)
@@ -64,6 +74,7 @@ async def test_each_start_waits_for_its_own_read_of_the_facts(
         monkeypatch.undo()
 
 
+@pytest.mark.usefixtures("no_trust")
 async def test_outdated_facts_make_the_create_start_over(
         monkeypatch: pytest.MonkeyPatch) -> None:
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
@@ -84,6 +95,7 @@ async def test_outdated_facts_make_the_create_start_over(
     assert sandbox_containers(sb.id) == []
 
 
+@pytest.mark.usefixtures("no_trust")
 async def test_a_refusal_from_outdated_facts_is_checked_against_current_ones() -> None:
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
         pass
@@ -97,6 +109,7 @@ async def test_a_refusal_from_outdated_facts_is_checked_against_current_ones() -
     assert _facts_cache.kept(engine_address()) == real
 
 
+@pytest.mark.usefixtures("no_trust")
 async def test_creates_at_once_share_one_read_and_each_starts_after_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
@@ -126,6 +139,7 @@ async def test_creates_at_once_share_one_read_and_each_starts_after_it(
     assert steps.index("info answered") < steps.index("start the sandbox container"), steps
 
 
+@pytest.mark.usefixtures("no_trust")
 async def test_a_create_whose_shared_read_failed_reads_on_its_own(
         monkeypatch: pytest.MonkeyPatch) -> None:
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
@@ -159,3 +173,128 @@ async def test_a_create_whose_shared_read_failed_reads_on_its_own(
     assert sorted(outcomes)[:2] == ["ok", "ok"], outcomes
     assert "read engine info: the client was closed" in sorted(outcomes)[2], outcomes
     assert len(calls) == 3, calls
+
+
+class PingTrace:
+    """When the ping answered, and when the image's inspect went out (round 6)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, hold: float = 0.3) -> None:
+        self.steps: list[str] = []
+        ping = _gateway.Engine.ping
+
+        async def slow_ping(engine: Any, **kwargs: Any) -> str:
+            version = await ping(engine, **kwargs)
+            await anyio.sleep(hold)  # an engine slow to answer the ping
+            self.steps.append("ping answered")
+            return version
+
+        query = _gateway.Engine.query_json
+
+        async def spy(engine: Any, action: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            self.steps.append(f"{action} ({engine.docker.api_version})")
+            return await query(engine, action, path, *args, **kwargs)
+
+        monkeypatch.setattr(_gateway.Engine, "ping", slow_ping)
+        monkeypatch.setattr(_gateway.Engine, "query_json", spy)
+
+
+async def test_the_image_inspect_goes_out_beside_the_ping_in_the_kept_version(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass  # keeps the facts and the API version
+    version = _facts_cache.kept_api(engine_address())
+    assert version.startswith("v1."), version
+    trace = PingTrace(monkeypatch)
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        assert (await sb.execute_command("true")).success
+    steps = trace.steps
+    assert steps.index(f"inspect the image ({version})") < steps.index("ping answered"), steps
+    assert steps.count(f"inspect the image ({version})") == 1, steps
+
+
+async def test_a_kept_version_the_engine_no_longer_answers_with_is_replaced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)):
+        pass
+    version = _facts_cache.kept_api(engine_address())
+    # What an engine replaced by one of another version leaves: the early inspect goes out
+    # in a version this engine refuses, and is dropped once the ping tells the current one.
+    _facts_cache.keep_api(engine_address(), "v9.99")
+    trace = PingTrace(monkeypatch, hold=0.0)
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        assert (await sb.execute_command("true")).success
+    steps = trace.steps
+    assert steps.index("inspect the image (v9.99)") < steps.index("ping answered"), steps
+    assert steps.index("ping answered") < steps.index(f"inspect the image ({version})"), steps
+    assert _facts_cache.kept_api(engine_address()) == version
+
+
+#: A config that leaves the runtime to the engine (the default names runc itself).
+ENGINE_DEFAULT = SandboxConfig(image=IMAGE_BUSYBOX, runtime="")
+
+
+def pinned_runtimes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The Runtime each create body names ("" for none: the engine's default)."""
+    from sandbox.docker import _sandbox
+
+    seen: list[str] = []
+    create = _sandbox.create_container
+
+    async def spy(engine: Any, name: str, params: Any, body: Any) -> str:
+        seen.append(str((body.get("HostConfig") or {}).get("Runtime") or ""))
+        return await create(engine, name, params, body)
+
+    monkeypatch.setattr(_sandbox, "create_container", spy)
+    return seen
+
+
+async def test_a_create_moments_after_a_read_plans_from_it_and_pins_runc(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(ENGINE_DEFAULT):
+        pass  # read and kept just now
+    facts = _facts_cache.kept(engine_address())
+    assert facts is not None and facts.default_runtime == "runc"
+    trace = Trace(monkeypatch)
+    runtimes = pinned_runtimes(monkeypatch)
+    async with Sandbox(ENGINE_DEFAULT) as sb:
+        assert (await sb.execute_command("true")).success
+        info = json.loads(docker_cli("inspect", sb.backend.container_id))[0]
+    assert "info answered" not in trace.steps, trace.steps
+    # Named in the body: a default runtime changed by a reload since the read cannot take
+    # the sandbox off the runtime its plan was made for.
+    assert runtimes == ["runc"], runtimes
+    assert info["HostConfig"]["Runtime"] == "runc"
+
+
+async def test_once_the_window_passed_the_create_reads_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(ENGINE_DEFAULT):
+        pass
+    first = _facts_cache._ASKED[engine_address()]
+    monkeypatch.setattr(_facts_cache, "TRUSTED_FOR", 0.2)
+    await anyio.sleep(0.3)
+    trace = Trace(monkeypatch)
+    runtimes = pinned_runtimes(monkeypatch)
+    async with Sandbox(ENGINE_DEFAULT):
+        pass
+    assert trace.steps.count("info answered") == 1, trace.steps
+    assert runtimes == [""], runtimes  # planned from facts read during its own create
+    # That read confirmed the kept facts: trusted from when it was sent.
+    assert _facts_cache._ASKED[engine_address()] >= first + 0.3
+
+
+async def test_another_api_version_in_the_ping_makes_a_trusting_create_read_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(ENGINE_DEFAULT):
+        pass
+    version = _facts_cache.kept_api(engine_address())
+    # What an engine restarted as another version leaves behind: a kept version it no longer
+    # answers with. The create must not trust the facts kept from the old one.
+    _facts_cache.keep_api(engine_address(), "v1.40")
+    trace = Trace(monkeypatch)
+    runtimes = pinned_runtimes(monkeypatch)
+    async with Sandbox(ENGINE_DEFAULT) as sb:
+        assert (await sb.execute_command("true")).success
+    assert trace.steps.count("info answered") == 1, trace.steps
+    assert runtimes == [""], runtimes
+    assert _facts_cache.kept_api(engine_address()) == version

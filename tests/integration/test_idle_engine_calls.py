@@ -58,3 +58,29 @@ async def test_an_unread_sandbox_makes_no_exec_and_its_first_read_has_the_counts
     inspects = [a for a in quiet if a[1] == f"containers/{cid}/json"]
     # The watcher's first look only (the sampler took its pid), and no size=1 walk.
     assert len(inspects) == 1, quiet
+
+
+async def test_a_cleanup_right_after_create_opens_no_event_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher the create started had not run yet: it stays unstarted, where it used to
+    open ``GET /events`` in front of the ``DELETE`` only to be cancelled (round 6)."""
+    opened: list[str] = []
+    original = _gateway.Engine.json_lines
+
+    def spy(engine: Any, action: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(path)
+        return original(engine, action, path, *args, **kwargs)
+
+    monkeypatch.setattr(_gateway.Engine, "json_lines", spy)
+    config = SandboxConfig(image=IMAGE_BUSYBOX)
+    sb = Sandbox(config)
+    await sb.__aenter__()
+    await sb.cleanup()
+    assert opened == []
+    # The same sandbox given a moment before its cleanup does watch (the spy sees it).
+    async with Sandbox(config) as sb:
+        with anyio.fail_after(10):
+            while "events" not in opened:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        result = await sb.execute_command(["true"])
+        assert result.exit_code == 0

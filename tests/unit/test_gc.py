@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -137,3 +138,22 @@ def test_report_groups() -> None:
 async def test_gc_refuses_a_negative_age_naming_it(field: str) -> None:
     with pytest.raises(ConfigError, match=f"^{field} must be >= 0"):
         await gc(**{field: timedelta(seconds=-1)})  # type: ignore[arg-type]
+
+
+def test_a_forked_child_labels_its_resources_as_its_own() -> None:
+    """The owner's start time is kept per pid: a child forked after the parent's first
+    labels names itself, so gc never takes the parent's resources for a dead child's."""
+    parent = _owner_labels()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its labels and its own start time, to the parent; then out
+        _, own = pid_start(os.getpid())
+        os.write(write, json.dumps([_owner_labels(), own]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child, started = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert child[LABEL_OWNER_PID] == str(pid) != parent[LABEL_OWNER_PID]
+    assert child[LABEL_OWNER_START] == started != parent[LABEL_OWNER_START]
+    assert _owner_labels()[LABEL_OWNER_START] == parent[LABEL_OWNER_START]
