@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 __all__ = ["Deadline", "DeadlineKeeper"]
 
 
 class Deadline:
-    """One block's deadline, kept by a `DeadlineKeeper`: `start` it in the task to cancel,
-    `end` it where the block ends (always), then `expired` says whether it fired."""
+    """One block's deadline, kept by a `DeadlineKeeper`: `start` it with the task to cancel
+    (the current one), `end` it where the block ends (always), then `expired` says whether it
+    fired."""
 
     __slots__ = ("_cancelling", "_keeper", "_task", "expired", "when")
 
@@ -32,14 +34,12 @@ class Deadline:
         self._keeper = keeper
         self.when = when
         self.expired = False
-        self._task: asyncio.Task[object] | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._cancelling = 0
 
-    def start(self) -> None:
-        """Cancel the current task at `when` unless `end` came first."""
-        task = self._task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("a Deadline must be started in a task")
+    def start(self, task: asyncio.Task[Any]) -> None:
+        """Cancel ``task`` (the current one) at `when` unless `end` came first."""
+        self._task = task
         self._cancelling = task.cancelling()
         if self.when != math.inf:
             self._keeper._add(self)

@@ -33,7 +33,7 @@ from aiodocker.stream import Stream
 from aiodocker.utils import parse_result
 
 from .._constants import DEFAULT_ENGINE_TIMEOUT
-from .._deadlines import DeadlineKeeper
+from .._deadlines import Deadline, DeadlineKeeper
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
 from ._access import PERMISSION_HINT, permission_denied
 from ._engine_errors import EngineConflict as EngineConflict
@@ -353,17 +353,28 @@ class _Call:
     does: a cancel from anywhere else passes through as the CancelledError it is.
     """
 
-    __slots__ = ("_action", "_deadline", "_limit")
+    __slots__ = ("_action", "_deadline", "_engine", "_limit")
 
-    def __init__(self, action: str, limit: float, keeper: DeadlineKeeper) -> None:
-        self._action, self._limit = action, limit
-        self._deadline = keeper.after(limit)
+    def __init__(self, action: str, limit: float, engine: Engine) -> None:
+        self._action, self._limit, self._engine = action, limit, engine
+        self._deadline: Deadline | None = None
 
     async def __aenter__(self) -> None:
-        self._deadline.start()
+        # The task, and the loop from it: one look-up of the running loop (on Python 3.11
+        # each is a getpid system call), not one for the loop and one for the task.
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("an engine call must run in a task")
+        loop = task.get_loop()
+        keeper = self._engine._keeper
+        if keeper is None or keeper.loop is not loop:
+            keeper = self._engine._keeper = DeadlineKeeper(loop)
+        self._deadline = keeper.after(self._limit)
+        self._deadline.start(task)
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
+        assert self._deadline is not None
         if self._deadline.end(exc):  # the deadline passed: the CancelledError it made
             timeout = TimeoutError()
             timeout.__cause__ = exc
@@ -389,11 +400,7 @@ class Engine:
         self._keeper: DeadlineKeeper | None = None  # the calls' deadlines, per event loop
 
     def _call(self, action: str, deadline: float | None = None) -> _Call:
-        loop = asyncio.get_running_loop()
-        keeper = self._keeper
-        if keeper is None or keeper.loop is not loop:
-            keeper = self._keeper = DeadlineKeeper(loop)
-        return _Call(action, self.timeout if deadline is None else deadline, keeper)
+        return _Call(action, self.timeout if deadline is None else deadline, self)
 
     async def query_json(
         self, action: str, path: str, method: str = "GET", *,

@@ -15,7 +15,7 @@ from sandbox._deadlines import DeadlineKeeper
 async def _block(keeper: DeadlineKeeper, seconds: float, work: Any) -> str:
     """Run ``work`` under a deadline; say how it ended."""
     deadline = keeper.after(seconds)
-    deadline.start()
+    deadline.start(asyncio.current_task())  # type: ignore[arg-type]
     exc: BaseException | None = None
     try:
         await work
@@ -50,7 +50,7 @@ def test_a_deadline_fires_and_is_told_from_an_outer_cancel() -> None:
 
         async def both() -> None:
             deadline = keeper.after(0.01)
-            deadline.start()
+            deadline.start(asyncio.current_task())  # type: ignore[arg-type]
             exc: BaseException | None = None
             try:
                 await asyncio.sleep(0.05)
