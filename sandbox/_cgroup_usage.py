@@ -254,6 +254,12 @@ class HostCgroup:
         kept = self._kept
         if kept is None:
             return _read_bytes(self._files[index])
+        fd = kept.fds[index]
+        if fd >= 0:  # `_KeptFiles.read`'s usual case, without a call more per file
+            size = _KEPT_READ_SIZES[index]
+            data = os.pread(fd, size, 0)
+            if len(data) < size:
+                return data
         text = kept.read(index)
         if text is None:
             raise FileNotFoundError(self._files[index])
@@ -388,7 +394,7 @@ def command_usage(window: ResourceUsage | None, before: Counters, after: Counter
     # Counters within [0, 2**64) (what the kernel's u64 counters hold) give values of the
     # right type and range by construction, and ``pending`` is derived from validated samples
     # (`window_over`): built unchecked. Anything else is checked, as before.
-    if _bounded(before) and _bounded(after) and seconds == seconds:
+    if _bounded(before, after) and seconds == seconds:
         return derived_usage(base, values)
     return attrs.evolve(base, **values)
 
@@ -398,11 +404,12 @@ _EMPTY = ResourceUsage()
 _U64 = 1 << 64
 
 
-def _bounded(c: Counters) -> bool:
-    """Every counter of ``c`` is an int in [0, 2**64) (a kernel counter's range)."""
-    return (type(c.cpu_ns) is int and type(c.memory) is int and type(c.read_bytes) is int
-            and type(c.write_bytes) is int and type(c.high_water) is int
-            and type(c.limit) is int
-            and 0 <= c.cpu_ns < _U64 and 0 <= c.memory < _U64 and 0 <= c.read_bytes < _U64
-            and 0 <= c.write_bytes < _U64 and 0 <= c.high_water < _U64
-            and 0 <= c.limit < _U64)
+def _bounded(before: Counters, after: Counters) -> bool:
+    """Every counter of both is an int in [0, 2**64) (a kernel counter's range)."""
+    values = (before.cpu_ns, before.memory, before.read_bytes, before.write_bytes,
+              before.high_water, before.limit, after.cpu_ns, after.memory, after.read_bytes,
+              after.write_bytes, after.high_water, after.limit)
+    return set(map(type, values)) == _INT_ONLY and min(values) >= 0 and max(values) < _U64
+
+
+_INT_ONLY = {int}
