@@ -26,23 +26,20 @@ __all__ = ["Deadline", "DeadlineKeeper"]
 class Deadline:
     """One block's deadline, kept by a `DeadlineKeeper`: `start` it with the task to cancel
     (the current one), `end` it where the block ends (always), then `expired` says whether it
-    fired."""
+    fired. A class to inherit too (the engine's call is its own deadline: one object less)."""
 
     __slots__ = ("_cancelling", "_keeper", "_task", "expired", "when")
 
-    def __init__(self, keeper: DeadlineKeeper, when: float) -> None:
-        self._keeper = keeper
-        self.when = when
-        self.expired = False
-        self._task: asyncio.Task[Any] | None = None
-        self._cancelling = 0
-
-    def start(self, task: asyncio.Task[Any]) -> None:
-        """Cancel ``task`` (the current one) at `when` unless `end` came first."""
-        self._task = task
+    def start(self, keeper: DeadlineKeeper, seconds: float, task: asyncio.Task[Any]) -> None:
+        """Cancel ``task`` (the current one) ``seconds`` from now (inf: never) unless `end`
+        came first."""
+        self._keeper, self._task, self.expired = keeper, task, False
         self._cancelling = task.cancelling()
-        if self.when != math.inf:
-            self._keeper._add(self)
+        if seconds == math.inf:
+            self.when = math.inf
+        else:
+            self.when = keeper.loop.time() + seconds
+            keeper._add(self)
 
     def end(self, exc: BaseException | None) -> bool:
         """The block ended with ``exc`` (None: normally); True when that is the deadline's
@@ -50,13 +47,11 @@ class Deadline:
         self._keeper._live.discard(self)
         if not self.expired:
             return False
-        assert self._task is not None
         return self._task.uncancel() <= self._cancelling and \
             isinstance(exc, asyncio.CancelledError)
 
     def _expire(self) -> None:
         self.expired = True
-        assert self._task is not None
         self._task.cancel()
 
 
@@ -70,10 +65,6 @@ class DeadlineKeeper:
         self._live: set[Deadline] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._armed = math.inf  # when the timer fires (inf: not armed)
-
-    def after(self, seconds: float) -> Deadline:
-        """A deadline ``seconds`` from now (inf: none); `Deadline.start` it."""
-        return Deadline(self, self.loop.time() + seconds if seconds != math.inf else math.inf)
 
     def _add(self, deadline: Deadline) -> None:
         self._live.add(deadline)

@@ -339,25 +339,24 @@ class JsonLines:
 # -- the client --------------------------------------------------------------------------------
 
 
-class _Call:
+class _Call(Deadline):
     """One call's deadline and error mapping: ``limit`` seconds, whose expiry (or a
     transport's own timeout) raises `EngineTimeout`, and engine and transport errors mapped
     as `mapped_errors` does. A class rather than nested generator-based context managers:
     those cost more than the rest of a short call's Python work.
 
-    The deadline is the engine's `DeadlineKeeper`'s (one timer for all its calls), not an
-    anyio cancel scope nor an ``asyncio.timeout`` of its own: aiohttp runs on asyncio only, a
-    scope's bookkeeping cost more than the call's own Python work, and a timer per call was
-    most of the rest (three per exec). It composes with anyio's scopes and a native
+    The call is its own `Deadline`, kept by the engine's `DeadlineKeeper` (one timer for all
+    its calls), not an anyio cancel scope nor an ``asyncio.timeout`` of its own: aiohttp runs
+    on asyncio only, a scope's bookkeeping cost more than the call's own Python work, and a
+    timer per call was most of the rest (three per exec). It composes with anyio's scopes and a native
     ``Task.cancel()`` through the task's cancel count (``uncancel``), as ``asyncio.timeout``
     does: a cancel from anywhere else passes through as the CancelledError it is.
     """
 
-    __slots__ = ("_action", "_deadline", "_engine", "_limit")
+    __slots__ = ("_action", "_engine", "_limit")
 
     def __init__(self, action: str, limit: float, engine: Engine) -> None:
         self._action, self._limit, self._engine = action, limit, engine
-        self._deadline: Deadline | None = None
 
     async def __aenter__(self) -> None:
         # The task, and the loop from it: one look-up of the running loop (on Python 3.11
@@ -369,13 +368,11 @@ class _Call:
         keeper = self._engine._keeper
         if keeper is None or keeper.loop is not loop:
             keeper = self._engine._keeper = DeadlineKeeper(loop)
-        self._deadline = keeper.after(self._limit)
-        self._deadline.start(task)
+        self.start(keeper, self._limit, task)
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
-        assert self._deadline is not None
-        if self._deadline.end(exc):  # the deadline passed: the CancelledError it made
+        if self.end(exc):  # the deadline passed: the CancelledError it made
             timeout = TimeoutError()
             timeout.__cause__ = exc
             raise _timed_out(self._action, self._limit, timeout) from timeout

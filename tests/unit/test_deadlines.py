@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from sandbox._deadlines import DeadlineKeeper
+from sandbox._deadlines import Deadline, DeadlineKeeper
 
 
 async def _block(keeper: DeadlineKeeper, seconds: float, work: Any) -> str:
     """Run ``work`` under a deadline; say how it ended."""
-    deadline = keeper.after(seconds)
-    deadline.start(asyncio.current_task())  # type: ignore[arg-type]
+    deadline = Deadline()
+    deadline.start(keeper, seconds, asyncio.current_task())  # type: ignore[arg-type]
     exc: BaseException | None = None
     try:
         await work
@@ -49,8 +49,8 @@ def test_a_deadline_fires_and_is_told_from_an_outer_cancel() -> None:
         seen: list[str] = []
 
         async def both() -> None:
-            deadline = keeper.after(0.01)
-            deadline.start(asyncio.current_task())  # type: ignore[arg-type]
+            deadline = Deadline()
+            deadline.start(keeper, 0.01, asyncio.current_task())  # type: ignore[arg-type]
             exc: BaseException | None = None
             try:
                 await asyncio.sleep(0.05)
