@@ -348,9 +348,10 @@ class _Call(Deadline):
     The call is its own `Deadline`, kept by the engine's `DeadlineKeeper` (one timer for all
     its calls), not an anyio cancel scope nor an ``asyncio.timeout`` of its own: aiohttp runs
     on asyncio only, a scope's bookkeeping cost more than the call's own Python work, and a
-    timer per call was most of the rest (three per exec). It composes with anyio's scopes and a native
-    ``Task.cancel()`` through the task's cancel count (``uncancel``), as ``asyncio.timeout``
-    does: a cancel from anywhere else passes through as the CancelledError it is.
+    timer per call was most of the rest (three per exec). It composes with anyio's scopes and
+    a native ``Task.cancel()`` through the task's cancel count (``uncancel``), as
+    ``asyncio.timeout`` does: a cancel from anywhere else passes through as the
+    CancelledError it is.
     """
 
     __slots__ = ("_action", "_engine", "_limit")
