@@ -61,18 +61,32 @@ def _read(path: str | Path) -> str:
     return b"".join(chunks).decode()
 
 
-def _stat_value(text: str, key: str) -> int:
+def _read_bytes(path: str) -> bytes:
+    """`_read` without the decode: the counters parse from bytes (``int`` takes them)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, _READ_SIZE):
+            chunks.append(chunk)
+            if len(chunk) < _READ_SIZE:
+                break
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _stat_value(text: bytes, key: bytes) -> int:
     """The value of the line "``key`` value" of a stat file (0 when absent): one search,
     where parsing every line of memory.stat cost more than reading it (twice per command)."""
-    head = key + " "
+    head = key + b" "
     if text.startswith(head):
         at = 0
     else:
-        at = text.find("\n" + head)
+        at = text.find(b"\n" + head)
         if at < 0:
             return 0
         at += 1
-    end = text.find("\n", at)
+    end = text.find(b"\n", at)
     value = text[at + len(head):end if end >= 0 else len(text)].strip()
     return int(value) if value.isdigit() else 0
 
@@ -97,6 +111,12 @@ def _fd_budget() -> int:
 
 
 _FD_BUDGET = _fd_budget()
+
+
+#: Bytes asked for per read of each kept file (`HostCgroup._files` order): a number (or a few
+#: lines) but for memory.stat and the io counters. Each read allocates what it asks for, and
+#: 64 KiB per file (then shrunk) was a sixth of a read's cost; a longer file is read on.
+_KEPT_READ_SIZES = (512, 512, 8192, 4096, 512, 512)
 
 
 class _KeptFiles:
@@ -129,20 +149,21 @@ class _KeptFiles:
             return None
         return cls(fds)
 
-    def read(self, index: int) -> str | None:
-        """The text of file ``index``; None: absent. Raises OSError once the cgroup is gone."""
+    def read(self, index: int) -> bytes | None:
+        """The bytes of file ``index``; None: absent. Raises OSError once the cgroup is gone."""
         fd = self.fds[index]
         if fd < 0:
             return None
-        data = os.pread(fd, _READ_SIZE, 0)
-        if len(data) == _READ_SIZE:  # longer than one read: the rest, at its offset
+        size = _KEPT_READ_SIZES[index]
+        data = os.pread(fd, size, 0)
+        if len(data) == size:  # longer than one read: the rest, at its offset
             chunks = [data]
-            while len(chunk := os.pread(fd, _READ_SIZE, _READ_SIZE * len(chunks))):
+            while len(chunk := os.pread(fd, size, size * len(chunks))):
                 chunks.append(chunk)
-                if len(chunk) < _READ_SIZE:
+                if len(chunk) < size:
                     break
             data = b"".join(chunks)
-        return data.decode()
+        return data
 
     def close(self, counted: int | None = None) -> None:
         global _fds_kept
@@ -228,11 +249,17 @@ class HostCgroup:
             object.__setattr__(self, "_kept", None)
             kept.close()
 
-    def _text(self, index: int) -> str:
-        """Counter file ``index``'s text (FileNotFoundError: it does not exist)."""
+    def _text(self, index: int) -> bytes:
+        """Counter file ``index``'s bytes (FileNotFoundError: it does not exist)."""
         kept = self._kept
         if kept is None:
-            return _read(self._files[index])
+            return _read_bytes(self._files[index])
+        fd = kept.fds[index]
+        if fd >= 0:  # `_KeptFiles.read`'s usual case, without a call more per file
+            size = _KEPT_READ_SIZES[index]
+            data = os.pread(fd, size, 0)
+            if len(data) < size:
+                return data
         text = kept.read(index)
         if text is None:
             raise FileNotFoundError(self._files[index])
@@ -258,7 +285,7 @@ class HostCgroup:
         """Only the CPU time used so far (one small file: a sampler's is-it-idle check)."""
         try:
             if self.v2:
-                return _stat_value(_read(self._files[0]), "usage_usec") * 1000
+                return _stat_value(_read_bytes(self._files[0]), b"usage_usec") * 1000
             fd = os.open(self._files[0], os.O_RDONLY | os.O_CLOEXEC)
             try:
                 return int(os.read(fd, 64))
@@ -270,20 +297,22 @@ class HostCgroup:
     def _read_v1(self, limit: bool) -> Counters:
         text = self._text
         used = int(text(1))
-        inactive = _stat_value(text(2), "total_inactive_file")
+        inactive = _stat_value(text(2), b"total_inactive_file")
         reads = writes = 0
         # Block I/O only counts on cgroup v1 when the kernel attributes it to the cgroup
         # (direct or synchronous I/O); page-cache writeback is charged to the root.
-        for line in text(3).splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[1] in ("Read", "Write"):
-                if parts[1] == "Read":
-                    reads += int(parts[2])
-                else:
-                    writes += int(parts[2])
+        io = text(3)
+        if not io.startswith(b"Total "):  # else no device has any: "Total 0" alone
+            for line in io.splitlines():
+                parts = line.split()
+                if len(parts) == 3:
+                    if parts[1] == b"Read":
+                        reads += int(parts[2])
+                    elif parts[1] == b"Write":
+                        writes += int(parts[2])
         return Counters(
             cpu_ns=int(text(0)),
-            memory=_without_cache(used, inactive),
+            memory=used - inactive if inactive < used else used,
             read_bytes=reads, write_bytes=writes,
             high_water=int(text(4)),
             limit=self._limit() if limit else 0,
@@ -292,22 +321,22 @@ class HostCgroup:
     def _read_v2(self, limit: bool) -> Counters:
         text = self._text
         used = int(text(1))
-        inactive = _stat_value(text(2), "inactive_file")
+        inactive = _stat_value(text(2), b"inactive_file")
         reads = writes = 0
         for line in text(3).splitlines():
             for field in line.split()[1:]:
-                key, _, value = field.partition("=")
-                if key == "rbytes":
+                key, _, value = field.partition(b"=")
+                if key == b"rbytes":
                     reads += int(value)
-                elif key == "wbytes":
+                elif key == b"wbytes":
                     writes += int(value)
         try:
             high_water = int(text(4))
         except FileNotFoundError:
             high_water = 0  # memory.peak came with Linux 5.19
         return Counters(
-            cpu_ns=_stat_value(text(0), "usage_usec") * 1000,
-            memory=_without_cache(used, inactive),
+            cpu_ns=_stat_value(text(0), b"usage_usec") * 1000,
+            memory=used - inactive if inactive < used else used,
             read_bytes=reads, write_bytes=writes,
             high_water=high_water,
             limit=self._limit() if limit else 0,
@@ -325,10 +354,6 @@ class HostCgroup:
 
 #: At or above this a v1 ``memory.limit_in_bytes`` means no limit (it reads 2**63 - 4096).
 _NO_LIMIT = 1 << 62
-
-
-def _without_cache(used: int, inactive: int) -> int:
-    return used - inactive if inactive < used else used
 
 
 def command_usage(window: ResourceUsage | None, before: Counters, after: Counters,
@@ -369,7 +394,7 @@ def command_usage(window: ResourceUsage | None, before: Counters, after: Counter
     # Counters within [0, 2**64) (what the kernel's u64 counters hold) give values of the
     # right type and range by construction, and ``pending`` is derived from validated samples
     # (`window_over`): built unchecked. Anything else is checked, as before.
-    if _bounded(before) and _bounded(after) and seconds == seconds:
+    if _bounded(before, after) and seconds == seconds:
         return derived_usage(base, values)
     return attrs.evolve(base, **values)
 
@@ -379,11 +404,12 @@ _EMPTY = ResourceUsage()
 _U64 = 1 << 64
 
 
-def _bounded(c: Counters) -> bool:
-    """Every counter of ``c`` is an int in [0, 2**64) (a kernel counter's range)."""
-    return (type(c.cpu_ns) is int and type(c.memory) is int and type(c.read_bytes) is int
-            and type(c.write_bytes) is int and type(c.high_water) is int
-            and type(c.limit) is int
-            and 0 <= c.cpu_ns < _U64 and 0 <= c.memory < _U64 and 0 <= c.read_bytes < _U64
-            and 0 <= c.write_bytes < _U64 and 0 <= c.high_water < _U64
-            and 0 <= c.limit < _U64)
+def _bounded(before: Counters, after: Counters) -> bool:
+    """Every counter of both is an int in [0, 2**64) (a kernel counter's range)."""
+    values = (before.cpu_ns, before.memory, before.read_bytes, before.write_bytes,
+              before.high_water, before.limit, after.cpu_ns, after.memory, after.read_bytes,
+              after.write_bytes, after.high_water, after.limit)
+    return set(map(type, values)) == _INT_ONLY and min(values) >= 0 and max(values) < _U64
+
+
+_INT_ONLY = {int}

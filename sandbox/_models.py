@@ -536,19 +536,50 @@ _USAGE_FIELDS = tuple(f.name for f in attrs.fields(ResourceUsage))
 _USAGE_FIELD_SET = frozenset(_USAGE_FIELDS)
 
 
+def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The slot's own setter per field of a slotted attrs class, in ``names`` order: what
+    ``object.__setattr__`` ends up calling, without finding the slot by name first (most of
+    its cost, per field of a result built once per command)."""
+    return tuple(vars(cls)[name].__set__ for name in names)
+
+
+(_u_timestamp, _u_cpu_usage, _u_cpu_time, _u_memory_usage, _u_memory_percent, _u_memory_peak,
+ _u_disk_usage, _u_disk_reads, _u_disk_writes, _u_network_in, _u_network_out,
+ _u_process_count, _u_thread_count, _u_file_handles, _u_uptime) = _slot_setters(
+    ResourceUsage, ("timestamp", "cpu_usage", "cpu_time", "memory_usage", "memory_percent",
+                    "memory_peak", "disk_usage", "disk_reads", "disk_writes", "network_in",
+                    "network_out", "process_count", "thread_count", "file_handles", "uptime"))
+if len(_USAGE_FIELDS) != 15:
+    raise TypeError("derived_usage sets each field of ResourceUsage by name: update it")
+
+
 def derived_usage(base: ResourceUsage, changes: Mapping[str, Any]) -> ResourceUsage:
     """``attrs.evolve(base, **changes)`` without the converters and validators, for values
     the SDK derived itself from checked ones (`_cgroup_usage.command_usage`: counters it
     parsed and bounded, a window of validated samples): building and checking all fifteen
     fields again cost more than working them out, once per command. Each value must already
-    have its field's type and range; a caller with anything else uses ``attrs.evolve``."""
+    have its field's type and range; a caller with anything else uses ``attrs.evolve``.
+    Field by field, each through its slot's setter: a loop over the names cost as much again."""
     if not changes.keys() <= _USAGE_FIELD_SET:
         raise TypeError(f"not fields of ResourceUsage: {sorted(changes.keys() - _USAGE_FIELD_SET)}")
-    usage = object.__new__(ResourceUsage)
-    put = object.__setattr__
-    for name in _USAGE_FIELDS:
-        put(usage, name, changes[name] if name in changes else getattr(base, name))
-    return usage
+    u = object.__new__(ResourceUsage)
+    get = changes.get
+    _u_timestamp(u, get("timestamp", base.timestamp))
+    _u_cpu_usage(u, get("cpu_usage", base.cpu_usage))
+    _u_cpu_time(u, get("cpu_time", base.cpu_time))
+    _u_memory_usage(u, get("memory_usage", base.memory_usage))
+    _u_memory_percent(u, get("memory_percent", base.memory_percent))
+    _u_memory_peak(u, get("memory_peak", base.memory_peak))
+    _u_disk_usage(u, get("disk_usage", base.disk_usage))
+    _u_disk_reads(u, get("disk_reads", base.disk_reads))
+    _u_disk_writes(u, get("disk_writes", base.disk_writes))
+    _u_network_in(u, get("network_in", base.network_in))
+    _u_network_out(u, get("network_out", base.network_out))
+    _u_process_count(u, get("process_count", base.process_count))
+    _u_thread_count(u, get("thread_count", base.thread_count))
+    _u_file_handles(u, get("file_handles", base.file_handles))
+    _u_uptime(u, get("uptime", base.uptime))
+    return u
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters, repr=False)
@@ -659,23 +690,51 @@ class CommandResult:
 
 _RESULT_FIELDS = tuple(f.name for f in attrs.fields(CommandResult))
 _RESULT_FIELD_SET = frozenset(_RESULT_FIELDS)
+(_r_exit_code, _r_success, _r_stdout, _r_stderr, _r_combined, _r_start_time, _r_end_time,
+ _r_duration, _r_resource_usage, _r_error, _r_signal, _r_process_id, _r_metadata,
+ _r_timed_out, _r_oom_killed, _r_truncated, _r_stdout_bytes, _r_stderr_bytes) = _slot_setters(
+    CommandResult, ("exit_code", "success", "_stdout", "_stderr", "_combined", "start_time",
+                    "end_time", "duration", "resource_usage", "error", "signal", "process_id",
+                    "metadata", "timed_out", "oom_killed", "truncated", "stdout_bytes",
+                    "stderr_bytes"))
+if len(_RESULT_FIELDS) != 18:
+    raise TypeError("sdk_result sets each field of CommandResult by name: update it")
 
 
-def sdk_result(**values: Any) -> CommandResult:
+def sdk_result(
+    *, exit_code: int, success: bool, _stdout: str | LazyText, _stderr: str | LazyText,
+    _combined: str | LazyText, start_time: datetime, end_time: datetime, duration: timedelta,
+    resource_usage: ResourceUsage, error: str, signal: str, process_id: int,
+    metadata: FrozenMap, timed_out: bool, oom_killed: bool, truncated: bool,
+    stdout_bytes: bytes, stderr_bytes: bytes,
+) -> CommandResult:
     """A `CommandResult` built without its converters and validators, for one the SDK makes
     from values of its own (`_process_base.make_result`, once per command): checking its
     eighteen fields again cost more than working them out. Takes the attribute names
     (``_stdout``, not ``stdout``), every one of them, each of its field's type and range
     already: ``success`` derived, ``metadata`` a `FrozenMap`, times aware. A caller with
-    anything else, or a user's values, uses ``CommandResult(...)``."""
-    if values.keys() != _RESULT_FIELD_SET:
-        raise TypeError(f"sdk_result needs exactly the fields of CommandResult, got "
-                        f"{sorted(values.keys() ^ _RESULT_FIELD_SET)} wrong")
-    result = object.__new__(CommandResult)
-    put = object.__setattr__
-    for name in _RESULT_FIELDS:
-        put(result, name, values[name])
-    return result
+    anything else, or a user's values, uses ``CommandResult(...)``. Field by field, each
+    through its slot's setter (a loop over the names cost as much again)."""
+    r = object.__new__(CommandResult)
+    _r_exit_code(r, exit_code)
+    _r_success(r, success)
+    _r_stdout(r, _stdout)
+    _r_stderr(r, _stderr)
+    _r_combined(r, _combined)
+    _r_start_time(r, start_time)
+    _r_end_time(r, end_time)
+    _r_duration(r, duration)
+    _r_resource_usage(r, resource_usage)
+    _r_error(r, error)
+    _r_signal(r, signal)
+    _r_process_id(r, process_id)
+    _r_metadata(r, metadata)
+    _r_timed_out(r, timed_out)
+    _r_oom_killed(r, oom_killed)
+    _r_truncated(r, truncated)
+    _r_stdout_bytes(r, stdout_bytes)
+    _r_stderr_bytes(r, stderr_bytes)
+    return r
 
 
 @attrs.frozen(kw_only=True, field_transformer=_named_converters)

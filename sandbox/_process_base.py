@@ -614,7 +614,8 @@ def make_result(
     ``success``: None for "exit code 0 and no deadline passed"; ``t0``: the
     ``time.monotonic()`` of its start.
     """
-    out = capture.output()
+    # Nothing came (`true`, most file operations): plain empty texts, nothing to decode later.
+    out = capture.output() if capture.total_bytes else None
     error = "; ".join(e for e in errors if e)
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
@@ -625,16 +626,24 @@ def make_result(
     if ((success is None or success is ran_ok) and type(exit_code) is int
             and type(process_id) is int and process_id >= 0
             and (not metadata or _str_items(metadata))):
+        if out is None:
+            texts: tuple[str | LazyText, ...] = ("", "", "")
+            raw = (b"", b"")
+        else:
+            texts = (LazyText(out, "stdout"), LazyText(out, "stderr"),
+                     LazyText(out, "combined"))
+            raw = (out.stdout, out.stderr)
         return sdk_result(
-            exit_code=exit_code, success=ran_ok, _stdout=LazyText(out, "stdout"),
-            _stderr=LazyText(out, "stderr"), _combined=LazyText(out, "combined"),
-            start_time=start_time, end_time=datetime.now(UTC),
+            exit_code=exit_code, success=ran_ok, _stdout=texts[0], _stderr=texts[1],
+            _combined=texts[2], start_time=start_time, end_time=datetime.now(UTC),
             duration=timedelta(seconds=time.monotonic() - t0),
             resource_usage=NO_USAGE if resource_usage is None else resource_usage,
             error=error, signal=signal, process_id=process_id,
             metadata=FrozenMap(metadata) if metadata else NO_METADATA,
             timed_out=timed_out, oom_killed=False, truncated=capture.truncated,
-            stdout_bytes=out.stdout, stderr_bytes=out.stderr)
+            stdout_bytes=raw[0], stderr_bytes=raw[1])
+    if out is None:
+        out = capture.output()
     return CommandResult(
         exit_code=exit_code,
         success=ran_ok if success is None else success,

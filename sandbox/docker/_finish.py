@@ -99,10 +99,22 @@ class ResultFinisher:
 
     async def finalizer(self) -> CommandFinalizer:
         """Return what completes a command's result; call it just before the command starts."""
-        cgroup = await self._host_cgroup()
+        if not self._cgroup_looked_up:
+            await self._host_cgroup()
+        return self.finalizer_now()
+
+    def finalizer_now(self) -> CommandFinalizer:
+        """`finalizer` without an await, once the cgroup was looked up (every command of a
+        local container but the first; a coroutine per command cost more than its work)."""
+        cgroup = self._cgroup
         before = cgroup.read(limit=False) if cgroup is not None else None
         return CommandFinalizer(self, cgroup if before is not None else None, before,
                                 time.monotonic(), self.oom_events)
+
+    @property
+    def ready(self) -> bool:
+        """Whether `finalizer_now` has what `finalizer` would look up."""
+        return self._cgroup_looked_up
 
     def _usage(self, cgroup: HostCgroup | None, before: Counters | None,
                start: float) -> ResourceUsage | None:

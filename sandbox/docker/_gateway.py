@@ -33,6 +33,7 @@ from aiodocker.stream import Stream
 from aiodocker.utils import parse_result
 
 from .._constants import DEFAULT_ENGINE_TIMEOUT
+from .._deadlines import Deadline, DeadlineKeeper
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
 from ._access import PERMISSION_HINT, permission_denied
 from ._engine_errors import EngineConflict as EngineConflict
@@ -55,11 +56,14 @@ def engine_address() -> str:
 
 
 def new_client(address: str | None = None) -> DockerClient:
-    """Build a client with no connection-pool cap and no daemon-side gzip of archives.
+    """Build a client with no connection-pool cap, no daemon-side gzip of archives and no
+    timeouts of aiohttp's own.
 
     aiohttp's default pool of 100 would block every call once 100 exec streams are open (each
     holds a connection), including the call that kills a timed-out command. aiohttp asks for
-    gzip by default, which makes the engine compress archives: 5x slower for 100 MiB.
+    gzip by default, which makes the engine compress archives: 5x slower for 100 MiB. Every
+    call has the `Engine`'s deadline (streams their own, `Engine.json_lines`): an aiohttp
+    connect timeout besides was a second timer per exec (each attach opens a connection).
     """
     address = address or engine_address()
     if address.startswith("unix://"):
@@ -70,7 +74,7 @@ def new_client(address: str | None = None) -> DockerClient:
         client = _OwningDocker(
             url="unix://localhost",
             session=session,
-            timeout=aiohttp.ClientTimeout(sock_connect=10),
+            timeout=aiohttp.ClientTimeout(),
         )
         client.address = address
         return client
@@ -335,33 +339,43 @@ class JsonLines:
 # -- the client --------------------------------------------------------------------------------
 
 
-class _Call:
+class _Call(Deadline):
     """One call's deadline and error mapping: ``limit`` seconds, whose expiry (or a
     transport's own timeout) raises `EngineTimeout`, and engine and transport errors mapped
     as `mapped_errors` does. A class rather than nested generator-based context managers:
     those cost more than the rest of a short call's Python work.
 
-    The deadline is asyncio's own `asyncio.Timeout`, not an anyio cancel scope: aiohttp runs
-    on asyncio only, and the scope's bookkeeping (backend lookup, host task, cancel-state
-    restore) cost more than the timer itself, three calls per exec. It composes with anyio's
-    scopes and a native ``Task.cancel()`` through the task's cancel count (``uncancel``): a
-    cancel from anywhere else passes through as the CancelledError it is.
+    The call is its own `Deadline`, kept by the engine's `DeadlineKeeper` (one timer for all
+    its calls), not an anyio cancel scope nor an ``asyncio.timeout`` of its own: aiohttp runs
+    on asyncio only, a scope's bookkeeping cost more than the call's own Python work, and a
+    timer per call was most of the rest (three per exec). It composes with anyio's scopes and
+    a native ``Task.cancel()`` through the task's cancel count (``uncancel``), as
+    ``asyncio.timeout`` does: a cancel from anywhere else passes through as the
+    CancelledError it is.
     """
 
-    __slots__ = ("_action", "_limit", "_timeout")
+    __slots__ = ("_action", "_engine", "_limit")
 
-    def __init__(self, action: str, limit: float) -> None:
-        self._action, self._limit = action, limit
-        self._timeout = asyncio.timeout(None if limit == math.inf else limit)
+    def __init__(self, action: str, limit: float, engine: Engine) -> None:
+        self._action, self._limit, self._engine = action, limit, engine
 
     async def __aenter__(self) -> None:
-        await self._timeout.__aenter__()
+        # The task, and the loop from it: one look-up of the running loop (on Python 3.11
+        # each is a getpid system call), not one for the loop and one for the task.
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("an engine call must run in a task")
+        loop = task.get_loop()
+        keeper = self._engine._keeper
+        if keeper is None or keeper.loop is not loop:
+            keeper = self._engine._keeper = DeadlineKeeper(loop)
+        self.start(keeper, self._limit, task)
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> bool | None:
-        try:
-            await self._timeout.__aexit__(exc_type, exc, tb)
-        except TimeoutError as timeout:  # the deadline passed: the CancelledError it made
+        if self.end(exc):  # the deadline passed: the CancelledError it made
+            timeout = TimeoutError()
+            timeout.__cause__ = exc
             raise _timed_out(self._action, self._limit, timeout) from timeout
         if exc is None:
             return None
@@ -381,9 +395,10 @@ class Engine:
     def __init__(self, docker: DockerClient, *, timeout: float = DEFAULT_ENGINE_TIMEOUT):
         self.docker = docker
         self.timeout = timeout
+        self._keeper: DeadlineKeeper | None = None  # the calls' deadlines, per event loop
 
     def _call(self, action: str, deadline: float | None = None) -> _Call:
-        return _Call(action, self.timeout if deadline is None else deadline)
+        return _Call(action, self.timeout if deadline is None else deadline, self)
 
     async def query_json(
         self, action: str, path: str, method: str = "GET", *,

@@ -476,10 +476,12 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
     ) -> CommandResult:
         """Run ``spec`` to its end; a non-zero exit, a signal or a timeout is a result."""
         engine, container_id = self._running()
-        assert self._finisher is not None
+        finisher = self._finisher
+        assert finisher is not None
         async with open_exec(
             engine, container_id, spec, attach_stdin=spec.stdin is not None,
-            on_stdout=on_stdout, on_stderr=on_stderr, finalize=await self._finisher.finalizer(),
+            on_stdout=on_stdout, on_stderr=on_stderr,
+            finalize=finisher.finalizer_now() if finisher.ready else await finisher.finalizer(),
             gate=self._gate,
         ) as proc:
             # `_tracked`, spelled out: a generator-based context manager per command cost

@@ -183,6 +183,9 @@ def usage_over(records: Iterable[tuple[float, ResourceUsage]], start: float,
     return attrs.evolve(last, **changes)
 
 
+_NO_TIME = timedelta(0)
+
+
 def _stamp(record: tuple[float, ResourceUsage]) -> float:
     return record[0]
 
@@ -195,6 +198,15 @@ def window_over(recs: Sequence[tuple[float, ResourceUsage]], start: float,
     if not recs:
         return None
     n = len(recs)
+    last_at, last = recs[-1]
+    if last_at <= start and (n == 1 or recs[-2][0] < last_at):
+        # No sample since the command started (a short command, samples a second apart):
+        # the window is the last sample alone, what the bisections below find, without them.
+        return last, {
+            "cpu_usage": 0.0, "cpu_time": _NO_TIME, "memory_peak": last.memory_usage,
+            "disk_reads": 0, "disk_writes": 0, "network_in": 0, "network_out": 0,
+            "uptime": timedelta(seconds=max(end - start, 0.0)),
+        }
     i = bisect.bisect_right(recs, start, key=_stamp)
     t0, u0 = recs[i - 1] if i else recs[0]
     j = bisect.bisect_left(recs, end, key=_stamp)

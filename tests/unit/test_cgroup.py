@@ -139,13 +139,13 @@ def test_a_stat_value_is_read_from_its_own_line_only() -> None:
     """memory.stat v1 has both inactive_file and total_inactive_file: each is its own."""
     from sandbox._cgroup_usage import _stat_value
 
-    text = "cache 5\ninactive_file 7\ntotal_inactive_file 9\nlast 1"
-    assert _stat_value(text, "inactive_file") == 7
-    assert _stat_value(text, "total_inactive_file") == 9
-    assert _stat_value(text, "cache") == 5
-    assert _stat_value(text, "last") == 1
-    assert _stat_value(text, "file") == 0
-    assert _stat_value("total_inactive_file 3\n", "inactive_file") == 0
+    text = b"cache 5\ninactive_file 7\ntotal_inactive_file 9\nlast 1"
+    assert _stat_value(text, b"inactive_file") == 7
+    assert _stat_value(text, b"total_inactive_file") == 9
+    assert _stat_value(text, b"cache") == 5
+    assert _stat_value(text, b"last") == 1
+    assert _stat_value(text, b"file") == 0
+    assert _stat_value(b"total_inactive_file 3\n", b"inactive_file") == 0
 
 
 def test_kept_files_read_in_place_and_follow_changes(tmp_path: Path) -> None:

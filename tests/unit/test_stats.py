@@ -221,4 +221,6 @@ def test_window_by_bisection_matches_a_scan_of_every_record() -> None:
         fin_i = min((i for i, r in enumerate(recs) if r[0] >= end), default=len(recs) - 1)
         assert (recs[base_i][0], recs[fin_i][0]) == (t0, t1)
         assert u.cpu_time == timedelta(seconds=max(fin_i - base_i, 0))
+        assert u.network_in == max(fin_i - base_i, 0)
+        assert u.uptime == timedelta(seconds=max(end - start, 0.0))
     assert window_over([], 1.0, 2.0) is None
