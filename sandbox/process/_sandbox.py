@@ -352,8 +352,8 @@ class ProcessBackend(BackendBase, HelperFiles):
             self._zygote = None
         errors: list[str] = []
         if self._state is not None:
-            errors = await anyio.to_thread.run_sync(remove_state, self._state)
-            if not self._state.exists():
+            errors, gone = await anyio.to_thread.run_sync(_remove_state, self._state)
+            if gone:
                 self._state = None  # gone: a retried cleanup has nothing to redo there
         elif self._cgroup is not None:
             errors = await anyio.to_thread.run_sync(self._cgroup.remove)
@@ -450,6 +450,13 @@ class ProcessBackend(BackendBase, HelperFiles):
             config=self._config, labels=dict(self._config.labels),
             annotations=dict(self._config.annotations), status_reason=life.reason,
             exit_code=life.exit_code, oom_killed=life.oom_killed)
+
+
+def _remove_state(state: Path) -> tuple[list[str], bool]:
+    """`remove_state`, and whether ``state`` is gone, asked in the same worker thread: a stat
+    on the event loop waits for the GIL behind every other cleanup's thread (0.66 ms each
+    while 300 sandboxes closed, in series)."""
+    return remove_state(state), not state.exists()
 
 
 @attrs.frozen(kw_only=True)
