@@ -12,6 +12,7 @@ keep-alive, run by the SDK as another host id) is not, and is stopped on its own
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -122,11 +123,7 @@ class SandboxCgroup:
 
     def procs(self) -> set[int]:
         """Every process in the cgroup now."""
-        found: set[int] = set()
-        for path in self.procs_files:
-            with contextlib.suppress(OSError, ValueError):
-                found.update(int(line) for line in Path(path).read_text().split())
-        return found
+        return _procs(self.procs_files)
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer ended in it so far."""
@@ -141,33 +138,53 @@ class SandboxCgroup:
         return 0
 
     def remove(self) -> list[str]:
-        """Kill what is left in it and remove every directory; the errors, if any."""
+        """Kill what is left in it and remove every directory; the errors, if any.
+
+        Every process of the sandbox is in every one of its directories (the zygote joins
+        them all before it starts anything, and nothing in the sandbox can move itself), so
+        the first directory's list is the one to kill; the kernel refuses to remove a
+        directory that still holds a process (EBUSY), and then every list is read again.
+        """
         errors: list[str] = []
-        for _ in range(_KILL_ROUNDS):
-            pids = self.procs()
-            if not pids:
-                break
-            _kill_and_wait(pids, _KILL_WAIT)
-        for d in self.dirs:
-            for _ in range(50):
+        left = list(self.dirs)
+        pids = _procs(self.procs_files[:1])
+        for _ in range(_ROUNDS):
+            if pids:
+                _kill_and_wait(pids, _KILL_WAIT)
+            busy = []
+            for d in left:
                 try:
                     d.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
+                    pass
                 except OSError as exc:
-                    if exc.errno != 16:  # EBUSY: a process is still exiting
+                    if exc.errno == errno.EBUSY:
+                        busy.append(d)
+                    else:
                         errors.append(f"cannot remove cgroup {d}: {exc}")
-                        break
-                    time.sleep(0.01)
-            else:
-                errors.append(f"cannot remove cgroup {d}: still busy")
+            left = busy
+            if not left:
+                return errors
+            pids = self.procs()
+            if not pids:
+                time.sleep(0.01)  # exiting: no longer listed, not yet detached
+        errors += [f"cannot remove cgroup {d}: still busy" for d in left]
         return errors
 
 
-#: Kill rounds in `SandboxCgroup.remove`, each waiting up to `_KILL_WAIT` s for the killed.
-_KILL_ROUNDS = 20
+#: Rounds of kill and removal in `SandboxCgroup.remove`, each waiting up to `_KILL_WAIT` s
+#: for the killed to exit.
+_ROUNDS = 50
 _KILL_WAIT = 0.05
+
+
+def _procs(files: list[str]) -> set[int]:
+    """The processes listed in ``files`` (``cgroup.procs``) now."""
+    found: set[int] = set()
+    for path in files:
+        with contextlib.suppress(OSError, ValueError), open(path) as f:
+            found.update(int(line) for line in f.read().split())
+    return found
 
 
 def _kill_and_wait(pids: set[int], timeout: float) -> None:
