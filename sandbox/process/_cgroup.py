@@ -150,7 +150,7 @@ class SandboxCgroup:
         pids = _procs(self.procs_files[:1])
         for _ in range(_ROUNDS):
             if pids:
-                _kill_and_wait(pids, _KILL_WAIT)
+                _kill_and_wait(pids, self.procs_files[:1], _KILL_WAIT)
             busy = []
             for d in left:
                 try:
@@ -187,8 +187,13 @@ def _procs(files: list[str]) -> set[int]:
     return found
 
 
-def _kill_and_wait(pids: set[int], timeout: float) -> None:
+def _kill_and_wait(pids: set[int], files: list[str], timeout: float) -> None:
     """SIGKILL ``pids`` through pidfds and wait, up to ``timeout`` s, until all have exited.
+
+    Only a process still listed in ``files`` once its pidfd is open is killed: a pid read
+    from the list could have ended and been reused by a host process before the pidfd_open,
+    but a pidfd names one process for good, and a pid listed after it was opened is that
+    process (alive, in the cgroup) or one that joined the cgroup since.
 
     A pidfd turns readable when its process exits (a child of ours or not), so the wait ends
     as soon as the last one is gone: no sleep-and-read-again per 10 ms (each read of the
@@ -198,6 +203,7 @@ def _kill_and_wait(pids: set[int], timeout: float) -> None:
     """
     poller = select.poll()
     fds: list[int] = []
+    opened: list[tuple[int, int]] = []
     left = 0
     try:
         for pid in pids:
@@ -206,6 +212,11 @@ def _kill_and_wait(pids: set[int], timeout: float) -> None:
             except OSError:
                 continue
             fds.append(fd)
+            opened.append((pid, fd))
+        listed = _procs(files)
+        for pid, fd in opened:
+            if pid not in listed:
+                continue
             try:
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             except OSError:
