@@ -12,7 +12,9 @@ keep-alive, run by the SDK as another host id) is not, and is stopped on its own
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import select
 import signal
 import time
 from pathlib import Path
@@ -121,11 +123,7 @@ class SandboxCgroup:
 
     def procs(self) -> set[int]:
         """Every process in the cgroup now."""
-        found: set[int] = set()
-        for path in self.procs_files:
-            with contextlib.suppress(OSError, ValueError):
-                found.update(int(line) for line in Path(path).read_text().split())
-        return found
+        return _procs(self.procs_files)
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer ended in it so far."""
@@ -140,31 +138,102 @@ class SandboxCgroup:
         return 0
 
     def remove(self) -> list[str]:
-        """Kill what is left in it and remove every directory; the errors, if any."""
+        """Kill what is left in it and remove every directory; the errors, if any.
+
+        Every process of the sandbox is in every one of its directories (the zygote joins
+        them all before it starts anything, and nothing in the sandbox can move itself), so
+        the first directory's list is the one to kill; the kernel refuses to remove a
+        directory that still holds a process (EBUSY), and then every list is read again.
+        """
         errors: list[str] = []
-        for _ in range(100):
-            pids = self.procs()
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
-        for d in self.dirs:
-            for _ in range(50):
+        left = list(self.dirs)
+        pids = _procs(self.procs_files[:1])
+        for _ in range(_ROUNDS):
+            if pids:
+                _kill_and_wait(pids, self.procs_files[:1], _KILL_WAIT)
+            busy = []
+            for d in left:
                 try:
                     d.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
+                    pass
                 except OSError as exc:
-                    if exc.errno != 16:  # EBUSY: a process is still exiting
+                    if exc.errno == errno.EBUSY:
+                        busy.append(d)
+                    else:
                         errors.append(f"cannot remove cgroup {d}: {exc}")
-                        break
-                    time.sleep(0.01)
-            else:
-                errors.append(f"cannot remove cgroup {d}: still busy")
+            left = busy
+            if not left:
+                return errors
+            pids = self.procs()
+            if not pids:
+                time.sleep(0.01)  # exiting: no longer listed, not yet detached
+        errors += [f"cannot remove cgroup {d}: still busy" for d in left]
         return errors
+
+
+#: Rounds of kill and removal in `SandboxCgroup.remove`, each waiting up to `_KILL_WAIT` s
+#: for the killed to exit.
+_ROUNDS = 50
+_KILL_WAIT = 0.05
+
+
+def _procs(files: list[str]) -> set[int]:
+    """The processes listed in ``files`` (``cgroup.procs``) now."""
+    found: set[int] = set()
+    for path in files:
+        with contextlib.suppress(OSError, ValueError), open(path) as f:
+            found.update(int(line) for line in f.read().split())
+    return found
+
+
+def _kill_and_wait(pids: set[int], files: list[str], timeout: float) -> None:
+    """SIGKILL ``pids`` through pidfds and wait, up to ``timeout`` s, until all have exited.
+
+    Only a process still listed in ``files`` once its pidfd is open is killed: a pid read
+    from the list could have ended and been reused by a host process before the pidfd_open,
+    but a pidfd names one process for good, and a pid listed after it was opened is that
+    process (alive, in the cgroup) or one that joined the cgroup since.
+
+    A pidfd turns readable when its process exits (a child of ours or not), so the wait ends
+    as soon as the last one is gone: no sleep-and-read-again per 10 ms (each read of the
+    cgroup's ``cgroup.procs`` files and each wake-up cost the SDK CPU and a GIL hand-off
+    while hundreds of sandboxes close). One whose pidfd cannot be had (gone already) is
+    skipped; the caller reads the cgroup again either way.
+    """
+    poller = select.poll()
+    fds: list[int] = []
+    opened: list[tuple[int, int]] = []
+    left = 0
+    try:
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            fds.append(fd)
+            opened.append((pid, fd))
+        listed = _procs(files)
+        for pid, fd in opened:
+            if pid not in listed:
+                continue
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                continue
+            poller.register(fd, select.POLLIN)
+            left += 1
+        deadline = time.monotonic() + timeout
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                break
+            for fd, _ in poller.poll(wait * 1000):
+                poller.unregister(fd)
+                left -= 1
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _write(path: Path, value: int) -> None:

@@ -433,6 +433,7 @@ def serve(fd: int) -> None:
     children: dict[int, tuple[int, socket.socket | None]] = {}  # pidfd -> (pid, reply)
     replies: dict[int, int] = {}  # reply socket fd -> the holder's pidfd
     while True:
+        ended = False
         for ready, _ in poll.poll():
             if ready in replies:  # the SDK closed it (it never writes): stop that holder
                 pidfd = replies.pop(ready)
@@ -454,7 +455,7 @@ def serve(fd: int) -> None:
                     with contextlib.suppress(OSError):
                         send_message(reply, {"id": 0, "status": status})
                     reply.close()
-                _sweep_orphans({known for known, _ in children.values()})
+                ended = True
             elif ready == sock.fileno():
                 data, fds = receive_message(sock)
                 if not data:
@@ -462,6 +463,8 @@ def serve(fd: int) -> None:
                 _start(_request_of(data, fds), fds, sock, poll, children, replies)
                 for passed in fds:
                     os.close(passed)
+        if ended:  # once per wake-up, not per end: hundreds of sandboxes close at once
+            _sweep_orphans({known for known, _ in children.values()})
 
 
 def _sweep_orphans(known: set[int]) -> None:

@@ -352,11 +352,12 @@ class ProcessBackend(BackendBase, HelperFiles):
             self._zygote = None
         errors: list[str] = []
         if self._state is not None:
-            errors = await anyio.to_thread.run_sync(remove_state, self._state)
-            if not self._state.exists():
+            errors, gone = await anyio.to_thread.run_sync(_remove_state, self._state,
+                                                          limiter=_removers())
+            if gone:
                 self._state = None  # gone: a retried cleanup has nothing to redo there
         elif self._cgroup is not None:
-            errors = await anyio.to_thread.run_sync(self._cgroup.remove)
+            errors = await anyio.to_thread.run_sync(self._cgroup.remove, limiter=_removers())
         errors += await self._workspace.remove(self._audit)
         if errors:
             left = [str(self._state)] if self._state is not None else []
@@ -467,6 +468,32 @@ class ProcessBackend(BackendBase, HelperFiles):
             config=self._config, labels=dict(self._config.labels),
             annotations=dict(self._config.annotations), status_reason=life.reason,
             exit_code=life.exit_code, oom_killed=life.oom_killed)
+
+
+#: Worker threads removing process sandboxes' cgroups and state directories at once. Their
+#: work is short system calls, each giving up the GIL and taking it back: 300 sandboxes closed
+#: at once on 2 cores took less SDK CPU with 8 such threads than with anyio's default 40
+#: (0.58-0.69 s against 0.83-0.90 s, 150 threads 0.96-1.6 s), and no longer.
+REMOVERS = 8
+_removers_var: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
+    "sandbox_process_removers")
+
+
+def _removers() -> anyio.CapacityLimiter:
+    """This event loop's limiter for cleanup's worker threads (made on first use)."""
+    try:
+        return _removers_var.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(REMOVERS)
+        _removers_var.set(limiter)
+        return limiter
+
+
+def _remove_state(state: Path) -> tuple[list[str], bool]:
+    """`remove_state`, and whether ``state`` is gone, asked in the same worker thread: a stat
+    on the event loop waits for the GIL behind every other cleanup's thread (0.66 ms each
+    while 300 sandboxes closed, in series)."""
+    return remove_state(state), not state.exists()
 
 
 @attrs.frozen(kw_only=True)
