@@ -43,26 +43,17 @@ _READ_SIZE = 65536
 
 
 def _read(path: str | Path) -> str:
-    """A cgroup file's text: os.read, a third of pathlib's cost (read twice per command).
+    """A cgroup file's text (see `_read_bytes`)."""
+    return _read_bytes(path).decode()
+
+
+def _read_bytes(path: str | Path) -> bytes:
+    """A cgroup file's bytes: os.read, a third of pathlib's cost (read twice per command).
 
     A read that returns less than asked for is the end: the kernel's cgroup files (seq files)
     fill a read as far as they can, so no second read asks to see the end (a syscall fewer
-    per file).
+    per file). The counters parse from bytes (``int`` takes them).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, _READ_SIZE):
-            chunks.append(chunk)
-            if len(chunk) < _READ_SIZE:
-                break
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode()
-
-
-def _read_bytes(path: str) -> bytes:
-    """`_read` without the decode: the counters parse from bytes (``int`` takes them)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
