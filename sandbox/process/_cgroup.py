@@ -147,10 +147,11 @@ class SandboxCgroup:
         """
         errors: list[str] = []
         left = list(self.dirs)
-        pids = _procs(self.procs_files[:1])
+        files = self.procs_files[:1]
+        pids = _procs(files)
         for _ in range(_ROUNDS):
             if pids:
-                _kill_and_wait(pids, self.procs_files[:1], _KILL_WAIT)
+                _kill_and_wait(pids, files, _KILL_WAIT)
             busy = []
             for d in left:
                 try:
@@ -165,7 +166,8 @@ class SandboxCgroup:
             left = busy
             if not left:
                 return errors
-            pids = self.procs()
+            files = self.procs_files
+            pids = _procs(files)
             if not pids:
                 time.sleep(0.01)  # exiting: no longer listed, not yet detached
         errors += [f"cannot remove cgroup {d}: still busy" for d in left]
