@@ -204,17 +204,14 @@ def _kill_and_wait(pids: set[int], files: list[str], timeout: float) -> None:
     skipped; the caller reads the cgroup again either way.
     """
     poller = select.poll()
-    fds: list[int] = []
-    opened: list[tuple[int, int]] = []
+    opened: list[tuple[int, int]] = []  # (pid, its pidfd)
     left = 0
     try:
         for pid in pids:
             try:
-                fd = os.pidfd_open(pid)
+                opened.append((pid, os.pidfd_open(pid)))
             except OSError:
                 continue
-            fds.append(fd)
-            opened.append((pid, fd))
         listed = _procs(files)
         for pid, fd in opened:
             if pid not in listed:
@@ -234,7 +231,7 @@ def _kill_and_wait(pids: set[int], files: list[str], timeout: float) -> None:
                 poller.unregister(fd)
                 left -= 1
     finally:
-        for fd in fds:
+        for _, fd in opened:
             os.close(fd)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import socket
 import threading
@@ -19,13 +18,12 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from .._errors import CommandStartFailed
-from ._forkserver import IN_MEMFD, parse_message, receive_message, send_message
+from ._forkserver import parse_message, receive_message, send_message
 
 __all__ = ["Pending", "Zygote", "close_fds"]
 
 T = TypeVar("T")
 _DONTWAIT = int(socket.MSG_DONTWAIT)
-_decode = json.JSONDecoder().decode  # what json.loads does after its checks
 
 
 
@@ -191,8 +189,7 @@ class Zygote:
 
     def _dispatch(self, data: bytes, fds: list[int]) -> None:
         try:
-            message = dict(parse_message(data, fds) if data[:1] == IN_MEMFD
-                           else _decode(data.decode()))
+            message = dict(parse_message(data, fds))
             ident = message.get("id")
         except (OSError, ValueError, TypeError):
             close_fds(fds)
