@@ -1,5 +1,6 @@
 """Small anyio helpers shared by the backends: wait for the first of several events, unwrap a
-task group's lone error, cancel asyncio tasks and wait for them, and watch a file descriptor."""
+task group's lone error, cancel asyncio tasks and wait for them (or drop them), and watch a
+file descriptor."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ async def cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def drop(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs, without waiting, and consume its outcome either way
+    (asyncio logs an outcome nobody retrieved)."""
+    if not task.done():
+        task.cancel()
+    task.add_done_callback(_consume)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    with contextlib.suppress(BaseException):
+        task.exception()
 
 
 @contextlib.contextmanager

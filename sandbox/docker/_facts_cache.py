@@ -29,11 +29,11 @@ fails (the creating client was closed under it) reads on its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import weakref
 from typing import Any, Final
 
+from .._tasks import drop
 from ._facts import EngineFacts
 from ._gateway import Engine
 
@@ -169,9 +169,7 @@ class FreshFacts:
             _USERS[task] = users
             return
         _USERS.pop(task, None)
-        if not task.done():
-            task.cancel()
-        task.add_done_callback(_consume)
+        drop(task)
 
 
 def _ended(key: tuple[str, asyncio.AbstractEventLoop],
@@ -179,7 +177,3 @@ def _ended(key: tuple[str, asyncio.AbstractEventLoop],
     if _IN_FLIGHT.get(key) is task:
         del _IN_FLIGHT[key]
 
-
-def _consume(task: asyncio.Task[Any]) -> None:
-    with contextlib.suppress(BaseException):
-        task.exception()

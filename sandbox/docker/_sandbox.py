@@ -37,6 +37,7 @@ from .._models import (
 from .._owner import owner_labels
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
+from .._tasks import drop
 from .._workspace import Workspace, live_mount_user
 from . import _facts_cache
 from ._background import Background
@@ -64,18 +65,6 @@ from ._workdir import Extra, give_workdir_before_start, mounts_key, settle_user
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
 
 PullProgress = Callable[[Mapping[str, Any]], object]
-
-
-def _drop(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` if it still runs, and consume its outcome either way."""
-    if not task.done():
-        task.cancel()
-    task.add_done_callback(_consumed)
-
-
-def _consumed(task: asyncio.Task[Any]) -> None:
-    with contextlib.suppress(BaseException):
-        task.exception()
 
 
 class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
@@ -239,7 +228,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                 _facts_cache.keep(address, cached, fresh.asked_at)  # confirmed: trusted a while
         finally:
             if early is not None:
-                _drop(early)
+                drop(early)
         if not planned_from_current:
             # The engine changed since the facts were kept: nothing ran in what was made
             # from them; remove it and plan again from what the engine says now.
@@ -265,7 +254,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         it was sent in; else drop it (the image is inspected again) and take the new one."""
         if early is None or f"v{version}" == self._engine_or_fail().docker.api_version:
             return early
-        _drop(early)
+        drop(early)
         _facts_cache.forget(address)
         self._engine_or_fail().docker.api_version = f"v{version}" if version else "auto"
         return None
