@@ -46,14 +46,21 @@ def _row(rows: Rows, scenario: str, impl: str) -> dict[str, Any] | None:
 
 
 def ratio(scenario: str, at_most: float, impl: str = re.escape(SDK)) -> Callable[[Rows], Found]:
-    """SDK median ÷ raw aiodocker median in the same run, at most `at_most`."""
+    """SDK ÷ raw aiodocker in the same run, at most `at_most`: the median of the per-round
+    ratios where the row has them (run.py's `paired_ratios`, shown with its 95 % interval),
+    else the ratio of the two medians."""
     def check(rows: Rows) -> Found:
         ours, raw = _row(rows, scenario, impl), _row(rows, scenario, RAW)
         if ours is None or raw is None or not raw["value"]:
             return Found("no row in this run", None)
-        r = ours["value"] / raw["value"]
-        return Found(f"{ours['value']:,.1f} vs {raw['value']:,.1f} {ours['unit']}: {r:.2f}x",
-                     r <= at_most)
+        medians = f"{ours['value']:,.1f} vs {raw['value']:,.1f} {ours['unit']}"
+        paired = (ours.get("extra") or {}).get("paired_ratio")
+        if paired is None:
+            r = ours["value"] / raw["value"]
+            return Found(f"{medians}: {r:.2f}x", r <= at_most)
+        lo, hi = ours["extra"]["paired_ci95"]
+        return Found(f"{medians}; per round {paired:.2f}x (95 % CI {lo:.2f}-{hi:.2f}, "
+                     f"n={ours['extra']['pairs']})", paired <= at_most)
     return check
 
 
