@@ -503,23 +503,38 @@ class Bench:
                      note=f"pool's own p50 {stats.acquire_p50 * 1000:.1f} ms"))
         self.add(Row("acquire: fresh create", "sandbox SDK (Sandbox)", "ms", fresh))
 
-        cycles = self.reps(100, 30)
+        # A quick run's 50 (30 before) leave 40 after the ready stock and the first creates'
+        # warm-up, which a row of 30 was mostly made of.
+        cycles = self.reps(100, 50)
+        settle = 10  # cycles before the steady rate: the stock of min_ready is used up
 
         async def fresh_cycle() -> None:
             async with Sandbox(config) as sb:
                 await sb.execute_command(["true"])
 
-        async def run_cycles(pool: SandboxPool | None) -> float:
-            t0 = time.perf_counter()
+        async def run_cycles(pool: SandboxPool | None) -> list[float]:
+            """Each cycle's seconds, acquire to release."""
+            times: list[float] = []
             for _ in range(cycles):
+                t0 = time.perf_counter()
                 if pool is None:
                     await fresh_cycle()
-                    continue
-                async with pool.acquire() as sb:
-                    await sb.execute_command(["true"])
-            return time.perf_counter() - t0
+                else:
+                    async with pool.acquire() as sb:
+                        await sb.execute_command(["true"])
+                times.append(time.perf_counter() - t0)
+            return times
 
-        results: dict[str, float] = {}
+        def steady(times: list[float]) -> dict[str, Any]:
+            """Seconds per 100 cycles after the first `settle`, with the standard error of
+            that mean (cycles follow each other, so it understates the spread a little)."""
+            rest = times[settle:]
+            sd = statistics.stdev(rest) if len(rest) > 1 else 0.0
+            return {"steady_per_100": 100 * statistics.fmean(rest),
+                    "steady_se_per_100": 100 * sd / len(rest) ** 0.5,
+                    "steady_cycles": len(rest), "cycle_seconds": times}
+
+        results: dict[str, list[float]] = {}
         results["fresh"] = await run_cycles(None)
         for label, kwargs in (("pool, max_uses=1", {"min_ready": 4, "max_size": 8}),
                               (f"pool, max_uses={cycles}",
@@ -530,12 +545,15 @@ class Bench:
                         await anyio.sleep(0.05)
                 results[label] = await run_cycles(pool)
                 reused = pool.stats().reused
+            rate = steady(results[label])
             self.add(Row(f"{cycles} cycles acquire/true/release", f"sandbox SDK ({label})",
-                         "s", [results[label]],
-                         note=f"{results['fresh'] / results[label]:.1f}x faster than fresh; "
-                              f"{reused} reused"))
+                         "s", [sum(results[label])], extra=rate,
+                         note=f"{sum(results['fresh']) / sum(results[label]):.1f}x faster than "
+                              f"fresh; {reused} reused; after the first {settle}: "
+                              f"{rate['steady_per_100']:.1f} ± {rate['steady_se_per_100']:.1f} s "
+                              "per 100"))
         self.add(Row(f"{cycles} cycles acquire/true/release", "sandbox SDK (fresh Sandbox)",
-                     "s", [results["fresh"]]))
+                     "s", [sum(results["fresh"])], extra=steady(results["fresh"])))
 
     async def s_checkpoint(self) -> None:
         """Checkpoint a sandbox holding 100 MiB of new data, start one from it, fork 10."""

@@ -18,7 +18,6 @@ from .._constants import DEFAULT_CLEANUP_TIMEOUT, GVISOR_CLEANUP_TIMEOUT, LABEL_
 from .._egress_stats import EgressStats
 from .._errors import (
     ConfigError,
-    EngineUnavailable,
     SandboxError,
     SandboxInitFailed,
 )
@@ -43,6 +42,7 @@ from . import _facts_cache
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
+from ._engine_errors import first_call
 from ._exec import ExecProcess, Finalizer, open_exec
 from ._exec_gate import ExecGate
 from ._exec_kill import kill_marked
@@ -65,22 +65,6 @@ from ._workdir import Extra, give_workdir_before_start, mounts_key, settle_user
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
 
 PullProgress = Callable[[Mapping[str, Any]], object]
-
-
-@contextlib.contextmanager
-def _reaching(fresh: _facts_cache.FreshFacts | None = None) -> Iterator[None]:
-    """Around a create's first engine call (the ping, with or without ``/info``): an engine
-    error there says the engine is unavailable, except a failed ``/info`` read, reported as
-    itself; ``fresh`` (a read going on beside it) is stopped if the call fails."""
-    try:
-        yield
-    except BaseException as exc:
-        if fresh is not None:
-            fresh.cancel()
-        if isinstance(exc, EngineUnavailable) or not isinstance(exc, SandboxError) or \
-                exc.message.startswith("read engine info"):
-            raise
-        raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
 
 
 class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
@@ -206,7 +190,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
     async def _create_cold(self, engine: Engine, ref: ImageRef, address: str) -> None:
         """No facts kept (or a create starting over): read them beside the ping, then plan."""
         asked_at = time.monotonic()
-        with _reaching():
+        with first_call():
             info = await engine.ping_and_info()  # one round trip where there were three
         self._keep_api(address)
         self._facts = EngineFacts.from_info(info)
@@ -222,7 +206,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         kept_api = _facts_cache.kept_api(address)
         early = self._early_inspect(engine, ref, address)
         try:
-            with _reaching():
+            with first_call():
                 version = await engine.ping(unversioned=early is not None)
                 early = self._check_api(version, address, early)
             self._keep_api(address)
@@ -245,7 +229,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         fresh = _facts_cache.FreshFacts(engine, address)
         early = self._early_inspect(engine, ref, address)
         try:
-            with _reaching(fresh):
+            with first_call(on_error=fresh.cancel):
                 version = await engine.ping(unversioned=early is not None)
                 early = self._check_api(version, address, early)
             self._keep_api(address)
