@@ -673,9 +673,15 @@ class Bench:
                 return f"{v:.3f}" if v < 1 else f"{v:,.2f}" if v < 10 else f"{v:,.0f}"
 
             ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+            if "paired_ratio" in r.extra:  # the median of per-round ratios, and its 95 % CI
+                lo, hi = r.extra["paired_ci95"]
+                ratio = f"{r.extra['paired_ratio']:.2f} ({lo:.2f}-{hi:.2f})*"
             med = fmt(r.value) + (" (mean)" if r.headline == "mean" else "")
             unit = r.unit + (" ↑" if r.higher_is_better else "")
             lines.append(f"| {r.scenario} | {r.impl} | {med} | {fmt(r.p95)} | {unit} | {ratio} |")
+        if any("paired_ratio" in r.extra for r in self.rows):
+            lines.append("\n*: the median of per-round ratios to raw aiodocker (runs made side "
+                         "by side), with its bootstrap 95 % interval")
         return "\n".join(lines)
 
 
