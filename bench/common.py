@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import random
 import statistics
 import tarfile
 import time
@@ -37,6 +38,36 @@ def p95(values: list[float]) -> float:
     """Nearest-rank 95th percentile (with few samples it is the maximum)."""
     ordered = sorted(values)
     return ordered[max(math.ceil(0.95 * len(ordered)) - 1, 0)]
+
+
+def paired_ratios(ours: list[float], raw: list[float]) -> dict[str, Any]:
+    """Per-repetition ratios ``ours[i] / raw[i]`` of runs made side by side (same round), and
+    how far their median can be trusted: quartiles and a bootstrap 95 % interval of the
+    median (2,000 resamples, fixed seed, so one run's numbers are reproducible from its
+    samples).
+
+    A ratio per round cancels the drift both sides saw in that round (the shared engine's
+    load moves both); the ratio of two medians does not, and with few rounds it moved by
+    more than the targets' margins between runs.
+    """
+    ratios = [a / b for a, b in zip(ours, raw, strict=True) if b > 0]
+    if len(ratios) < 2:
+        return {}
+    rng = random.Random(29)
+    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return {"paired_ratio": statistics.median(ratios), "paired_q1": q1, "paired_q3": q3,
+            "paired_ci95": [boot[49], boot[1949]], "pairs": len(ratios)}
+
+
+def paired_note(stats: dict[str, Any]) -> str:
+    """`paired_ratios` in a few words, for a row's note."""
+    if not stats:
+        return ""
+    lo, hi = stats["paired_ci95"]
+    return (f"median of {stats['pairs']} per-round ratios to raw {stats['paired_ratio']:.3f} "
+            f"(quartiles {stats['paired_q1']:.3f}-{stats['paired_q3']:.3f}, 95 % CI of the "
+            f"median {lo:.3f}-{hi:.3f})")
 
 
 def tar_tree(src: Path, arcname: str) -> bytes:

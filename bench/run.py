@@ -44,6 +44,8 @@ from common import (
     make_small_tree,
     median,
     p95,
+    paired_note,
+    paired_ratios,
     warm_acquires,
 )
 from impl_aiodocker import RawAiodocker
@@ -60,6 +62,7 @@ from sandbox import (
     SecurityPolicy,
     remove_checkpoint,
 )
+from sandbox.docker import _facts_cache
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
@@ -223,23 +226,61 @@ class Bench:
     # -- scenarios ----------------------------------------------------------------------------
 
     async def s_create(self) -> None:
-        reps = self.reps(10, 3)
+        """Create to ready and cleanup, the four side by side (who goes first rotating each
+        round), then the SDK and raw alone, back to back.
+
+        In the rounds of four every SDK create reads the engine's facts again beside its
+        create (the path of a sandbox opened now and then: facts kept, not confirmed in the
+        last `TRUSTED_FOR` seconds); before, the length of a round decided whether a create
+        fell inside that window, so the row mixed the two paths in proportions that moved
+        between runs. The back-to-back pairs (order alternating) are what a burst of creates
+        gets: facts confirmed moments ago, no read. Each row's note has the median of the
+        per-round ratios to raw with its spread (`paired_ratios`), which `targets.py` reads.
+        """
+        reps = self.reps(30, 10)
         ready: dict[str, list[float]] = {i.name: [] for i in self.impls}
         gone: dict[str, list[float]] = {i.name: [] for i in self.impls}
-        for rep in range(reps + 1):  # the first round warms caches and is dropped
-            for impl in self.impls[rep % 4:] + self.impls[: rep % 4]:
-                t0 = time.perf_counter()
-                handle = await impl.create(IMAGE_BUSYBOX)
-                t1 = time.perf_counter()
-                await impl.remove(handle)
-                t2 = time.perf_counter()
-                if rep:
-                    ready[impl.name].append((t1 - t0) * 1000)
-                    gone[impl.name].append((t2 - t1) * 1000)
-        for impl in self.impls:
-            self.add(Row("create to ready", impl.name, "ms", ready[impl.name]))
-        for impl in self.impls:
-            self.add(Row("cleanup (remove)", impl.name, "ms", gone[impl.name]))
+
+        async def one(impl: Impl, into: dict[str, list[float]],
+                      out: dict[str, list[float]] | None) -> None:
+            t0 = time.perf_counter()
+            handle = await impl.create(IMAGE_BUSYBOX)
+            t1 = time.perf_counter()
+            await impl.remove(handle)
+            t2 = time.perf_counter()
+            into[impl.name].append((t1 - t0) * 1000)
+            if out is not None:
+                out[impl.name].append((t2 - t1) * 1000)
+
+        trust = _facts_cache.TRUSTED_FOR
+        _facts_cache.TRUSTED_FOR = 0.0  # type: ignore[misc]  # every create reads, see above
+        try:
+            for rep in range(reps + 1):  # the first round warms caches and is dropped
+                for impl in self.impls[rep % 4:] + self.impls[: rep % 4]:
+                    await one(impl, ready, gone)
+                if not rep:
+                    for samples in (*ready.values(), *gone.values()):
+                        samples.clear()
+        finally:
+            _facts_cache.TRUSTED_FOR = trust  # type: ignore[misc]
+        self._paired_rows("create to ready", ready)
+        self._paired_rows("cleanup (remove)", gone)
+        pair = [impl for impl in self.impls if impl.name in ("sandbox SDK", BASELINE)]
+        burst: dict[str, list[float]] = {i.name: [] for i in pair}
+        for rep in range(self.reps(40, 15) + 1):
+            for impl in pair if rep % 2 else pair[::-1]:
+                await one(impl, burst, None)
+            if not rep:
+                for samples in burst.values():
+                    samples.clear()
+        self._paired_rows("create to ready, back to back", burst)
+
+    def _paired_rows(self, scenario: str, samples: dict[str, list[float]]) -> None:
+        """One row per implementation, each with its per-round ratios to raw (see
+        `paired_ratios`); the samples of one index were taken in the same round."""
+        for name, values in samples.items():
+            stats = paired_ratios(values, samples[BASELINE]) if name != BASELINE else {}
+            self.add(Row(scenario, name, "ms", values, note=paired_note(stats), extra=stats))
 
     async def s_exec(self) -> None:
         [box] = await self.open_boxes(IMAGE_BUSYBOX, 1)
@@ -462,23 +503,38 @@ class Bench:
                      note=f"pool's own p50 {stats.acquire_p50 * 1000:.1f} ms"))
         self.add(Row("acquire: fresh create", "sandbox SDK (Sandbox)", "ms", fresh))
 
-        cycles = self.reps(100, 30)
+        # A quick run's 50 (30 before) leave 40 after the ready stock and the first creates'
+        # warm-up, which a row of 30 was mostly made of.
+        cycles = self.reps(100, 50)
+        settle = 10  # cycles before the steady rate: the stock of min_ready is used up
 
         async def fresh_cycle() -> None:
             async with Sandbox(config) as sb:
                 await sb.execute_command(["true"])
 
-        async def run_cycles(pool: SandboxPool | None) -> float:
-            t0 = time.perf_counter()
+        async def run_cycles(pool: SandboxPool | None) -> list[float]:
+            """Each cycle's seconds, acquire to release."""
+            times: list[float] = []
             for _ in range(cycles):
+                t0 = time.perf_counter()
                 if pool is None:
                     await fresh_cycle()
-                    continue
-                async with pool.acquire() as sb:
-                    await sb.execute_command(["true"])
-            return time.perf_counter() - t0
+                else:
+                    async with pool.acquire() as sb:
+                        await sb.execute_command(["true"])
+                times.append(time.perf_counter() - t0)
+            return times
 
-        results: dict[str, float] = {}
+        def steady(times: list[float]) -> dict[str, Any]:
+            """Seconds per 100 cycles after the first `settle`, with the standard error of
+            that mean (cycles follow each other, so it understates the spread a little)."""
+            rest = times[settle:]
+            sd = statistics.stdev(rest) if len(rest) > 1 else 0.0
+            return {"steady_per_100": 100 * statistics.fmean(rest),
+                    "steady_se_per_100": 100 * sd / len(rest) ** 0.5,
+                    "steady_cycles": len(rest), "cycle_seconds": times}
+
+        results: dict[str, list[float]] = {}
         results["fresh"] = await run_cycles(None)
         for label, kwargs in (("pool, max_uses=1", {"min_ready": 4, "max_size": 8}),
                               (f"pool, max_uses={cycles}",
@@ -489,12 +545,15 @@ class Bench:
                         await anyio.sleep(0.05)
                 results[label] = await run_cycles(pool)
                 reused = pool.stats().reused
+            rate = steady(results[label])
             self.add(Row(f"{cycles} cycles acquire/true/release", f"sandbox SDK ({label})",
-                         "s", [results[label]],
-                         note=f"{results['fresh'] / results[label]:.1f}x faster than fresh; "
-                              f"{reused} reused"))
+                         "s", [sum(results[label])], extra=rate,
+                         note=f"{sum(results['fresh']) / sum(results[label]):.1f}x faster than "
+                              f"fresh; {reused} reused; after the first {settle}: "
+                              f"{rate['steady_per_100']:.1f} ± {rate['steady_se_per_100']:.1f} s "
+                              "per 100"))
         self.add(Row(f"{cycles} cycles acquire/true/release", "sandbox SDK (fresh Sandbox)",
-                     "s", [results["fresh"]]))
+                     "s", [sum(results["fresh"])], extra=steady(results["fresh"])))
 
     async def s_checkpoint(self) -> None:
         """Checkpoint a sandbox holding 100 MiB of new data, start one from it, fork 10."""
@@ -614,9 +673,15 @@ class Bench:
                 return f"{v:.3f}" if v < 1 else f"{v:,.2f}" if v < 10 else f"{v:,.0f}"
 
             ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+            if "paired_ratio" in r.extra:  # the median of per-round ratios, and its 95 % CI
+                lo, hi = r.extra["paired_ci95"]
+                ratio = f"{r.extra['paired_ratio']:.2f} ({lo:.2f}-{hi:.2f})*"
             med = fmt(r.value) + (" (mean)" if r.headline == "mean" else "")
             unit = r.unit + (" ↑" if r.higher_is_better else "")
             lines.append(f"| {r.scenario} | {r.impl} | {med} | {fmt(r.p95)} | {unit} | {ratio} |")
+        if any("paired_ratio" in r.extra for r in self.rows):
+            lines.append("\n*: the median of per-round ratios to raw aiodocker (runs made side "
+                         "by side), with its bootstrap 95 % interval")
         return "\n".join(lines)
 
 

@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
-from .._errors import SandboxError
+import contextlib
+from collections.abc import Callable, Iterator
 
-__all__ = ["EngineConflict", "EngineError", "EngineNotFound"]
+from .._errors import EngineUnavailable, SandboxError
+
+__all__ = ["EngineConflict", "EngineError", "EngineNotFound", "first_call"]
 
 
 class EngineError(SandboxError):
@@ -30,3 +33,19 @@ class EngineNotFound(EngineError):
 
 class EngineConflict(EngineError):
     """Raised when the engine answered 409: e.g. a name taken, or a container not running."""
+
+
+@contextlib.contextmanager
+def first_call(on_error: Callable[[], object] | None = None) -> Iterator[None]:
+    """Around a create's first engine call (the ping, with or without ``/info``): an engine
+    error there says the engine is unavailable, except a failed ``/info`` read, reported as
+    itself. ``on_error`` runs first if the call fails (a read going on beside it stops)."""
+    try:
+        yield
+    except BaseException as exc:
+        if on_error is not None:
+            on_error()
+        if isinstance(exc, EngineUnavailable) or not isinstance(exc, SandboxError) or \
+                exc.message.startswith("read engine info"):
+            raise
+        raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc

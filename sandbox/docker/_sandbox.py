@@ -18,7 +18,6 @@ from .._constants import DEFAULT_CLEANUP_TIMEOUT, GVISOR_CLEANUP_TIMEOUT, LABEL_
 from .._egress_stats import EgressStats
 from .._errors import (
     ConfigError,
-    EngineUnavailable,
     SandboxError,
     SandboxInitFailed,
 )
@@ -43,6 +42,7 @@ from . import _facts_cache
 from ._background import Background
 from ._checkpoint import PoolPrimitives
 from ._container import create_container, find_own_container, remove_container
+from ._engine_errors import first_call
 from ._exec import ExecProcess, Finalizer, open_exec
 from ._exec_gate import ExecGate
 from ._exec_kill import kill_marked
@@ -159,6 +159,10 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await self._create()
 
     async def _create(self) -> None:
+        """Check the config, then create by the path the facts kept for this engine allow:
+        none kept, read them first (`_create_cold`); confirmed by a read sent moments ago,
+        plan from them with no read (`_create_trusted`); kept but not confirmed lately, plan
+        from them while a read confirms them (`_create_confirming`)."""
         cfg = self._given_config = self._config
         if cfg.type not in ("docker", "vm"):
             raise SandboxInitFailed(f"unknown sandbox type {cfg.type!r}; available: 'docker', "
@@ -171,50 +175,64 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         if self._docker is None:
             self._docker = new_client()
         engine = self._engine = Engine(self._docker)
-        # Facts kept from an earlier create on our own client's engine are planned from at
-        # once while /info is read again; they must match before start (`_facts_cache`).
+        # Facts are kept only for our own client's engine (`_facts_cache`).
         address = engine_address() if self._owns_docker else ""
         cached = _facts_cache.kept(address) if address and not self._replanned else None
-        # Confirmed by a read sent moments ago, for a sandbox pinned to runc: no read now.
-        trusted = _facts_cache.trusted(address, cfg.runtime) \
-            if cached is not None and cfg.type == "docker" else None
-        fresh = _facts_cache.FreshFacts(engine, address) \
-            if cached is not None and trusted is None else None
-        early = self._early_inspect(engine, ref, address) if cached is not None else None
-        kept_api = _facts_cache.kept_api(address) if address else ""
+        if cached is None:
+            await self._create_cold(engine, ref, address)
+            return
+        trusted = _facts_cache.trusted(address, cfg.runtime) if cfg.type == "docker" else None
+        if trusted is not None:
+            await self._create_trusted(engine, ref, address, trusted)
+        else:
+            await self._create_confirming(engine, ref, address, cached)
+
+    async def _create_cold(self, engine: Engine, ref: ImageRef, address: str) -> None:
+        """No facts kept (or a create starting over): read them beside the ping, then plan."""
+        asked_at = time.monotonic()
+        with first_call():
+            info = await engine.ping_and_info()  # one round trip where there were three
+        self._keep_api(address)
+        self._facts = EngineFacts.from_info(info)
+        if address:
+            _facts_cache.keep(address, self._facts, asked_at)
+        await self._build(engine, ref, None)
+
+    async def _create_trusted(self, engine: Engine, ref: ImageRef, address: str,
+                              trusted: EngineFacts) -> None:
+        """Facts confirmed by a read sent under `_facts_cache.TRUSTED_FOR` ago, for a sandbox
+        pinned to runc: planned from with no read now, while the ping answers in the API
+        version kept with them; another version is another engine: read the facts first."""
+        kept_api = _facts_cache.kept_api(address)
+        early = self._early_inspect(engine, ref, address)
         try:
-            try:
-                if cached is None:
-                    asked_at = time.monotonic()
-                    info = await engine.ping_and_info()  # one round trip where there were three
-                else:
-                    version = await engine.ping(unversioned=early is not None)
-                    early = self._check_api(version, address, early)
-            except BaseException as exc:
-                if fresh is not None:
-                    fresh.cancel()
-                if isinstance(exc, EngineUnavailable) or not isinstance(exc, SandboxError) or \
-                        exc.message.startswith("read engine info"):
-                    raise
-                raise EngineUnavailable(exc.message, details=exc.details, cause=exc) from exc
-            if trusted is not None and self._docker.api_version != kept_api:
-                trusted = None  # another engine answers now (`_check_api` forgot the facts)
+            with first_call():
+                version = await engine.ping(unversioned=early is not None)
+                early = self._check_api(version, address, early)
+            self._keep_api(address)
+            if engine.docker.api_version != kept_api:  # `_check_api` forgot the facts
                 self._replanned = True
-            if address and self._docker.api_version != "auto":
-                _facts_cache.keep_api(address, self._docker.api_version)
-            if cached is None:
-                self._facts = EngineFacts.from_info(info)
-                if address:
-                    _facts_cache.keep(address, self._facts, asked_at)
-                await self._build(engine, ref, None)
+                await self._create()
                 return
-            if fresh is None:
-                if trusted is None:  # not trusted after all: read the facts first
-                    await self._create()
-                    return
-                self._facts, self._pin_runc = trusted, True
-                await self._build(engine, ref, None, early)
-                return
+            self._facts, self._pin_runc = trusted, True
+            await self._build(engine, ref, None, early)
+        finally:
+            if early is not None:
+                drop(early)
+
+    async def _create_confirming(self, engine: Engine, ref: ImageRef, address: str,
+                                 cached: EngineFacts) -> None:
+        """Facts kept from an earlier create: planned from at once while ``/info`` is read
+        again (`_facts_cache.FreshFacts`); they must equal the fresh ones before start, else
+        what was made from them (nothing ran in it) is removed and the create starts over
+        from what the engine says now."""
+        fresh = _facts_cache.FreshFacts(engine, address)
+        early = self._early_inspect(engine, ref, address)
+        try:
+            with first_call(on_error=fresh.cancel):
+                version = await engine.ping(unversioned=early is not None)
+                early = self._check_api(version, address, early)
+            self._keep_api(address)
             self._facts = cached
             try:
                 planned_from_current = await self._build(engine, ref, fresh, early)
@@ -224,16 +242,20 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                 planned_from_current = False  # failed from outdated facts
             finally:
                 fresh.cancel()
-            if planned_from_current:
-                _facts_cache.keep(address, cached, fresh.asked_at)  # confirmed: trusted a while
         finally:
             if early is not None:
                 drop(early)
-        if not planned_from_current:
-            # The engine changed since the facts were kept: nothing ran in what was made
-            # from them; remove it and plan again from what the engine says now.
-            _facts_cache.forget(address)
-            await self._start_over()
+        if planned_from_current:
+            _facts_cache.keep(address, cached, fresh.asked_at)  # confirmed: trusted a while
+            return
+        _facts_cache.forget(address)
+        await self._start_over()
+
+    def _keep_api(self, address: str) -> None:
+        """Keep the API version the ping settled for the engine at ``address``."""
+        api = self._engine_or_fail().docker.api_version
+        if address and api != "auto":
+            _facts_cache.keep_api(address, api)
 
     def _early_inspect(self, engine: Engine, ref: ImageRef,
                        address: str) -> asyncio.Task[dict[str, Any] | None] | None:
