@@ -124,9 +124,10 @@ class Bench:
     async def interleaved(
         self, scenario: str, reps: int, op: Callable[[Impl], Awaitable[Any]], *,
         unit: str = "ms", impls: list[Impl] | None = None, warmup: int = 1,
-        rate_mib: float | None = None,
+        rate_mib: float | None = None, paired: bool = False,
     ) -> None:
-        """Run ``op`` for every implementation, rotating who goes first each repetition."""
+        """Run ``op`` for every implementation, rotating who goes first each repetition;
+        ``paired`` rows also carry their per-round ratios to raw (`paired_ratios`)."""
         impls = impls or self.impls
         samples: dict[str, list[float]] = {i.name: [] for i in impls}
         for _ in range(warmup):
@@ -136,6 +137,9 @@ class Bench:
             for impl in impls[rep % len(impls):] + impls[: rep % len(impls)]:
                 seconds = await self.timed(lambda impl=impl: op(impl))
                 samples[impl.name].append(rate_mib / seconds if rate_mib else seconds * 1000)
+        if paired:
+            self._paired_rows(scenario, samples)
+            return
         for impl in impls:
             self.add(Row(scenario, impl.name, unit, samples[impl.name],
                          higher_is_better=rate_mib is not None))
@@ -285,8 +289,8 @@ class Bench:
     async def s_exec(self) -> None:
         [box] = await self.open_boxes(IMAGE_BUSYBOX, 1)
         try:
-            await self.interleaved("exec `true` round trip", self.reps(30, 10),
-                                   lambda impl: impl.exec_true(box), warmup=3)
+            await self.interleaved("exec `true` round trip", self.reps(60, 20),
+                                   lambda impl: impl.exec_true(box), warmup=3, paired=True)
         finally:
             await self.close_boxes([box])
 

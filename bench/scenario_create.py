@@ -103,11 +103,10 @@ async def copy_as_user(bench: Any) -> None:
 
 
 async def cleanup_after_command(bench: Any) -> None:
-    from run import Row
-
     sdk, raw = bench.impls[0], bench.impls[1]
     gone: dict[str, list[float]] = {sdk.name: [], raw.name: []}
-    for rep in range(bench.reps(10, 3) + 1):  # the first round warms caches
+    for rep in range(bench.reps(30, 10) + 1):  # the first round warms caches
+        took: dict[str, float] = {}
         for impl in ((sdk, raw) if rep % 2 == 0 else (raw, sdk)):
             handle = await impl.create(IMAGE_BUSYBOX)
             cid = handle.backend.container_id if impl is sdk else handle.id
@@ -121,9 +120,11 @@ async def cleanup_after_command(bench: Any) -> None:
             t0 = time.perf_counter()
             await impl.remove(handle)
             if counted:
-                gone[impl.name].append((time.perf_counter() - t0) * 1000)
-    for impl in (sdk, raw):
-        bench.add(Row("cleanup right after a command", impl.name, "ms", gone[impl.name]))
+                took[impl.name] = (time.perf_counter() - t0) * 1000
+        if len(took) == 2:  # both sides or neither: the per-round ratios stay paired
+            for name, ms in took.items():
+                gone[name].append(ms)
+    bench._paired_rows("cleanup right after a command", gone)
 
 
 async def batches(bench: Any) -> None:
