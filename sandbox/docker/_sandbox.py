@@ -54,13 +54,13 @@ from ._helpers import HelperRunner, Helpers
 from ._images import ensure_image, inspect_image
 from ._main_pid import MainPid
 from ._netless import applies as netless_applies
-from ._netless import disable_network, hosts_entry, write_hosts_by_exec
+from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_exec
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
-from ._workdir import Extra, give_workdir_before_start, mounts_key, settle_user
+from ._workdir import Extra, give_workdir_before_start, mounts_key, probe_kept, settle_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
@@ -348,9 +348,13 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         assert self._container_id is not None
-        # /etc/hosts rides in the working dir's hand-over where there is one, else an exec
-        # writes it after start (`_netless`).
+        # /etc/hosts rides in the working dir's hand-over where there is one; else one root
+        # exec writes it after start beside the user probe (or the wait for another create's:
+        # a fork's children), where there is one, and the archive PUT before start where not.
         hosts_due = not await self._give_workdir([hosts_entry()] if netless else []) and netless
+        if hosts_due and self._probe_kept():
+            await write_hosts(engine, self._container_id)
+            hosts_due = False
         if await self._facts_changed(fresh):
             return False
         self._life.advance(SandboxStatus.STARTING)
@@ -397,6 +401,12 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # Not in a live mount: dotfiles (git's config, caches) would land in the user's
             # checkout.
             self._env["HOME"] = "/tmp" if self._workspace.covers(self._cwd) else self._cwd
+
+    def _probe_kept(self) -> bool:
+        """Whether `_prepare_workdir` will make no exec (see `_workdir.probe_kept`)."""
+        return not self._user or probe_kept(
+            self._image_id, self._user, self._cwd, self._mounts_key,
+            covered=self._workspace.covers(self._cwd), given=self._workdir_given)
 
     async def _give_workdir(self, extra: list[Extra]) -> bool:
         """Before start, hand the working dir to a numeric non-root user (see `_workdir`);

@@ -299,6 +299,22 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
     return Handover(dealt=True)
 
 
+def _probe_key(image_id: str, user: str, cwd: str, mounts: str | None, *, covered: bool,
+               given: bool) -> tuple[str, str, str, str] | None:
+    """The key `settle_user` keeps its probe's answer under (None: it probes every time)."""
+    return (image_id, user, cwd, mounts) if mounts is not None and image_id and \
+        (covered or given) and numeric_non_root(user) is not None else None
+
+
+def probe_kept(image_id: str, user: str, cwd: str, mounts: str | None, *, covered: bool,
+               given: bool) -> bool:
+    """Whether `settle_user` (same arguments) will answer from an earlier create's probe,
+    making no exec after start: else one runs (or another create's, which this one waits
+    for), and other steps after start can run beside it."""
+    key = _probe_key(image_id, user, cwd, mounts, covered=covered, given=given)
+    return key is not None and _PROBED.get(key) is not None
+
+
 async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: str, cwd: str,
                       image: str, covered: bool, given: bool, root_ok: bool,
                       audit: Auditor, image_id: str = "", mounts: str | None = None) -> UserIds:
@@ -309,8 +325,7 @@ async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: s
     once per image id and those settings: its ids are the spec's, its HOME and names the
     image's, and the working dir is already there (``covered`` or ``given``).
     """
-    key = (image_id, user, cwd, mounts) if mounts is not None and image_id and \
-        (covered or given) and numeric_non_root(user) is not None else None
+    key = _probe_key(image_id, user, cwd, mounts, covered=covered, given=given)
 
     async def probe() -> UserIds:
         ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,
