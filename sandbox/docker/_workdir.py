@@ -268,8 +268,8 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
     `DirEntry.needs_owner` says so (missing, or empty and not already the user's), with the
     ``extra`` files (paths relative to /) in the same PUT. Say whether this step dealt with
     the working dir (not for a name, root, or "/": left to the steps after start) and
-    wrote the extra files (only in a hand-over: where none is needed, the caller writes them
-    another way, after start, rather than pay an archive call for them here).
+    wrote the extra files (only in a hand-over: where none is needed, the caller chooses how
+    to write them, `_netless`).
     """
     uid, _, gid = user.partition(":")
     if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
