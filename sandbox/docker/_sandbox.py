@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import posixpath
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import anyio
 import attrs
 
 from .._backend import ProcessSpec
@@ -36,7 +37,7 @@ from .._models import (
 from .._owner import owner_labels
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
-from .._tasks import drop
+from .._tasks import drop, single_errors
 from .._workspace import Workspace, live_mount_user
 from . import _facts_cache
 from ._background import Background
@@ -53,13 +54,13 @@ from ._helpers import HelperRunner, Helpers
 from ._images import ensure_image, inspect_image
 from ._main_pid import MainPid
 from ._netless import applies as netless_applies
-from ._netless import disable_network, hosts_entry, write_hosts
+from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_exec
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
-from ._workdir import Extra, give_workdir_before_start, mounts_key, settle_user
+from ._workdir import Extra, give_workdir_before_start, mounts_key, probe_kept, settle_user
 
 #: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
 KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
@@ -369,13 +370,13 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         assert self._container_id is not None
-        cid = self._container_id
-
-        async def hosts() -> None:
-            await write_hosts(engine, cid)
-
-        if not await self._give_workdir([hosts_entry()] if netless else [], hosts) and netless:
-            await hosts()
+        # /etc/hosts rides in the working dir's hand-over where there is one; else one root
+        # exec writes it after start beside the user probe (or the wait for another create's:
+        # a fork's children), where there is one, and the archive PUT before start where not.
+        hosts_due = not await self._give_workdir([hosts_entry()] if netless else []) and netless
+        if hosts_due and self._probe_kept():
+            await write_hosts(engine, self._container_id)
+            hosts_due = False
         if await self._facts_changed(fresh):
             return False
         self._life.advance(SandboxStatus.STARTING)
@@ -392,7 +393,12 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             engine, self._container_id, life=self._life, resources=cfg.resources,
             gvisor=self._gvisor, sampler=lambda: self._background.sampler,
             on_stop=self._background.on_container_stop, main_pid=main_pid)
-        await self._prepare_workdir()
+        if hosts_due:
+            async with single_errors(), anyio.create_task_group() as tg:
+                tg.start_soon(write_hosts_by_exec, self._helpers.run, engine, self._container_id)
+                tg.start_soon(self._prepare_workdir)
+        else:
+            await self._prepare_workdir()
         git_env = await self._workspace.populate(self._helpers.named("set up the repository"),
                                                  sandbox_user=self._user)
         self._env = {**git_env, **self._env}
@@ -418,18 +424,22 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # checkout.
             self._env["HOME"] = "/tmp" if self._workspace.covers(self._cwd) else self._cwd
 
-    async def _give_workdir(self, extra: list[Extra],
-                            write_extra: Callable[[], Awaitable[None]]) -> bool:
+    def _probe_kept(self) -> bool:
+        """Whether `_prepare_workdir` will make no exec (see `_workdir.probe_kept`)."""
+        return not self._user or probe_kept(
+            self._image_id, self._user, self._cwd, self._mounts_key,
+            covered=self._workspace.covers(self._cwd), given=self._workdir_given)
+
+    async def _give_workdir(self, extra: list[Extra]) -> bool:
         """Before start, hand the working dir to a numeric non-root user (see `_workdir`);
-        say whether the ``extra`` files were written (in its PUT, or by ``write_extra``
-        while another create looked at the image's working dir)."""
+        say whether the ``extra`` files were written (in its PUT)."""
         cwd = posixpath.normpath(self._cwd or "/")
         if self._config.security.read_only_root or self._workspace.covers(cwd):
             return False  # a read-only root's tmpfs gets its owner as options
         assert self._container_id is not None
         done = await give_workdir_before_start(
             self._engine_or_fail(), self._container_id, cwd, self._user, image_id=self._image_id,
-            mounts=self._mounts_key or "", extra=extra, write_extra=write_extra)
+            mounts=self._mounts_key or "", extra=extra)
         self._workdir_given = done.dealt
         return done.wrote_extra
 

@@ -23,10 +23,9 @@ import io
 import json
 import posixpath
 import tarfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-import anyio
 import attrs
 
 from .._audit import Auditor
@@ -39,7 +38,6 @@ from .._errors import (
 from .._ids import go_atoi, split_spec
 from .._models import CommandResult
 from .._single_flight import SingleFlight
-from .._tasks import single_errors
 from ._gateway import Engine, EngineNotFound
 
 
@@ -265,21 +263,13 @@ async def give_workdir_after_start(run: Runner, engine: Engine, container_id: st
 
 async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str, user: str, *,
                                     image_id: str, mounts: str = "",
-                                    extra: Sequence[Extra] = (),
-                                    write_extra: Callable[[], Awaitable[None]] | None = None,
-                                    ) -> Handover:
+                                    extra: Sequence[Extra] = ()) -> Handover:
     """Before start, make `cwd` owned by a numeric non-root `user` ("uid:gid") where
     `DirEntry.needs_owner` says so (missing, or empty and not already the user's), with the
     ``extra`` files (paths relative to /) in the same PUT. Say whether this step dealt with
     the working dir (not for a name, root, or "/": left to the steps after start) and
-    wrote the extra files.
-
-    ``write_extra`` writes the extra files by themselves: given, while another create looks
-    at the image's working dir (the children of a fork, a new image each time, all wait for
-    the first one's archive GET), they are written beside that wait instead of after it; a
-    hand-over the look then asks for is a PUT of the working dir alone. The create that
-    looks keeps one PUT after its look (the engine holds a container's lock for an archive
-    call, so a PUT beside its own GET would only queue behind it, or it behind the PUT).
+    wrote the extra files (only in a hand-over: where none is needed, the caller chooses how
+    to write them, `_netless`).
     """
     uid, _, gid = user.partition(":")
     if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
@@ -296,34 +286,33 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
             return DirEntry(exists=False)
         return read_dir_entry(head)
 
-    key = (image_id, cwd, mounts)
-    beside = write_extra is not None and bool(extra) and bool(image_id) and \
-        _WORKDIR_ENTRIES.get(key) is None and _WORKDIR_ENTRIES.in_flight(key)
-    found: list[DirEntry] = []
-
-    async def ask() -> None:
-        found.append(await _WORKDIR_ENTRIES.ask(key, look) if image_id else await look())
-
-    async def write() -> None:
-        assert write_extra is not None
-        await write_extra()
-
-    if beside:
-        async with single_errors(), anyio.create_task_group() as tg:
-            tg.start_soon(write)
-            tg.start_soon(ask)
-        extra = ()
-    else:
-        await ask()
-    if found[0].needs_owner(int(uid)):
+    found = await _WORKDIR_ENTRIES.ask((image_id, cwd, mounts), look) if image_id \
+        else await look()
+    if found.needs_owner(int(uid)):
         # Relative to /: the engine makes missing parents (root's, 0755) and gives the user
         # only the working dir itself.
         await engine.request(
             "give the working directory to the sandbox user", archive, "PUT",
             params={"path": "/"}, data=dir_tar(cwd.lstrip("/"), int(uid), int(gid), extra),
             headers={"Content-Type": "application/x-tar"})
-        return Handover(dealt=True, wrote_extra=beside or bool(extra))
-    return Handover(dealt=True, wrote_extra=beside)
+        return Handover(dealt=True, wrote_extra=bool(extra))
+    return Handover(dealt=True)
+
+
+def _probe_key(image_id: str, user: str, cwd: str, mounts: str | None, *, covered: bool,
+               given: bool) -> tuple[str, str, str, str] | None:
+    """The key `settle_user` keeps its probe's answer under (None: it probes every time)."""
+    return (image_id, user, cwd, mounts) if mounts is not None and image_id and \
+        (covered or given) and numeric_non_root(user) is not None else None
+
+
+def probe_kept(image_id: str, user: str, cwd: str, mounts: str | None, *, covered: bool,
+               given: bool) -> bool:
+    """Whether `settle_user` (same arguments) will answer from an earlier create's probe,
+    making no exec after start: else one runs (or another create's, which this one waits
+    for), and other steps after start can run beside it."""
+    key = _probe_key(image_id, user, cwd, mounts, covered=covered, given=given)
+    return key is not None and _PROBED.get(key) is not None
 
 
 async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: str, cwd: str,
@@ -336,8 +325,7 @@ async def settle_user(run: Runner, engine: Engine, container_id: str, *, user: s
     once per image id and those settings: its ids are the spec's, its HOME and names the
     image's, and the working dir is already there (``covered`` or ``given``).
     """
-    key = (image_id, user, cwd, mounts) if mounts is not None and image_id and \
-        (covered or given) and numeric_non_root(user) is not None else None
+    key = _probe_key(image_id, user, cwd, mounts, covered=covered, given=given)
 
     async def probe() -> UserIds:
         ids = await probe_user(run, user, cwd, image=image, make_dir=not covered,

@@ -176,57 +176,139 @@ async def test_hosts_ride_in_the_working_dirs_put_where_there_is_one(
     assert hosts.encode().startswith(HOSTS) and "0:0 644" in hosts.splitlines()
 
 
+class Execs:
+    """The execs the SDK asks the engine for: (user, argv)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: list[tuple[str, list[str]]] = []
+        original = _gateway.Engine.create_exec
+
+        async def spy(engine: Any, action: str, container_id: str, body: Any) -> str:
+            self.made.append((str(body.get("User") or ""), [str(a) for a in body["Cmd"]]))
+            return await original(engine, action, container_id, body)
+
+        monkeypatch.setattr(_gateway.Engine, "create_exec", spy)
+
+    def hosts_writes(self) -> int:
+        return sum(1 for user, argv in self.made if user == "0:0" and HOSTS.decode() in argv)
+
+
+def never_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process has looked at no image's working dir and probed no user yet."""
+    monkeypatch.setattr(_workdir, "_WORKDIR_ENTRIES", SingleFlight(8))
+    monkeypatch.setattr(_workdir, "_PROBED", SingleFlight(8))
+
+
+SHOW_HOSTS = "cat /etc/hosts; stat -c '%u:%g %a %F' /etc/hosts /workspace"
+
+
+def assert_hosts(text: str, user: str = "") -> None:
+    lines = text.splitlines()
+    assert text.encode().startswith(HOSTS) and lines[-2] == "0:0 644 regular file", text
+    assert lines[-1].startswith(f"{user or 1000}:"), text
+
+
 @pytest.mark.parametrize("user", ["", "2000"], ids=["default", "uid-2000"])
-async def test_hosts_are_written_while_another_create_looks_at_the_working_dir(
+async def test_creates_of_a_new_image_write_hosts_without_an_archive_put_of_their_own(
         user: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Creates of an image nobody looked at yet (the children of a fork: a new image each
-    # time) wait for one archive GET of its working dir; the others write /etc/hosts beside
-    # that wait, not after it. The one that looks writes it after its look, in its hand-over
-    # where there is one (uid 2000: the image's empty /workspace is 1000's); the others then
-    # hand the working dir over alone. Each ends with the same files.
+    # time) wait for one archive GET of its working dir and run (or wait for) one user
+    # probe after start. None pays an archive PUT for /etc/hosts: it rides in the working
+    # dir's hand-over where there is one (uid 2000: the image's /workspace is 1000's), else
+    # one root exec writes it after start, beside the probe.
     security = SecurityPolicy(run_as_user=user, run_as_group=user) if user else SecurityPolicy()
     config = SandboxConfig(image=IMAGE_BUSYBOX, security=security)
-    monkeypatch.setattr(_workdir, "_WORKDIR_ENTRIES", SingleFlight(8))  # never looked at
-    events: list[tuple[str, str, str]] = []  # (start or end, action, container id)
-    original = _gateway.Engine.request
-    look = "look at the working directory"
-
-    async def spy(engine: Any, action: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        who = path.split("/")[1] if path.startswith("containers/") else ""
-        events.append(("start", action, who))
-        try:
-            if action == look:
-                await anyio.sleep(1.5)  # the others reach their wait meanwhile
-            return await original(engine, action, path, *args, **kwargs)
-        finally:
-            events.append(("end", action, who))
-
-    monkeypatch.setattr(_gateway.Engine, "request", spy)
+    never_seen(monkeypatch)
+    calls, execs = Calls(monkeypatch), Execs(monkeypatch)
     shown: list[str] = []
 
     async def one() -> None:
         async with Sandbox(config) as sb:
-            shown.append(await sh(sb, "cat /etc/hosts; stat -c '%u:%g %a' /etc/hosts /workspace"))
+            shown.append(await sh(sb, SHOW_HOSTS))
 
     async with anyio.create_task_group() as tg:
         for _ in range(3):
             tg.start_soon(one)
-    looks = [who for e, a, who in events if e == "start" and a == look]
-    assert len(looks) == 1, events
-    looked_end = events.index(("end", look, looks[0]))
-    others = {who for e, a, who in events if e == "start" and a == HOSTS_PUT} - {looks[0]}
-    assert len(others) == 2, events
-    for who in others:
-        assert events.index(("start", HOSTS_PUT, who)) < looked_end, events
-    for who in {looks[0], *others}:
-        puts = [a for e, a, w in events if e == "start" and w == who and a in (HAND_OVER,
-                                                                              HOSTS_PUT)]
-        expected = [HAND_OVER] if who == looks[0] else [HOSTS_PUT, HAND_OVER]
-        assert puts == (expected if user else [HOSTS_PUT]), (who, events)
+    assert calls.actions.count("look at the working directory") == 1, calls.actions
+    assert HOSTS_PUT not in calls.actions, calls.actions
+    assert calls.actions.count(HAND_OVER) == (3 if user else 0), calls.actions
+    assert execs.hosts_writes() == (0 if user else 3), execs.made
+    assert len(shown) == 3
     for text in shown:
-        lines = text.splitlines()
-        assert text.encode().startswith(HOSTS) and lines[-2] == "0:0 644", text
-        assert lines[-1].startswith(f"{user or 1000}:"), text
+        assert_hosts(text, user)
+
+
+async def test_hosts_are_right_before_the_first_command_however_slow_the_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The exec that writes /etc/hosts is part of the create: a slow one delays the create,
+    # never the file (a write left running beside the caller's first command fails here).
+    from sandbox.docker import _netless
+
+    never_seen(monkeypatch)
+    monkeypatch.setattr(_netless, "_WRITE_SH", "sleep 1.5\n" + _netless._WRITE_SH)
+    execs = Execs(monkeypatch)
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
+        assert_hosts(await sh(sb, SHOW_HOSTS))
+    assert execs.hosts_writes() == 1, execs.made
+
+
+@pytest.fixture
+def image_refusing_the_write(tmp_path: Path) -> Iterator[str]:
+    """An image whose shell fails the SDK's hosts script (and runs everything else)."""
+    wrapper = ('#!/bin/busybox ash\\n'
+               'case "$*" in *sandbox-hosts*) exit 1;; esac\\n'
+               'exec /bin/busybox ash "$@"\\n')
+    yield from derived_image(
+        tmp_path, f"sandbox-test-netless:{uuid.uuid4().hex[:8]}",
+        f"RUN rm /bin/sh && printf '{wrapper}' > /bin/sh && chmod 755 /bin/sh\n",
+        base=IMAGE_BUSYBOX)
+
+
+async def test_the_archive_put_writes_hosts_where_the_exec_cannot(
+        image_refusing_the_write: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    never_seen(monkeypatch)
+    calls, execs = Calls(monkeypatch), Execs(monkeypatch)
+    async with Sandbox(SandboxConfig(image=image_refusing_the_write)) as sb:
+        assert_hosts(await sh(sb, SHOW_HOSTS))
+    assert execs.hosts_writes() == 1 and calls.actions.count(HOSTS_PUT) == 1, calls.actions
+
+
+#: A shell that, run as root by an exec (its parent outside the container: pid 0), first
+#: points /etc/hosts at a file of the image's own; then runs the real shell.
+HOSTILE_SH = """#!/bin/busybox ash
+if [ "$PPID" = 0 ] && [ "$(/bin/busybox id -u)" = 0 ]; then
+  /bin/busybox ln -sfn /etc/target /etc/hosts
+fi
+exec /bin/busybox ash "$@"
+"""
+
+
+async def test_a_checkpoint_whose_shell_plants_a_symlink_at_hosts_gets_no_write_through_it(
+        prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The attacker: code that ran as root (opted in) in a sandbox replaced /bin/sh and left
+    # /etc/hosts a symlink; a sandbox of another user is made from its checkpoint. The
+    # engine's init layer hides the committed symlink; the replaced shell, run as root by
+    # the SDK's hosts write, plants a new one. The write renames a new file over it (as the
+    # archive PUT replaces an entry) instead of writing through it: /etc/hosts is a regular
+    # file with the hosts and the file the symlink named is untouched. (A write through the
+    # symlink, `printf > /etc/hosts`, fails both.) The shell itself has the container's
+    # root's privileges and no more: no capabilities, as its main process has.
+    root = SecurityPolicy(run_as_user="root")
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, security=root)) as source:
+        await source.write_file("/tmp/hostile-sh", HOSTILE_SH, mode=0o755)
+        done = await source.execute_command(
+            "printf 'keep\\n' > /etc/target && ln -sfn /etc/target /etc/hosts && "
+            "rm /bin/sh && cp /tmp/hostile-sh /bin/sh")
+        assert done.success, done
+        point = await source.checkpoint(f"{prefix}-hostile-sh")
+    user = SecurityPolicy(run_as_user="1000", run_as_group="1000")
+    never_seen(monkeypatch)
+    execs = Execs(monkeypatch)
+    async with Sandbox(attrs.evolve(point.config, security=user)) as sb:
+        assert_hosts(await sh(sb, SHOW_HOSTS))
+        assert await sh(sb, "cat /etc/target; [ -L /etc/hosts ] || echo regular") == \
+            "keep\nregular\n"
+    assert execs.hosts_writes() == 1, execs.made
 
 
 async def test_a_checkpoint_of_a_bare_namespace_sandbox_starts_with_a_network(
