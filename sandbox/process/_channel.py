@@ -1,8 +1,8 @@
 """A socket to a zygote or to the fork server, and the replies that come back on it.
 
 Each request gets an id; the replies for it (``pid`` with a pidfd, ``exec``, ``status``, or
-``error``; the first three may come in one message) resolve the futures of its `Pending`, read on the event loop that made the
-channel (see `_forkserver` for who sends what).
+``error``; the first three may come in one message) resolve the futures of its `Pending`,
+read on the event loop that made the channel (see `_forkserver` for who sends what).
 """
 
 from __future__ import annotations
