@@ -1,8 +1,8 @@
 """A socket to a zygote or to the fork server, and the replies that come back on it.
 
 Each request gets an id; the replies for it (``pid`` with a pidfd, ``exec``, ``status``, or
-``error``) resolve the futures of its `Pending`, read on the event loop that made the
-channel (see `_forkserver` for who sends what).
+``error``; the first three may come in one message) resolve the futures of its `Pending`,
+read on the event loop that made the channel (see `_forkserver` for who sends what).
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class Pending:
             _settle(self.pidfd, (int(message["pid"]), fds[0]), fds[1:], owned=fds[0])
             if "exec" in message:  # posix_spawn's: started too, in the same message
                 _settle(self.started, (int(message["exec"]), ""), [])
+            if "status" in message:  # and ended already: the zygote saw it at once
+                _settle(self.status, int(message["status"]), [])
         elif "exec" in message:
             failed = (int(message["exec"]), str(message.get("step", "")))
             if message.get("final") and not self.pidfd.done():  # it never ran

@@ -33,10 +33,13 @@ class OutputPipes:
     here on: each is closed at its end of file (or EIO, a terminal whose other side is gone),
     at an error, or by `close`."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fds: dict[StreamName, int]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, fds: dict[StreamName, int], *,
+                 watch: bool = True) -> None:
+        """With ``watch=False`` the pipes are not read until `watch` or `take_ended`."""
         self._loop = loop
         self._fds = dict(fds)  # still open
-        self._paused: set[StreamName] = set()
+        # Not read (yet): `_paused`, with its reader callback removed or never added.
+        self._paused: set[StreamName] = set() if watch else set(fds)
         self._queued: dict[StreamName, int] = dict.fromkeys(fds, 0)
         self._chunks: deque[tuple[StreamName, bytes]] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -44,19 +47,40 @@ class OutputPipes:
         try:
             for name, fd in fds.items():
                 os.set_blocking(fd, False)
-                loop.add_reader(fd, self._readable, name)
+                if watch:
+                    loop.add_reader(fd, self._readable, name)
         except BaseException:
             self.close()
             raise
 
+    def watch(self) -> None:
+        """Start reading the pipes as they become readable (after ``watch=False``)."""
+        for name in [n for n in self._paused if self._queued[n] < LIMIT]:
+            self._paused.discard(name)
+            self._loop.add_reader(self._fds[name], self._readable, name)
+
+    def take_ended(self) -> None:
+        """The command has ended (after ``watch=False``): take what its pipes hold now
+        without the event loop; a pipe found at its end is closed with no reader ever
+        added (two ``epoll_ctl`` and a loop callback less each), and only one still held
+        open (by something left in the background) or over `LIMIT` is watched."""
+        for name in list(self._fds):
+            while name in self._fds and self._queued[name] < LIMIT:
+                if not self._read(name):
+                    break
+        self.watch()
+
     def _readable(self, name: StreamName) -> None:
-        fd = self._fds.get(name)
-        if fd is None:
-            return
+        if name in self._fds:
+            self._read(name)
+
+    def _read(self, name: StreamName) -> bool:
+        """One read of the pipe ``name``: False when it had nothing (it would block)."""
+        fd = self._fds[name]
         try:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
-            return
+            return False
         except OSError as exc:
             if exc.errno != errno.EIO:  # EIO: a terminal whose other side is gone
                 self._error = self._error or exc
@@ -64,14 +88,15 @@ class OutputPipes:
         if data:
             self._chunks.append((name, data))
             self._queued[name] += len(data)
-            if self._queued[name] >= LIMIT:
+            if self._queued[name] >= LIMIT and name not in self._paused:
                 self._paused.add(name)
                 self._loop.remove_reader(fd)
         else:
             self._close_one(name)
             if self._fds and self._error is None:
-                return  # the other pipe is still open: `read` would only wait again
+                return True  # the other pipe is still open: `read` would only wait again
         self._wake()
+        return True
 
     def _wake(self) -> None:
         waiter = self._waiter

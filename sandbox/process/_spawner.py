@@ -278,11 +278,10 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         close_fds(list(set(theirs)))
     output: OutputPipes | None = None
     try:
-        # The output's readers are set up while the zygote spawns: they need no pid.
         pipes: dict[StreamName, int] = (
             {"stdout": ours.pop(0)} if tty else {"stdout": ours.pop(-2), "stderr": ours.pop(-1)})
         terminal = pipes["stdout"] if tty else -1
-        output = OutputPipes(loop, pipes)  # closes them if it fails
+        output = OutputPipes(loop, pipes, watch=False)  # closes them if it fails
         pid, pidfd = await pending.settled(pending.pidfd)
     except BaseException:
         close_fds(ours)
@@ -291,6 +290,13 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         _kill_late(pending)
         raise
     try:
+        # Output waits in its pipes until now. A short command has often ended already
+        # (its end came with its pid): what it wrote is taken at once, and pipes at their
+        # end are never added to the event loop; else they are watched from here on.
+        if pending.status.done():
+            output.take_ended()
+        else:
+            output.watch()
         failed, step = await pending.settled(pending.started)
         if step == "exec":
             raise OSError(failed, os.strerror(failed))

@@ -299,6 +299,62 @@ async def test_concurrent_commands_keep_their_own_output_and_exit_codes() -> Non
             assert (r.stdout, r.stderr, r.exit_code) == (f"out{i}\n", f"err{i}\n", i)
 
 
+_ONE_CPU = """
+import asyncio, json, os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # its fork server and commands too
+from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig
+from sandbox.process import _channel
+
+combined = 0
+deliver = _channel.Pending._deliver
+
+def counting(self, message, fds):
+    global combined
+    combined += "pid" in message and "status" in message
+    deliver(self, message, fds)
+
+_channel.Pending._deliver = counting
+
+async def main():
+    async with Sandbox(SandboxConfig(type="process", image=IMAGE_BUSYBOX)) as sb:
+        await sb.execute_command(["true"])
+        fds = len(os.listdir("/proc/self/fd"))
+        got = []
+        for i in range(60):
+            r = await sb.execute_command(["sh", "-c", f"echo out{i}; echo err{i} >&2; exit {i}"])
+            got.append([r.stdout, r.stderr, r.exit_code, r.signal])
+        r = await sb.execute_command(["sh", "-c", "kill -9 $$"])
+        got.append([r.stdout, r.stderr, r.exit_code, r.signal])
+        for _ in range(5):  # a pipe's worth, ended before it is read
+            r = await sb.execute_command(["sh", "-c", "yes xxxxxxx | head -c 65536"])
+            got.append([len(r.stdout), r.stdout.replace("xxxxxxx\\n", ""), r.exit_code])
+        # A background job holds stdout past the end: read until it lets go.
+        r = await sb.execute_command(["sh", "-c", "echo a; (sleep 0.3; echo b) &"])
+        got.append([r.stdout, r.exit_code])
+        print(json.dumps({"got": got, "combined": combined,
+                          "leaked": len(os.listdir("/proc/self/fd")) - fds}))
+
+asyncio.run(main())
+"""
+
+
+async def test_a_command_ended_before_its_spawn_reply_reports_its_end_in_it() -> None:
+    """On one CPU a short command mostly runs to its end before the zygote's posix_spawn
+    returns; the zygote then says pid, start and end in one message, and the SDK takes its
+    output from the pipes without the event loop. Every such command still gets its own
+    output (a full pipe's worth, or what a background job writes after the end), exit code
+    or signal, and no descriptor is left behind."""
+    with anyio.fail_after(120):
+        done = await anyio.run_process([sys.executable, "-c", _ONE_CPU],
+                                       env={**os.environ, "PYTHONPATH": REPO})
+    report = json.loads(done.stdout.decode().splitlines()[-1])
+    expected = [[f"out{i}\n", f"err{i}\n", i, ""] for i in range(60)]
+    assert report["got"] == [*expected, ["", "", 137, "SIGKILL"], *[[65536, "", 0]] * 5,
+                             ["a\nb\n", 0]]
+    assert report["combined"] > 0  # the one-message path was taken (and checked above)
+    assert report["leaked"] == 0
+
+
 async def test_a_killed_fork_server_ends_its_sandboxes_and_is_replaced() -> None:
     from sandbox.process import _server
     async with Sandbox(config()) as first:

@@ -99,3 +99,77 @@ async def test_one_pipe_ending_leaves_the_reader_asleep_until_the_other_does() -
     assert pipes._waiter is waiting and not waiting.done()  # the same wait, not woken
     os.close(err_w)
     assert await reading is None
+
+
+def _counting_add_reader(loop: asyncio.AbstractEventLoop) -> list[int]:
+    added: list[int] = []
+    add = loop.add_reader
+
+    def counting(fd: int, callback: object, *args: object) -> None:
+        added.append(fd)
+        add(fd, callback, *args)  # type: ignore[arg-type]
+    loop.add_reader = counting  # type: ignore[method-assign]
+    return added
+
+
+@pytest.mark.asyncio
+async def test_an_ended_commands_pipes_are_taken_without_the_loop() -> None:
+    """`take_ended`: pipes at their end are read and closed with no reader ever added;
+    one still held open (a background job) is watched, and what comes later arrives."""
+    loop = asyncio.get_running_loop()
+    added = _counting_add_reader(loop)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pipes = OutputPipes(loop, {"stdout": out_r, "stderr": err_r}, watch=False)
+    os.write(out_w, b"one")
+    os.write(err_w, b"two")
+    os.close(out_w)
+    os.close(err_w)
+    pipes.take_ended()
+    assert added == []
+    assert await _drain(pipes) == [("stdout", b"one"), ("stderr", b"two")]
+    with pytest.raises(OSError):  # closed at their end
+        os.fstat(out_r)
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pipes = OutputPipes(loop, {"stdout": out_r, "stderr": err_r}, watch=False)
+    os.write(out_w, b"early")
+    os.close(err_w)
+    pipes.take_ended()
+    assert added == [out_r]  # only the one still open
+    assert await pipes.read() == ("stdout", b"early")
+    os.write(out_w, b"late")
+    os.close(out_w)
+    assert await _drain(pipes) == [("stdout", b"late")]
+
+
+@pytest.mark.asyncio
+async def test_taking_an_ended_commands_pipes_is_bounded_too() -> None:
+    """More than LIMIT left in a (widened) pipe: `take_ended` stops at LIMIT + one read,
+    the rest is read as the consumer takes; every byte arrives once."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    size = fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4 * LIMIT)
+    data = b"z" * min(size, 3 * LIMIT)
+    assert os.write(write_end, data) == len(data)
+    os.close(write_end)
+    pipes = OutputPipes(asyncio.get_running_loop(), {"stdout": read_end}, watch=False)
+    pipes.take_ended()
+    queued = sum(len(chunk) for _, chunk in pipes._chunks)
+    assert LIMIT <= queued < LIMIT + CHUNK
+    got = await _drain(pipes)
+    assert b"".join(chunk for _, chunk in got) == data
+
+
+@pytest.mark.asyncio
+async def test_unwatched_pipes_are_read_once_watched() -> None:
+    out_r, out_w = os.pipe()
+    pipes = OutputPipes(asyncio.get_running_loop(), {"stdout": out_r}, watch=False)
+    os.write(out_w, b"x")
+    await asyncio.sleep(0.01)
+    assert not pipes._chunks  # not watched: nothing read
+    pipes.watch()
+    os.close(out_w)
+    assert await _drain(pipes) == [("stdout", b"x")]
