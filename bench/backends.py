@@ -1,8 +1,7 @@
 """Benchmark the SDK's backends side by side: process (bubblewrap) against Docker.
 
-Both run in the same process and the same run, interleaved repetition by repetition (each
-repetition starting with the next kind), so drift on the shared host hits them alike.
-Measured for each backend:
+Both run in the same process and the same run, interleaved repetition by repetition, so drift
+on the shared host hits them alike. Measured for each backend:
 
 * create-to-first-command: ``Sandbox(...)`` entered and one ``true`` run (cleanup not counted);
 * command round trip: ``execute_command(["true"])`` in a running sandbox;
@@ -40,15 +39,6 @@ def config(kind: str) -> SandboxConfig:
     return SandboxConfig(type=kind, image=IMAGE_BUSYBOX)
 
 
-def rotated(rep: int) -> tuple[str, ...]:
-    """`KINDS` starting at a different one each repetition: the one measured right after a
-    Docker exec pays for the daemons' work after it (their CPU, and our caches and idle
-    vCPUs gone cold: 0.6-0.9 ms more per process command here), so each kind takes that
-    place as often as the others instead of the first one always."""
-    start = rep % len(KINDS)
-    return KINDS[start:] + KINDS[:start]
-
-
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -76,8 +66,8 @@ async def main() -> None:
 
     for kind in KINDS:  # warm-up: the image export (process) and the page cache
         await first_command(kind)
-    for rep in range(reps):
-        for kind in rotated(rep):
+    for _ in range(reps):
+        for kind in KINDS:
             create, remove = await first_command(kind)
             rows[kind].setdefault("create-to-first-command", []).append(create)
             rows[kind].setdefault("remove", []).append(remove)
@@ -85,9 +75,8 @@ async def main() -> None:
     for box in boxes.values():
         await box.initialize()
     try:
-        for rep in range(rt_reps):
-            for kind in rotated(rep):
-                box = boxes[kind]
+        for _ in range(rt_reps):
+            for kind, box in boxes.items():
                 t0 = time.perf_counter()
                 await box.execute_command(["true"])
                 rows[kind].setdefault("command round trip", []).append(time.perf_counter() - t0)
