@@ -258,3 +258,73 @@ def test_command_usage_out_of_range_counters_are_checked(bad: dict[str, int]) ->
 def test_derived_usage_refuses_unknown_fields() -> None:
     with pytest.raises(TypeError, match="cpu_percent"):
         derived_usage(ResourceUsage(), {"cpu_percent": 1.0})
+
+
+def v2_tree(tmp: Path, *, peak: bool, limit: str | None) -> tuple[Path, Path, Path]:
+    proc, root = tmp / "proc", tmp / "cgroup"
+    write(proc / "7" / "cgroup", f"0::/system.slice/docker-{CID}.scope\n")
+    write(root / "cgroup.controllers", "cpu io memory pids\n")
+    d = root / "system.slice" / f"docker-{CID}.scope"
+    write(d / "cpu.stat", "usage_usec 2500\nuser_usec 2000\n")
+    write(d / "memory.current", "8000\n")
+    write(d / "memory.stat", "anon 5000\ninactive_file 1000\n")
+    write(d / "io.stat", "254:0 rbytes=10 wbytes=20 rios=1 wios=2\n8:0 rbytes=1 wbytes=2\n")
+    if peak:
+        write(d / "memory.peak", "12000\n")
+    if limit is not None:
+        write(d / "memory.max", limit)
+    return proc, root, d
+
+
+@pytest.mark.parametrize(("peak", "limit", "expected_limit"), [
+    (True, "65536\n", 65536), (False, "max\n", 0), (True, None, 0)])
+def test_kept_v2_files_read_in_one_pass_as_by_path(tmp_path: Path, peak: bool,
+                                                   limit: str | None,
+                                                   expected_limit: int) -> None:
+    proc, root, _ = v2_tree(tmp_path, peak=peak, limit=limit)
+    by_path = HostCgroup.find(7, CID, proc=proc, root=root)
+    kept = HostCgroup.find(7, CID, proc=proc, root=root)
+    assert by_path is not None and kept is not None and kept.keep_open()
+    try:
+        expected = Counters(cpu_ns=2_500_000, memory=7000, read_bytes=11, write_bytes=22,
+                            high_water=12000 if peak else 0, limit=expected_limit)
+        assert kept.read() == by_path.read() == expected
+        assert kept.read(limit=False) == by_path.read(limit=False) == attrs.evolve(
+            expected, limit=0)
+    finally:
+        kept.close()
+
+
+def test_kept_v1_files_read_in_one_pass_as_by_path(tmp_path: Path) -> None:
+    proc, root = v1_tree(tmp_path)
+    write(root / "memory" / "docker" / CID / "memory.limit_in_bytes", "9223372036854771712\n")
+    by_path = HostCgroup.find(42, CID, proc=proc, root=root)
+    kept = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert by_path is not None and kept is not None and kept.keep_open()
+    try:
+        expected = Counters(cpu_ns=1_500_000_000, memory=7000, read_bytes=100,
+                            write_bytes=205, high_water=90000)  # the v1 "no limit" value
+        assert kept.read() == by_path.read() == expected
+        limit = root / "memory" / "docker" / CID / "memory.limit_in_bytes"
+        with limit.open("r+") as f:  # changed in place: the kept file reads it afresh
+            f.write("4096\n" + " " * 30)
+        assert kept.read() == attrs.evolve(expected, limit=4096)
+    finally:
+        kept.close()
+
+
+def test_a_kept_file_longer_than_its_one_read_is_read_to_its_end(tmp_path: Path) -> None:
+    """A memory.stat past the one-pass read's 8 KiB (a kernel with many more counters):
+    the line after the first read's end still counts."""
+    proc, root = v1_tree(tmp_path)
+    padding = "".join(f"counter_{i} {i}\n" for i in range(900))
+    assert len(padding) > 8192
+    write(root / "memory" / "docker" / CID / "memory.stat",
+          padding + "total_inactive_file 3000\n")
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None and cg.keep_open()
+    try:
+        counters = cg.read()
+        assert counters is not None and counters.memory == 7000
+    finally:
+        cg.close()

@@ -134,3 +134,49 @@ async def test_cancelling_the_caller_kills_the_command(monkeypatch: pytest.Monke
         async with proc.lifetime(None):
             await proc.wait()
     assert kills == ["e1"]
+
+
+async def test_a_callbacks_own_timeout_error_passes_through_an_inline_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_exec, "kill_command", _no_kill)
+
+    def callback(data: bytes) -> None:
+        raise TimeoutError("the callback's own")
+
+    proc = ExecProcess(engine=FakeEngine(), container_id="c" * 64, exec_id="e1",  # type: ignore[arg-type]
+                       stream=FakeStream([(1, b"x")]), marker="m", user="1000:1000",  # type: ignore[arg-type]
+                       argv=["cmd"], max_output_bytes=1 << 20, timeout=None, idle_timeout=None,
+                       on_stdout=callback, on_stderr=None, iterate=False)
+    with anyio.fail_after(10), pytest.raises(TimeoutError, match="the callback's own"):
+        async with proc.lifetime(None):
+            assert proc._inline
+            await proc.wait()
+
+
+async def test_a_cancel_from_outside_passes_an_inline_read_whose_cut_also_came(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cut and another cancel at once: the other cancel wins, as with asyncio.timeout
+    (the read is not turned into the cut's SandboxNotRunning)."""
+    import asyncio
+
+    monkeypatch.setattr(_exec, "STOPPED_GRACE", 0.0)
+    monkeypatch.setattr(_exec, "kill_command", _no_kill)
+    stream = FakeStream([], hang=True)
+    proc = make(stream)
+    task = asyncio.current_task()
+    assert task is not None
+
+    async def both_soon() -> None:
+        await anyio.sleep(0.05)
+        proc.container_stopped(SandboxNotRunning("stopped"))  # the cut, due now
+        task.cancel()  # and an outside cancel, before the cut's callback runs
+
+    with pytest.raises(asyncio.CancelledError):
+        async with proc.lifetime(None):
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(both_soon()))
+            await proc.wait()
+    assert task.uncancel() == 0  # one cancel counted, and it was taken back here
+
+
+async def _no_kill(*args: Any) -> bool:
+    return True
