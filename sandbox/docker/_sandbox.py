@@ -374,7 +374,9 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         # exec writes it after start beside the user probe (or the wait for another create's:
         # a fork's children), where there is one, and the archive PUT before start where not.
         hosts_due = not await self._give_workdir([hosts_entry()] if netless else []) and netless
-        if hosts_due and self._probe_kept():
+        if hosts_due and (not self._user or probe_kept(  # `_prepare_workdir` makes no exec
+                self._image_id, self._user, self._cwd, self._mounts_key,
+                covered=self._workspace.covers(self._cwd), given=self._workdir_given)):
             await write_hosts(engine, self._container_id)
             hosts_due = False
         if await self._facts_changed(fresh):
@@ -423,12 +425,6 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # Not in a live mount: dotfiles (git's config, caches) would land in the user's
             # checkout.
             self._env["HOME"] = "/tmp" if self._workspace.covers(self._cwd) else self._cwd
-
-    def _probe_kept(self) -> bool:
-        """Whether `_prepare_workdir` will make no exec (see `_workdir.probe_kept`)."""
-        return not self._user or probe_kept(
-            self._image_id, self._user, self._cwd, self._mounts_key,
-            covered=self._workspace.covers(self._cwd), given=self._workdir_given)
 
     async def _give_workdir(self, extra: list[Extra]) -> bool:
         """Before start, hand the working dir to a numeric non-root user (see `_workdir`);
