@@ -19,17 +19,20 @@ from a directory and a file that this user owns and no one else can write.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["any_recorded", "forget", "places_dir", "recorded", "remember", "trusted_file"]
+__all__ = ["any_recorded", "forget", "hold", "places_dir", "recorded", "release", "remember",
+           "retire", "trusted_file"]
 
 log = logging.getLogger("sandbox.gc")
 
@@ -86,6 +89,103 @@ def remember(backend: str, place: Mapping[str, Any]) -> None:
     os.replace(temp, path)
 
 
+#: Record path -> (the open record this process holds a shared lock on, how many of its
+#: sandboxes are in that place). Guarded by `_HOLDS_LOCK` (sandboxes of several threads).
+_HOLDS: dict[str, tuple[int, int]] = {}
+_HOLDS_LOCK = threading.Lock()
+
+
+def _lock_record(path: Path, backend: str, place: Mapping[str, Any]) -> int:
+    """The record at ``path`` (written if missing), open and share-locked: the same file as
+    the path names once locked (a `retire` between the open and the lock unlinked the one
+    opened: then again, with a new record)."""
+    for _ in range(100):
+        remember(backend, place)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # retired just now
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a `retire` unlinks it
+            now, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(f"the record {path} kept being replaced")
+
+
+def hold(backend: str, place: Mapping[str, Any]) -> str:
+    """Record ``place`` (see `remember`) and keep its record until `release`: a sandbox of
+    this process is about to put resources there. Returns the token to release it with.
+    The first hold of a place in this process costs an open and a lock, the next ones none."""
+    path = places_dir() / _record_name(backend, place)
+    token = str(path)
+    with _HOLDS_LOCK:
+        if token in _HOLDS:
+            fd, count = _HOLDS[token]
+            _HOLDS[token] = (fd, count + 1)
+            return token
+        fd = _lock_record(path, backend, place)
+        _HOLDS[token] = (fd, 1)
+    return token
+
+
+def release(token: str) -> None:
+    """One sandbox of this process left the place `hold` returned ``token`` for; after the
+    last one the record may be retired. Idempotent per hold only: call it once per hold."""
+    with _HOLDS_LOCK:
+        if token not in _HOLDS:
+            return
+        fd, count = _HOLDS.pop(token)
+        if count > 1:
+            _HOLDS[token] = (fd, count - 1)
+            return
+    os.close(fd)  # lets go of the lock
+
+
+def _drop(path: Path) -> bool:
+    """Unlink the record at ``path`` unless a process holds it (`hold`): under an exclusive
+    lock got without waiting, on the file the path still names. Whether it was dropped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        now, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+            return False  # replaced meanwhile: a new owner's record
+        path.unlink()
+        return True
+    except OSError:  # BlockingIOError: a sandbox of this host is there, or about to be
+        return False
+    finally:
+        os.close(fd)
+
+
+async def retire(backend: str, place: Mapping[str, Any],
+                 empty: Callable[[], Awaitable[bool]]) -> bool:
+    """Drop the record of ``place``, where gc just found nothing of ours, unless a process
+    of this host holds it (`hold`). ``empty`` looks again after the drop: if something is
+    there after all (made by an owner that died between gc's look and the drop), or that
+    cannot be told, the record is written back. Whether it stays dropped."""
+    if not _drop(places_dir() / _record_name(backend, place)):
+        return False
+    try:
+        still_empty = await empty()
+    except BaseException:
+        remember(backend, place)
+        raise
+    if not still_empty:
+        remember(backend, place)
+    return still_empty
+
+
 def _names(backend: str) -> list[str]:
     try:
         names = sorted(os.listdir(places_dir()))
@@ -126,7 +226,7 @@ def recorded(backend: str) -> list[dict[str, Any]]:
     return found
 
 
-def forget(backend: str, place: Mapping[str, Any]) -> None:
-    """Drop the record of a place that no longer exists (a removed kubeconfig)."""
-    with contextlib.suppress(FileNotFoundError):
-        (places_dir() / _record_name(backend, place)).unlink()
+def forget(backend: str, place: Mapping[str, Any]) -> bool:
+    """Drop the record of a place that no longer exists (a removed kubeconfig), unless a
+    sandbox of this host still holds it (`hold`). Whether it was dropped."""
+    return _drop(places_dir() / _record_name(backend, place))

@@ -19,6 +19,7 @@ from ._errors import SandboxInitFailed
 from ._models import ResourceUsage, SandboxConfig
 from ._owner import HostCollector
 from ._places import any_recorded
+from ._ps_rows import PlaceLister
 
 __all__ = [
     "BACKENDS",
@@ -26,6 +27,7 @@ __all__ = [
     "HOST_COLLECTORS",
     "IMAGE_STORE",
     "PLACE_COLLECTORS",
+    "PLACE_LISTERS",
     "EngineClient",
     "backend_class",
     "backend_for",
@@ -34,6 +36,7 @@ __all__ = [
     "gc_collectors",
     "host_collectors",
     "image_store",
+    "place_listers",
 ]
 
 
@@ -59,6 +62,9 @@ HOST_COLLECTORS = ("sandbox.process._gc", "sandbox.docker._gc")
 #: (`sandbox._places`). `sandbox.gc` runs one, after the host's, only when a place of that
 #: backend is recorded: gc never imports a client library no sandbox here used.
 PLACE_COLLECTORS: Mapping[str, str] = {"kubernetes": "sandbox.kubernetes._gc"}
+#: Backend -> the module whose ``LISTER`` (a `PlaceLister`) ``sandbox ps`` runs in the places
+#: its sandboxes recorded, like `PLACE_COLLECTORS` (loaded only when a place is recorded).
+PLACE_LISTERS: Mapping[str, str] = {"kubernetes": "sandbox.kubernetes._ps"}
 #: The module whose ``STORE`` (a `CheckpointStore`) keeps checkpoint images.
 CHECKPOINT_STORE = "sandbox.docker._checkpoint"
 #: The module whose ``IMAGES`` (an `ImageStore`) the process backend exports root filesystems
@@ -106,6 +112,22 @@ def gc_collectors() -> list[HostCollector]:
             logging.getLogger("sandbox.gc").warning(
                 "gc: sandboxes of type %r recorded where they put resources, but that "
                 "backend cannot be loaded, so they are not collected: %s", backend, exc)
+    return found
+
+
+def place_listers() -> list[PlaceLister]:
+    """The ``ps`` of each backend that recorded places off this host (none loaded when no
+    place is recorded); one whose extra is no longer installed is skipped with a warning."""
+    found: list[PlaceLister] = []
+    for backend, module in PLACE_LISTERS.items():
+        if not any_recorded(backend):
+            continue
+        try:
+            found.append(importlib.import_module(module).LISTER)
+        except ImportError as exc:
+            logging.getLogger("sandbox.ps").warning(
+                "ps: sandboxes of type %r recorded where they put resources, but that "
+                "backend cannot be loaded, so they are not listed: %s", backend, exc)
     return found
 
 

@@ -17,7 +17,8 @@ from .._progress import human_bytes
 from .._tasks import fd_readable
 
 if TYPE_CHECKING:
-    from ..docker._ps import SandboxRow, TopRow
+    from .._ps_rows import SandboxRow
+    from ..docker._ps import TopRow
 
 __all__ = ["add_ps", "add_top", "format_age", "ps_table", "top_table"]
 
@@ -32,9 +33,11 @@ MIN_COLUMN = 8
 def add_ps(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "ps", parents=[common], help="list the sandboxes the SDK started on the engine",
-        description="List every container the SDK labelled on the engine (DOCKER_HOST): name, "
-        "image, state, age, and whether the process that created it is still alive "
-        "(alive / gone: `sandbox gc` removes it / unknown: cannot be checked from here).",
+        description="List every container the SDK labelled on the engine (DOCKER_HOST), and "
+        "the SDK's Pods in each Kubernetes namespace a sandbox of this host recorded (shown "
+        "as NAMESPACE/POD): name, image, state, age, and whether the process that created it "
+        "is still alive (alive / gone: `sandbox gc` removes it / unknown: cannot be checked "
+        "from here).",
     )
     p.add_argument("--json", action="store_true", help="print a JSON array instead")
     _add_owner(p)
@@ -113,10 +116,25 @@ def top_table(rows: Sequence[TopRow], width: int = 0) -> str:
                   [cells(t) for t in rows], width, cuttable=("NAME", "IMAGE", "OWNER"))
 
 
-def run_ps(args: argparse.Namespace) -> int:
+async def all_sandboxes(owner: int | None) -> list[SandboxRow]:
+    """The engine's sandboxes, then those of the places off this host that sandboxes of this
+    host recorded (`sandbox._registry.place_listers`: none loaded when none is recorded),
+    oldest first."""
+    from datetime import UTC, datetime
+
+    from .._owner import Here
+    from .._registry import place_listers
     from ..docker._ps import list_sandboxes
 
-    rows = asyncio.run(list_sandboxes(owner=args.owner))
+    rows = await list_sandboxes(owner=owner)
+    here, now = Here.current(), datetime.now(UTC)
+    for lister in place_listers():
+        rows += await lister(owner=owner, here=here, now=now)
+    return sorted(rows, key=lambda r: (r.created or now, r.name))
+
+
+def run_ps(args: argparse.Namespace) -> int:
+    rows = asyncio.run(all_sandboxes(args.owner))
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     elif rows:

@@ -2,9 +2,7 @@
 resource use (``sandbox top``), from the same stats sampler a `Sandbox` uses.
 
 Only containers carrying the SDK's ``managed-by`` label are listed, whoever started them on
-this engine. The owner column says whether the process that created each one is still alive
-(``alive``), has exited (``gone``: ``sandbox gc`` would remove it), or cannot be checked from
-here (``unknown``: another host, or no owner labels), by the rules ``gc`` uses.
+this engine; the row and its owner column are `sandbox._ps_rows`'s.
 """
 
 from __future__ import annotations
@@ -26,48 +24,14 @@ from .._constants import (
     LABEL_SANDBOX_ID,
 )
 from .._models import ResourceUsage
-from .._owner import Here, created_at, owner_verdict
+from .._owner import Here, created_at
+from .._ps_rows import SandboxRow, display_text, owner_state
 
 __all__ = ["SandboxRow", "TopRow", "list_sandboxes", "watch"]
 
 #: Seconds `watch` waits for a new sandbox's first sample before showing it without one.
 FIRST_SAMPLE_WAIT = 5.0
 _FILTERS = json.dumps({"label": [f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"]})
-
-
-@attrs.frozen(kw_only=True)
-class SandboxRow:
-    """One sandbox container as ``sandbox ps`` shows it.
-
-    Attributes:
-        id: The SDK's sandbox id (its label).
-        container_id: The engine's container id.
-        name: The container's name.
-        image: The image it runs.
-        state: The engine's state: running, exited, created, paused, ...
-        created: When the SDK created it.
-        age_seconds: Seconds since then (None when unknown).
-        owner_pid: The pid of the process that created it (None when not labelled).
-        owner_host: The host that process ran on.
-        owner: "alive", "gone" or "unknown" (cannot be checked from here).
-    """
-
-    id: str
-    container_id: str
-    name: str
-    image: str
-    state: str
-    created: datetime | None
-    age_seconds: float | None
-    owner_pid: int | None
-    owner_host: str
-    owner: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready mapping (``created`` in ISO 8601)."""
-        data = attrs.asdict(self)
-        data["created"] = self.created.isoformat() if self.created else None
-        return data
 
 
 @attrs.frozen(kw_only=True)
@@ -87,20 +51,6 @@ class TopRow:
         return data
 
 
-def _owner(labels: Mapping[str, str], here: Here) -> str:
-    host, pid = labels.get(LABEL_OWNER_HOST, ""), labels.get(LABEL_OWNER_PID, "")
-    if not host or not pid.isdigit() or host != here.host:
-        return "unknown"
-    gone, _reason = owner_verdict(labels, here=here)
-    return "gone" if gone else "alive"
-
-
-def _text(value: Any, limit: int = 256) -> str:
-    """An engine string for display: untrusted (a container's name, an image's)."""
-    text = value if isinstance(value, str) else ""
-    return "".join(c if c.isprintable() else "?" for c in text[:limit])
-
-
 def row_of(container: Mapping[str, Any], *, here: Here, now: datetime) -> SandboxRow:
     """A `SandboxRow` from one entry of the engine's container list."""
     labels = container.get("Labels") or {}
@@ -114,12 +64,13 @@ def row_of(container: Mapping[str, Any], *, here: Here, now: datetime) -> Sandbo
         isinstance(names[0], str) else ""
     pid = labels.get(LABEL_OWNER_PID, "")
     return SandboxRow(
-        id=_text(labels.get(LABEL_SANDBOX_ID, "")), container_id=_text(container.get("Id")),
-        name=_text(name), image=_text(container.get("Image")),
-        state=_text(container.get("State")), created=created,
+        id=display_text(labels.get(LABEL_SANDBOX_ID, "")),
+        container_id=display_text(container.get("Id")),
+        name=display_text(name), image=display_text(container.get("Image")),
+        state=display_text(container.get("State")), created=created,
         age_seconds=max((now - created).total_seconds(), 0.0) if created else None,
         owner_pid=int(pid) if pid.isdigit() else None,
-        owner_host=_text(labels.get(LABEL_OWNER_HOST, "")), owner=_owner(labels, here),
+        owner_host=display_text(labels.get(LABEL_OWNER_HOST, "")), owner=owner_state(labels, here),
     )
 
 

@@ -9,7 +9,8 @@ Terminating (holding its node resources) after gc said it was removed.
 
 `gc` looks in one namespace it is given. `collect` is what `sandbox.gc` runs: it looks in every
 place (kubeconfig, context, namespace) a sandbox of this host recorded before creating its Pod
-(`remember_place`, `sandbox._places`), since a dead owner's cluster is known nowhere else.
+(`hold_place`, `sandbox._places`), since a dead owner's cluster is known nowhere else, and
+drops the record of a place where nothing of ours is left and no sandbox of this host holds it.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import ConfigError, SandboxError
 from .._gc import GcReport
 from .._owner import Collected, GcItem, Here, HostCollector, owner_verdict
-from .._places import forget, recorded, remember, trusted_file
+from .._places import forget, hold, recorded, retire, trusted_file
 from .._wire_time import engine_time
 from ._gateway import REST_TIMEOUT, Cluster, KubeConflict, KubeNotFound, delete_options
 
-__all__ = ["COLLECTOR", "collect", "gc", "remember_place"]
+__all__ = ["COLLECTOR", "collect", "connect_place", "gc", "hold_place", "reachable"]
 
 log = logging.getLogger("sandbox.gc")
 
@@ -125,33 +126,67 @@ def place(*, kubeconfig: str | None, context: str | None, in_cluster: bool,
             "namespace": namespace}
 
 
-def remember_place(*, kubeconfig: str | None, context: str | None, in_cluster: bool,
-                   namespace: str) -> None:
+def hold_place(*, kubeconfig: str | None, context: str | None, in_cluster: bool,
+               namespace: str) -> str | None:
     """Record where a sandbox is about to create its Pod, for `collect` to look there once its
-    owner is gone. A place that cannot be recorded (a read-only home) costs gc its view of
-    that namespace, not the sandbox: logged, never raised."""
+    owner is gone, and keep that record until `release` of the token returned (see
+    `sandbox._places.hold`). A place that cannot be recorded (a read-only home) costs gc its
+    view of that namespace, not the sandbox: logged, never raised (None is returned)."""
     try:
-        remember(BACKEND, place(kubeconfig=kubeconfig, context=context,
-                                in_cluster=in_cluster, namespace=namespace))
+        return hold(BACKEND, place(kubeconfig=kubeconfig, context=context,
+                                   in_cluster=in_cluster, namespace=namespace))
     except OSError as exc:
         log.warning("cannot record namespace %r for gc (sandbox.gc will not look there): %s",
                     namespace, exc)
+        return None
 
 
-def _reachable(spot: Mapping[str, Any]) -> str:
-    """Why ``spot`` cannot be looked at from here ("" when it can); forgets a place whose
-    kubeconfig is gone."""
+def reachable(spot: Mapping[str, Any], *, forget_gone: bool = True) -> str:
+    """Why ``spot`` cannot be looked at from here ("" when it can): its kubeconfig is gone
+    (then the record is dropped, with ``forget_gone``) or is not to be trusted (others can
+    write it: loading it could run their credential plugin as this user)."""
     if spot.get("in_cluster"):
         return "" if _SA_TOKEN.is_file() else "no service account token here"
     path = spot.get("kubeconfig")
     if not isinstance(path, str) or not path:
         return "the record names no kubeconfig"
     if not os.path.exists(path):
-        forget(BACKEND, spot)  # that cluster's configuration is gone: nothing to reach it by
-        return f"its kubeconfig {path} is gone (the record is dropped)"
+        # That cluster's configuration is gone: nothing can reach it by this record.
+        if forget_gone and forget(BACKEND, spot):
+            return f"its kubeconfig {path} is gone (the record is dropped)"
+        return f"its kubeconfig {path} is gone"
     if why := trusted_file(Path(path)):
         return f"its kubeconfig {path} is not to be trusted: {why}"
     return ""
+
+
+async def connect_place(spot: Mapping[str, Any]) -> Cluster:
+    """A client of the cluster of a recorded place that `reachable` passed."""
+    return await Cluster.connect(kubeconfig=spot.get("kubeconfig"), context=spot.get("context"),
+                                 in_cluster=bool(spot.get("in_cluster")))
+
+
+async def _nothing_left(cluster: Cluster, namespace: str) -> bool:
+    """Whether ``namespace`` holds none of the SDK's Pods and NetworkPolicies, of any owner."""
+    for kind, template in _KINDS:
+        found = await cluster.call(f"list the SDK's {kind}s", "GET", template.format(
+            ns=namespace), query=[("labelSelector", f"{LABEL_MANAGED_BY}={LABEL_MANAGED_BY_VALUE}"),
+                                  ("limit", "1")], deadline=PLACE_DEADLINE)
+        if found.get("items"):
+            return False
+    return True
+
+
+async def _retire_if_empty(cluster: Cluster, spot: Mapping[str, Any], namespace: str) -> None:
+    """Drop the record of ``spot`` when nothing of ours is left there and no sandbox of this
+    host holds it (`sandbox._places.retire`); a failed look keeps it."""
+    try:
+        if await _nothing_left(cluster, namespace) and \
+                await retire(BACKEND, spot, lambda: _nothing_left(cluster, namespace)):
+            log.info("gc: nothing of the SDK's is left in Kubernetes namespace %r: its record "
+                     "is dropped", namespace)
+    except SandboxError as exc:
+        log.info("gc: keeping the record of Kubernetes namespace %r: %s", namespace, exc)
 
 
 async def collect(*, dry_run: bool, older_than: timedelta | None,
@@ -159,23 +194,24 @@ async def collect(*, dry_run: bool, older_than: timedelta | None,
                   docker: Any) -> Collected:
     """The Kubernetes side of `sandbox.gc`, a `HostCollector`: in each recorded place, Pods
     and NetworkPolicies whose owner is gone. A place that cannot be reached is skipped with a
-    warning (another cluster being down must not stop the collection of the rest)."""
+    warning (another cluster being down must not stop the collection of the rest). A place
+    left with nothing of ours in it has its record dropped (`_retire_if_empty`)."""
     removed: list[GcItem] = []
     kept: list[GcItem] = []
     failed: list[GcItem] = []
     for spot in recorded(BACKEND):
         namespace = str(spot.get("namespace") or "default")
-        if why := _reachable(spot):
+        if why := reachable(spot):
             log.info("gc: not looking in Kubernetes namespace %r: %s", namespace, why)
             continue
         try:
-            cluster = await Cluster.connect(
-                kubeconfig=spot.get("kubeconfig"), context=spot.get("context"),
-                in_cluster=bool(spot.get("in_cluster")))
+            cluster = await connect_place(spot)
             try:
                 found = await _collect_in(cluster, namespace, dry_run=dry_run,
                                           older_than=older_than, here=here, now=now,
                                           deadline=PLACE_DEADLINE)
+                if not dry_run and not found.kept and not found.failed:
+                    await _retire_if_empty(cluster, spot, namespace)
             finally:
                 await cluster.close()
         except SandboxError as exc:

@@ -48,6 +48,7 @@ from .._models import (
     SandboxStatus,
 )
 from .._owner import owner_labels
+from .._places import release
 from .._protocol import OutputCallback
 from .._shield import finish_despite_cancel
 from .._wire_time import engine_time
@@ -60,7 +61,7 @@ from ._gateway import (
     KubeNotFound,
     delete_options,
 )
-from ._gc import remember_place
+from ._gc import hold_place
 from ._plan import CONTAINER, PodPlan, plan_pod
 
 log = logging.getLogger("sandbox.lifecycle")
@@ -174,6 +175,7 @@ class KubernetesBackend(BackendBase):
         self._pod: dict[str, Any] = {}
         self._samples: deque[ResourceUsage] = deque(maxlen=600)
         self._started = time.monotonic()
+        self._place: str | None = None  # the token of the record held (`hold_place`)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -225,8 +227,10 @@ class KubernetesBackend(BackendBase):
         ns = self.namespace
         # Before anything exists there: an owner killed after its POST left a Pod only
         # `sandbox.gc` can find, and only by this record of where it is.
-        remember_place(kubeconfig=self.kubeconfig, context=self.context,
-                       in_cluster=self.in_cluster, namespace=ns)
+        # Held (not dropped by gc) until `remove` has deleted what this sandbox made.
+        if self._place is None:
+            self._place = hold_place(kubeconfig=self.kubeconfig, context=self.context,
+                                     in_cluster=self.in_cluster, namespace=ns)
 
         async def make(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
             self._attempted.add(kind)
@@ -363,6 +367,10 @@ class KubernetesBackend(BackendBase):
                     errors.append(str(exc))
         finally:
             await cluster.close()
+            # Whatever a failed delete left is listed by gc, which keeps the record for it.
+            place, self._place = self._place, None
+            if place is not None:
+                release(place)
         if errors:
             raise SandboxError("cleanup could not remove everything", details="; ".join(errors))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyio
 
-from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig
+from sandbox import IMAGE_BUSYBOX, ResourceLimits, Sandbox, SandboxConfig, SandboxStatus
 from sandbox._contract import CAPABILITIES, BackendUnderTest
 from sandbox.process._state import base_dir
 from sandbox.testing import FakeSandbox
@@ -48,11 +48,26 @@ async def _process_leftovers(sb: Sandbox, marker: str) -> list[str]:
     return states + _host_processes(marker)
 
 
+#: Seconds the kubelet gets to kill a deleted Pod's processes (it does so after the API server
+#: answered the delete, within milliseconds on an idle node, seconds at a load of 30).
+KUBELET_KILL_PATIENCE = 60.0
+
+
 def _kube_leftovers(target: Target, *, host_visible: bool):
     async def probe(sb: Sandbox, marker: str) -> list[str]:
         pod = await target.pod(sb.backend.pod_name)
         found = [f"pod {sb.backend.pod_name}"] if pod is not None else []
-        return found + (_host_processes(marker) if host_visible else [])
+        if not host_visible:
+            return found
+        processes = _host_processes(marker)
+        if sb.status is SandboxStatus.DESTROYED and not found:
+            # The Pod is gone from the API at once (grace period 0); its processes die when
+            # the kubelet acts on that, asynchronously: wait for that (bounded), not a sleep.
+            with anyio.move_on_after(KUBELET_KILL_PATIENCE):
+                while processes:
+                    await anyio.sleep(0.1)
+                    processes = _host_processes(marker)
+        return found + processes
     return probe
 
 

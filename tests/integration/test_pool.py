@@ -3,6 +3,7 @@ check, cancellation, closing and crash safety (gc)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -67,8 +68,14 @@ async def test_default_gives_every_user_a_fresh_sandbox_and_removes_the_used_one
     assert ours("container") == []
 
 
-async def test_reused_sandbox_keeps_nothing_of_the_last_user() -> None:
+async def test_reused_sandbox_keeps_nothing_of_the_last_user(
+        caplog: pytest.LogCaptureFixture) -> None:
     """max_uses > 1: the same container comes back (the id proves it), wiped."""
+    caplog.set_level(logging.INFO, logger="sandbox.pool")
+
+    def not_reused() -> str:  # why the pool gave a new one instead (its reset's verdict)
+        return "\n".join(r.getMessage() for r in caplog.records if "not reused" in r.getMessage())
+
     config = SandboxConfig(image=IMAGE_PYTHON, stats_interval=0)
     async with SandboxPool(config, min_ready=1, max_size=1, max_uses=3) as pool:
         async with pool.acquire() as sb:
@@ -85,7 +92,7 @@ async def test_reused_sandbox_keeps_nothing_of_the_last_user() -> None:
             sb.set_environment({"TOKEN": "s3cret"})
             await sb.set_working_directory("/tmp")
         async with pool.acquire() as sb:
-            assert sb.id == first  # reused...
+            assert sb.id == first, not_reused()  # reused...
             probe = await sb.execute_command(
                 "ls -A /workspace /tmp /dev/shm \"$HOME\"; pwd; env | grep -c s3cret")
             # ...and nothing of the first user is there: no file, variable, cwd...
@@ -96,7 +103,7 @@ async def test_reused_sandbox_keeps_nothing_of_the_last_user() -> None:
             ps = await sb.execute_command(["ps", "-eo", "args"])
             assert "sleep 1000" not in ps.stdout.splitlines(), ps.stdout
         async with pool.acquire() as sb:
-            assert sb.id == first
+            assert sb.id == first, not_reused()
         # Used max_uses times: the next user gets a new one, and the old one is removed.
         async with pool.acquire() as sb:
             assert sb.id != first

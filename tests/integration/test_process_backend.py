@@ -363,7 +363,9 @@ async def test_a_killed_fork_server_ends_its_sandboxes_and_is_replaced() -> None
         init = first.backend.init_pid
         server._server.kill()  # its holders die with it (bwrap --die-with-parent)
         server._server.wait()
-        await anyio.to_thread.run_sync(wait_gone, init)
+        # The kernel signals the holder at its parent's death, then init must reap it: both
+        # wait for a CPU, seconds at a load of 30. Waited for, generously (not a sleep).
+        await anyio.to_thread.run_sync(wait_gone, init, 60.0)
         with pytest.raises(SandboxError):  # the sandbox says it ended, nothing hangs
             with anyio.fail_after(30):
                 await first.execute_command(["echo", "still"])

@@ -3,6 +3,7 @@ and what gc believes of those records: only this user's, only trusted kubeconfig
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import _places as places_mod
 from sandbox._owner import Here
-from sandbox._places import any_recorded, recorded, remember
+from sandbox._places import any_recorded, hold, recorded, release, remember, retire
+from sandbox._registry import place_listers
 from sandbox.kubernetes import _gc as kube_gc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +45,17 @@ def test_the_backend_records_the_kubeconfig_it_will_read(
         places: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KUBECONFIG", f"first.yaml{os.pathsep}/second")
-    kube_gc.remember_place(kubeconfig=None, context="c", in_cluster=False, namespace="n")
+    tokens = [kube_gc.hold_place(kubeconfig=None, context="c", in_cluster=False,
+                                 namespace="n")]
     monkeypatch.delenv("KUBECONFIG")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    kube_gc.remember_place(kubeconfig="~/k", context=None, in_cluster=False, namespace="n")
-    kube_gc.remember_place(kubeconfig=None, context=None, in_cluster=True, namespace="n")
+    tokens += [kube_gc.hold_place(kubeconfig="~/k", context=None, in_cluster=False,
+                                  namespace="n"),
+               kube_gc.hold_place(kubeconfig=None, context=None, in_cluster=True,
+                                  namespace="n")]
+    for token in tokens:
+        assert token is not None
+        release(token)
     got = sorted(str(p["kubeconfig"]) for p in recorded("kubernetes"))
     assert got == sorted([str(tmp_path / "first.yaml"), str(tmp_path / "home" / "k"), "None"])
 
@@ -57,7 +66,8 @@ def test_an_unwritable_record_directory_costs_gc_its_view_not_the_sandbox(
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("SANDBOX_PLACES", str(blocker / "places"))
-    kube_gc.remember_place(kubeconfig="/k", context=None, in_cluster=False, namespace="n")
+    assert kube_gc.hold_place(kubeconfig="/k", context=None, in_cluster=False,
+                              namespace="n") is None
     assert "cannot record namespace 'n'" in caplog.text
 
 
@@ -122,8 +132,8 @@ async def test_a_recorded_kubeconfig_others_can_write_is_never_loaded(
     loaded (its program runs), so the refusal is what stops it."""
     config, marker = tmp_path / "kubeconfig", tmp_path / "ran"
     _exec_kubeconfig(config, marker)
-    kube_gc.remember_place(kubeconfig=str(config), context=None, in_cluster=False,
-                           namespace="n")
+    remember("kubernetes", kube_gc.place(kubeconfig=str(config), context=None,
+                                         in_cluster=False, namespace="n"))
     config.chmod(0o666)
     assert await _collect() == (0, 0)
     assert not marker.exists()
@@ -135,8 +145,143 @@ async def test_a_recorded_kubeconfig_others_can_write_is_never_loaded(
 
 @pytest.mark.asyncio
 async def test_a_place_whose_kubeconfig_is_gone_is_forgotten(places: Path) -> None:
-    kube_gc.remember_place(kubeconfig=str(places.parent / "gone"), context=None,
-                           in_cluster=False, namespace="n")
-    assert any_recorded("kubernetes")
+    token = kube_gc.hold_place(kubeconfig=str(places.parent / "gone"), context=None,
+                               in_cluster=False, namespace="n")
+    assert token is not None and any_recorded("kubernetes")
+    assert await _collect() == (0, 0)
+    assert any_recorded("kubernetes")  # not while a sandbox of this host holds it
+    release(token)
     assert await _collect() == (0, 0)
     assert not any_recorded("kubernetes")
+
+
+# -- a record is dropped when nothing is left there, never while a sandbox here holds it ------
+
+SPOT = {"kubeconfig": "/k", "context": None, "in_cluster": False, "namespace": "n"}
+
+
+async def _empty() -> bool:
+    return True
+
+
+async def _not_empty() -> bool:
+    return False
+
+
+@pytest.mark.asyncio
+async def test_a_held_record_is_kept_and_a_released_one_is_dropped(places: Path) -> None:
+    first, second = hold("kubernetes", SPOT), hold("kubernetes", SPOT)
+    assert any_recorded("kubernetes")
+    assert not await retire("kubernetes", SPOT, _empty)
+    release(first)
+    assert not await retire("kubernetes", SPOT, _empty)  # one sandbox is still there
+    assert any_recorded("kubernetes")
+    release(second)
+    assert await retire("kubernetes", SPOT, _empty)
+    assert not any_recorded("kubernetes")
+    # The next sandbox there records it again.
+    again = hold("kubernetes", SPOT)
+    try:
+        assert recorded("kubernetes") == [SPOT]
+    finally:
+        release(again)
+
+
+HOLDER = """
+import sys, time
+from sandbox._places import hold
+hold("kubernetes", {"kubeconfig": "/k", "context": None, "in_cluster": False, "namespace": "n"})
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_record_another_live_process_holds_is_kept_until_it_dies(places: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        assert not asyncio.run(retire("kubernetes", SPOT, _empty))
+        assert any_recorded("kubernetes")
+    finally:
+        proc.kill()  # SIGKILL: the kernel lets go of its lock
+        proc.communicate()
+    assert asyncio.run(retire("kubernetes", SPOT, _empty))
+    assert not any_recorded("kubernetes")
+
+
+@pytest.mark.asyncio
+async def test_a_retired_record_comes_back_when_the_second_look_is_not_empty(
+        places: Path) -> None:
+    remember("kubernetes", SPOT)
+    assert not await retire("kubernetes", SPOT, _not_empty)
+    assert recorded("kubernetes") == [SPOT]
+
+    async def broken() -> bool:
+        raise RuntimeError("the cluster did not answer")
+
+    with pytest.raises(RuntimeError):
+        await retire("kubernetes", SPOT, broken)
+    assert recorded("kubernetes") == [SPOT]
+
+
+@pytest.mark.asyncio
+async def test_a_hold_taken_while_a_retire_drops_the_record_writes_a_new_one(
+        places: Path) -> None:
+    """The owner opened the record, then gc retired it before the owner's lock: the owner
+    must not hold a deleted file (gc would never see it held) but write the record anew."""
+    real_flock = places_mod.fcntl.flock
+    retired: list[bool] = []
+
+    def flock(fd: int, how: int) -> None:
+        if how == places_mod.fcntl.LOCK_SH and not retired:
+            retired.append(True)
+            (places / os.listdir(places)[0]).unlink()  # what retire does, just then
+        real_flock(fd, how)
+
+    remember("kubernetes", SPOT)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(places_mod.fcntl, "flock", flock)
+        token = hold("kubernetes", SPOT)
+    try:
+        assert retired and recorded("kubernetes") == [SPOT]
+        assert not await retire("kubernetes", SPOT, _empty)  # and that one is held
+    finally:
+        release(token)
+
+
+# -- `sandbox ps` on Kubernetes: the recorded places, believed by gc's rules ------------------
+
+PS_PROBE = ("import sys; from sandbox._cli import main; code = main(['ps', '--json']);"
+            " print(code, 'sandbox.kubernetes' in sys.modules,"
+            " 'kubernetes_asyncio' in sys.modules, file=sys.stderr)")
+
+
+def test_ps_without_a_recorded_place_never_loads_the_kubernetes_backend(
+        places: Path) -> None:
+    def run() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", PS_PROBE], cwd=ROOT, capture_output=True,
+                              text=True, check=True)
+        return done.stderr.split()[-3:]
+
+    assert run() == ["0", "False", "False"]
+    remember("kubernetes", {"kubeconfig": str(places.parent / "gone"), "namespace": "n"})
+    assert run() == ["0", "True", "True"]
+
+
+@pytest.mark.asyncio
+async def test_ps_never_loads_a_recorded_kubeconfig_others_can_write(
+        places: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config, marker = tmp_path / "kubeconfig", tmp_path / "ran"
+    _exec_kubeconfig(config, marker)
+    remember("kubernetes", kube_gc.place(kubeconfig=str(config), context=None,
+                                         in_cluster=False, namespace="n"))
+    config.chmod(0o666)
+    (lister,) = place_listers()
+    assert await lister(owner=None, here=Here.current(), now=datetime.now(UTC)) == []
+    assert not marker.exists()
+    config.chmod(0o600)
+    assert await lister(owner=None, here=Here.current(), now=datetime.now(UTC)) == []
+    assert marker.exists()  # the same file of the user's own is loaded: the refusal stopped it
+    assert "ps: cannot look in Kubernetes namespace 'n'" in caplog.text
+    assert any_recorded("kubernetes")  # listing changes nothing
