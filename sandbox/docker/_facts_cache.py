@@ -93,7 +93,10 @@ def keep(address: str, facts: EngineFacts, asked_at: float | None = None,
          by: EngineInstance | None = None) -> None:
     """Keep ``facts`` for the engine at ``address``, read by a call sent at ``asked_at``
     (`time.monotonic`; None: not known, so never `trusted`) to the daemon named ``by`` just
-    before it was sent (None: not named, so trusted by the time window alone)."""
+    before it was sent (None: not named, so trusted by the time window alone); for address
+    "" (a caller's own client) nothing is kept."""
+    if not address:
+        return
     newer = _ASKED.get(address)
     if asked_at is not None and newer is not None and newer > asked_at and \
             _KEPT.get(address) != facts:

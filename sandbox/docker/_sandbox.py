@@ -194,8 +194,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             info = await engine.ping_and_info()  # one round trip where there were three
         self._keep_api(address)
         self._facts = EngineFacts.from_info(info)
-        if address:
-            _facts_cache.keep(address, self._facts, asked_at, by)
+        _facts_cache.keep(address, self._facts, asked_at, by)  # kept for our own client's only
         await self._build(engine, ref, None)
 
     async def _create_trusted(self, engine: Engine, ref: ImageRef, address: str,
