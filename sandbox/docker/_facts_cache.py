@@ -19,17 +19,24 @@ starts each create (its API version must still be the kept one, else the facts a
 How long the facts are trusted depends on whether the daemon can be named:
 
 - A local dockerd (`_engine_identity`): the facts are labelled with the daemon instance (pid,
-  start time, boot) and the host size (its CPU affinity, the host's memory) read just before
-  the read of ``/info`` was sent, and trusted for as long as the same instance and size answer.
-  A trusting create checks that after the engine answered its create call and before the
-  start (`SameDaemon`): the container was then made by the daemon the facts came from, as a
-  process instance cannot come back and dockerd binds its socket only when it starts. Where the
-  check names another instance or none, ``/info`` is read there and then, and the create goes
-  on if the facts are the same, or starts over from the new ones (nothing ran in it). Still
-  accepted: a restart between that check and the start call (a cold create accepts the same
-  between its read and its start); a second daemon bound to the path while the first runs and
-  gone again before the check; a daemon replacing itself by ``exec`` in place (same pid and
-  start time; dockerd does not).
+  start time, boot) and the host size (its CPU affinity, the host's memory) named just before
+  the read of ``/info`` was sent (named after, a restart in between would label the old
+  daemon's facts with the new one; named before, it labels them with the old one, and the
+  next check reads), and trusted for as long as the same instance and size answer. A
+  trusting create checks that after the engine answered its create call and before the start
+  (`SameDaemon`): the daemon that made the container is then the one the facts came from, as
+  a process instance cannot come back and dockerd binds its socket only when it starts. Where
+  the check names another instance or none, ``/info`` is read there and then, and the create
+  goes on if the facts are the same, or starts over from the new ones (nothing ran in it).
+  Still accepted: a restart between that check and the start call (the new daemon starts a
+  container another one made, runc pinned; a cold create accepts the same between its read
+  and its start); the path pointed at another listener and back between read and check (the
+  socket file moved aside and restored); a daemon replacing itself by ``exec`` (same pid and
+  start time; dockerd does not); the CPU affinity of dockerd's other threads changed alone
+  (``taskset -a`` and cpusets change the first thread's too). The name only decides whether
+  facts the SDK itself read from the engine are read again; it is made of the kernel's
+  answers about the socket's listener, and nothing from a sandbox is read
+  (`_engine_identity`, security).
 - Otherwise (tcp, ssh, a socket-activated or proxied engine, a peer this process cannot see):
   facts confirmed by a read sent less than `TRUSTED_FOR` seconds ago. A restart into the same
   engine version within `TRUSTED_FOR` seconds of a read is not seen: the trust is that the

@@ -118,3 +118,20 @@ def test_addresses_without_a_local_peer_are_not_named(place: Path) -> None:
     assert identify("tcp://127.0.0.1:2375") is None
     assert identify("ssh://user@host") is None
     assert identify(f"unix://{place}") is None  # no socket there
+
+
+def test_a_listener_in_a_pid_namespace_not_seen_from_here_is_not_named(
+        place: Path, servers: list[subprocess.Popen[bytes]]) -> None:
+    # The engine's socket mounted into a container: the kernel gives the peer's pid as 0.
+    serve(servers, "dockerd", str(place))
+    probe = ("import sys; from sandbox.docker._engine_identity import identify; "
+             f"print(identify({f'unix://{place}'!r}))")
+    root = str(Path(__file__).resolve().parents[2])
+    try:
+        out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                              "-c", probe], capture_output=True, text=True, timeout=60,
+                             check=True, env={"PYTHONPATH": root}, cwd=root).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no pid namespace here: {exc}")
+    assert out.strip() == "None"
+    assert identify(f"unix://{place}") is not None  # seen from here, the same listener is
