@@ -234,11 +234,12 @@ class Bench:
         round), then the SDK and raw alone, back to back.
 
         In the rounds of four every SDK create reads the engine's facts again beside its
-        create (the path of a sandbox opened now and then: facts kept, not confirmed in the
-        last `TRUSTED_FOR` seconds); before, the length of a round decided whether a create
-        fell inside that window, so the row mixed the two paths in proportions that moved
-        between runs. The back-to-back pairs (order alternating) are what a burst of creates
-        gets: facts confirmed moments ago, no read. Each row's note has the median of the
+        create (`TRUSTED_FOR` 0 turns all trust off: the path of a sandbox opened now and then
+        where the daemon cannot be named, or the first after a daemon restart); before, the
+        length of a round decided whether a create fell inside the window, so the row mixed
+        the two paths in proportions that moved between runs. The back-to-back pairs (order
+        alternating) take the path of facts trusted, no read: a burst's, and on a local
+        dockerd every create's while the same daemon answers. Each row's note has the median of the
         per-round ratios to raw with its spread (`paired_ratios`), which `targets.py` reads.
         """
         reps = self.reps(30, 10)

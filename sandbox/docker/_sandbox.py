@@ -160,9 +160,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await self._create()
 
     async def _create(self) -> None:
-        """Check the config, then create by the path the facts kept for this engine allow:
-        none kept, read them first (`_create_cold`); confirmed by a read sent moments ago,
-        plan from them with no read (`_create_trusted`); kept but not confirmed lately, plan
+        """Check the config, then create by the path the facts kept for this engine allow: none
+        kept, read first (`_create_cold`); trusted, no read (`_create_trusted`); else plan
         from them while a read confirms them (`_create_confirming`)."""
         cfg = self._given_config = self._config
         if cfg.type not in ("docker", "vm"):
@@ -190,22 +189,22 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
 
     async def _create_cold(self, engine: Engine, ref: ImageRef, address: str) -> None:
         """No facts kept (or a create starting over): read them beside the ping, then plan."""
+        by = _facts_cache.daemon(address)  # named before the read
         asked_at = time.monotonic()
         with first_call():
             info = await engine.ping_and_info()  # one round trip where there were three
         self._keep_api(address)
         self._facts = EngineFacts.from_info(info)
-        if address:
-            _facts_cache.keep(address, self._facts, asked_at)
+        _facts_cache.keep(address, self._facts, asked_at, by)  # kept for our own client's only
         await self._build(engine, ref, None)
 
     async def _create_trusted(self, engine: Engine, ref: ImageRef, address: str,
                               trusted: EngineFacts) -> None:
-        """Facts confirmed by a read sent under `_facts_cache.TRUSTED_FOR` ago, for a sandbox
-        pinned to runc: planned from with no read now, while the ping answers in the API
-        version kept with them; another version is another engine: read the facts first."""
+        """Trusted facts (`_facts_cache.trusted`), runc pinned: no read if the ping keeps the API
+        version and their daemon, if named, answers after the create (`SameDaemon`)."""
         kept_api = _facts_cache.kept_api(address)
         early = self._early_inspect(engine, ref, address)
+        same = _facts_cache.same_daemon(engine, address, trusted)
         try:
             with first_call():
                 version = await engine.ping(unversioned=early is not None)
@@ -216,17 +215,18 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                 await self._create()
                 return
             self._facts, self._pin_runc = trusted, True
-            await self._build(engine, ref, None, early)
+            current = await self._build_checked(engine, ref, same, early)
         finally:
             if early is not None:
                 drop(early)
+        if not current:
+            await self._start_over(address)
 
     async def _create_confirming(self, engine: Engine, ref: ImageRef, address: str,
                                  cached: EngineFacts) -> None:
-        """Facts kept from an earlier create: planned from at once while ``/info`` is read
-        again (`_facts_cache.FreshFacts`); they must equal the fresh ones before start, else
-        what was made from them (nothing ran in it) is removed and the create starts over
-        from what the engine says now."""
+        """Kept facts: planned from at once while ``/info`` is read again (`FreshFacts`); they
+        must equal the fresh ones before start, else what was made from them (nothing ran in
+        it) is removed and the create starts over from what the engine says now."""
         fresh = _facts_cache.FreshFacts(engine, address)
         early = self._early_inspect(engine, ref, address)
         try:
@@ -236,21 +236,16 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             self._keep_api(address)
             self._facts = cached
             try:
-                planned_from_current = await self._build(engine, ref, fresh, early)
-            except SandboxError:
-                if not await self._facts_changed(fresh):
-                    raise
-                planned_from_current = False  # failed from outdated facts
+                planned_from_current = await self._build_checked(engine, ref, fresh, early)
             finally:
                 fresh.cancel()
         finally:
             if early is not None:
                 drop(early)
         if planned_from_current:
-            _facts_cache.keep(address, cached, fresh.asked_at)  # confirmed: trusted a while
+            _facts_cache.keep(address, cached, fresh.asked_at, fresh.asked_by)  # confirmed
             return
-        _facts_cache.forget(address)
-        await self._start_over()
+        await self._start_over(address)
 
     def _keep_api(self, address: str) -> None:
         """Keep the API version the ping settled for the engine at ``address``."""
@@ -282,13 +277,25 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._engine_or_fail().docker.api_version = f"v{version}" if version else "auto"
         return None
 
-    async def _facts_changed(self, fresh: _facts_cache.FreshFacts | None) -> bool:
+    async def _build_checked(self, engine: Engine, ref: ImageRef,
+                             check: _facts_cache.Check | None,
+                             early: asyncio.Task[dict[str, Any] | None] | None) -> bool:
+        """`_build`; False also where it failed from facts ``check`` shows outdated."""
+        try:
+            return await self._build(engine, ref, check, early)
+        except SandboxError:
+            if not await self._facts_changed(check):
+                raise
+            return False
+
+    async def _facts_changed(self, fresh: _facts_cache.Check | None) -> bool:
         """Whether the engine's facts now differ from those this create planned from."""
         return fresh is not None and await fresh.result() != self._facts
 
-    async def _start_over(self) -> None:
+    async def _start_over(self, address: str) -> None:
         """Undo a create planned from outdated facts (before start) and create again, reading
-        the facts first this time."""
+        the facts (forgotten for ``address``) first this time."""
+        _facts_cache.forget(address)
         await self.remove()
         self._container_id = None
         self._created_resources = False
@@ -301,7 +308,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await self._create()
 
     async def _build(self, engine: Engine, ref: ImageRef,
-                     fresh: _facts_cache.FreshFacts | None,
+                     fresh: _facts_cache.Check | None,
                      early: asyncio.Task[dict[str, Any] | None] | None = None) -> bool:
         """Everything after reading the facts; False when ``fresh`` (the facts read during
         this create) shows the ones planned from were outdated, before the container

@@ -1,12 +1,14 @@
 """The engine's facts kept between creates (`_facts_cache`): a create plans from them while it
 reads /info again, and no container starts before its own create's read confirmed them; facts
-that went out of date make the create start over from the current ones. Within
-`_facts_cache.TRUSTED_FOR` seconds of a confirming read, a sandbox pinned to runc reads none
-(the tests of the read set the window to 0)."""
+that went out of date make the create start over from the current ones. For as long as the
+daemon named with them answers, or where it cannot be named within `_facts_cache.TRUSTED_FOR`
+seconds of a confirming read, a sandbox pinned to runc reads none (the tests of the read set
+the window to 0, which turns both off)."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import anyio
@@ -268,6 +270,8 @@ async def test_a_create_moments_after_a_read_plans_from_it_and_pins_runc(
 
 async def test_once_the_window_passed_the_create_reads_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    # An engine whose daemon cannot be named (tcp, socket-activated, unseen): the window.
+    monkeypatch.setattr(_facts_cache, "identify", lambda address: None)
     async with Sandbox(ENGINE_DEFAULT):
         pass
     first = _facts_cache._ASKED[engine_address()]
@@ -298,3 +302,66 @@ async def test_another_api_version_in_the_ping_makes_a_trusting_create_read_firs
     assert trace.steps.count("info answered") == 1, trace.steps
     assert runtimes == [""], runtimes
     assert _facts_cache.kept_api(engine_address()) == version
+
+
+async def test_the_same_daemon_past_the_window_is_trusted_without_a_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_facts_cache, "TRUSTED_FOR", 0.2)
+    async with Sandbox(ENGINE_DEFAULT):
+        pass  # read, and kept with the daemon's name
+    named = _facts_cache._BY.get(engine_address())
+    assert named is not None and named.pid > 1  # this host's dockerd binds its own socket
+    await anyio.sleep(0.3)  # past the window
+    trace = Trace(monkeypatch)
+    runtimes = pinned_runtimes(monkeypatch)
+    async with Sandbox(ENGINE_DEFAULT) as sb:
+        assert (await sb.execute_command("true")).success
+        info = json.loads(docker_cli("inspect", sb.backend.container_id))[0]
+    assert "info answered" not in trace.steps and "read engine info" not in trace.steps, \
+        trace.steps
+    assert runtimes == ["runc"], runtimes
+    assert info["HostConfig"]["Runtime"] == "runc"
+
+
+async def test_another_daemon_named_after_the_create_makes_it_read_before_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(ENGINE_DEFAULT):
+        pass
+    named = _facts_cache._BY[engine_address()]
+    restarted = attrs.evolve(named, start_time=named.start_time + 1)  # the only fake here
+    monkeypatch.setattr(_facts_cache, "identify", lambda address: restarted)
+    trace = Trace(monkeypatch)
+    async with Sandbox(ENGINE_DEFAULT) as sb:
+        assert (await sb.execute_command("true")).success
+    steps = trace.steps
+    assert steps.count("info answered") == 1, steps
+    assert steps.index("create the sandbox container") < steps.index("info answered") < \
+        steps.index("start the sandbox container"), steps
+    assert steps.count("create the sandbox container") == 1, steps  # the same facts: kept on
+    assert _facts_cache._BY[engine_address()] == restarted  # confirmed, under the new name
+    trace.steps.clear()
+    async with Sandbox(ENGINE_DEFAULT):
+        pass
+    assert "info answered" not in trace.steps, trace.steps
+
+
+async def test_another_daemon_with_other_facts_makes_the_trusting_create_start_over(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Sandbox(ENGINE_DEFAULT) as sb:
+        expected = memory_of(sb)
+    address = engine_address()
+    real = _facts_cache.kept(address)
+    named = _facts_cache._BY[address]
+    assert real is not None
+    # Facts a daemon gone since gave (another default memory limit follows from them).
+    gone = attrs.evolve(named, start_time=named.start_time - 1)
+    _facts_cache.keep(address, attrs.evolve(real, mem_total=real.mem_total // 4),
+                      time.monotonic(), gone)
+    trace = Trace(monkeypatch)
+    async with Sandbox(ENGINE_DEFAULT) as sb:
+        steps = list(trace.steps)
+        assert memory_of(sb) == expected
+        assert sandbox_containers(sb.id) == [sb.backend.container_id[:12]]
+    assert steps.count("create the sandbox container") == 2, steps
+    assert steps.count("start the sandbox container") == 1, steps
+    assert _facts_cache.kept(address) == real and _facts_cache._BY[address] == named

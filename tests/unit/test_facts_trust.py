@@ -1,4 +1,5 @@
-"""When kept engine facts are planned from without a new read (`_facts_cache.trusted`)."""
+"""When kept engine facts are planned from without a new read (`_facts_cache.trusted`): for
+as long as the daemon named with them answers, else within a window after the read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandbox.docker import _facts_cache
+from sandbox.docker._engine_identity import EngineInstance
 from sandbox.docker._facts import EngineFacts
 
 ADDRESS = "unix:///test/trust.sock"
@@ -64,3 +66,31 @@ def test_an_older_reads_other_answer_does_not_replace_a_newer_one() -> None:
     _facts_cache.keep(ADDRESS, EngineFacts(runtimes=frozenset({"runc", "runsc"})),
                       time.monotonic() - 1)
     assert _facts_cache.kept(ADDRESS) == newer
+
+
+DAEMON = EngineInstance(b"boot", 4242, 0, 1000, 2, 1 << 20)
+
+
+def test_facts_kept_with_the_daemons_name_are_trusted_past_the_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = EngineFacts()
+    _facts_cache.keep(ADDRESS, facts, time.monotonic() - 60, DAEMON)
+    _facts_cache.keep_api(ADDRESS, "v1.41")
+    assert _facts_cache.trusted(ADDRESS, "runc") == facts
+    assert _facts_cache.same_daemon(None, ADDRESS, facts) is not None  # type: ignore[arg-type]
+    assert _facts_cache.trusted(ADDRESS, "runsc") is None  # the runtime rule still holds
+    monkeypatch.setattr(_facts_cache, "TRUSTED_FOR", 0.0)  # the tests' and bench's switch
+    assert _facts_cache.trusted(ADDRESS, "runc") is None
+
+
+def test_the_latest_reads_name_labels_the_facts() -> None:
+    facts = EngineFacts()
+    _facts_cache.keep(ADDRESS, facts, time.monotonic() - 60, DAEMON)
+    _facts_cache.keep_api(ADDRESS, "v1.41")
+    _facts_cache.keep(ADDRESS, facts, time.monotonic() - 90, None)  # older, unnamed: no say
+    assert _facts_cache.same_daemon(None, ADDRESS, facts) is not None  # type: ignore[arg-type]
+    _facts_cache.keep(ADDRESS, facts, time.monotonic() - 30, None)  # newer, daemon unnamed
+    assert _facts_cache.same_daemon(None, ADDRESS, facts) is None  # type: ignore[arg-type]
+    assert _facts_cache.trusted(ADDRESS, "runc") is None  # 30 s: past the window
+    _facts_cache.keep(ADDRESS, facts, time.monotonic() - 60, DAEMON)  # older again
+    assert _facts_cache.trusted(ADDRESS, "runc") is None
