@@ -62,9 +62,11 @@ from .._tasks import drop
 from ._engine_identity import EngineInstance, identify
 from ._facts import EngineFacts
 from ._gateway import Engine
+from ._images import inspect_image
 
-__all__ = ["TRUSTED_FOR", "Check", "FreshFacts", "SameDaemon", "daemon", "forget", "keep",
-           "keep_api", "kept", "kept_api", "same_daemon", "trusted"]
+__all__ = ["TRUSTED_FOR", "Check", "FreshFacts", "SameDaemon", "check_api", "daemon",
+           "early_inspect", "forget", "keep", "keep_api", "kept", "kept_api", "same_daemon",
+           "trusted"]
 
 #: Seconds after a read of /info was sent during which its facts are planned from without a
 #: new read, for a sandbox pinned to runc, where the daemon cannot be named (see above); 0:
@@ -270,3 +272,29 @@ class SameDaemon:
 
 #: What a create planned from kept facts checks them by before its start.
 Check: TypeAlias = FreshFacts | SameDaemon
+
+
+def early_inspect(engine: Engine, image: str, address: str,
+                  pull_policy: str) -> asyncio.Task[dict[str, Any] | None] | None:
+    """The image's inspect, sent beside the ping in the API version the engine answered with
+    last (kept for ``address``); None where no version is kept, the client has its own, or
+    the pull policy pulls first anyway."""
+    api = kept_api(address) if address else ""
+    if not api or pull_policy == "always" or engine.docker.api_version != "auto":
+        return None
+    engine.docker.api_version = api
+    return asyncio.ensure_future(inspect_image(engine, image))
+
+
+def check_api(engine: Engine, version: str, address: str,
+              early: asyncio.Task[dict[str, Any] | None] | None) -> \
+        asyncio.Task[dict[str, Any] | None] | None:
+    """After the ping: keep the early inspect if the engine still answers in the version it
+    was sent in; else drop it (the image is inspected again), forget the facts kept for
+    ``address`` and take the new version."""
+    if early is None or f"v{version}" == engine.docker.api_version:
+        return early
+    drop(early)
+    forget(address)
+    engine.docker.api_version = f"v{version}" if version else "auto"
+    return None

@@ -51,7 +51,7 @@ from ._facts import EngineFacts
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, engine_address, new_client
 from ._helpers import HelperRunner, Helpers
-from ._images import ensure_image, inspect_image
+from ._images import ensure_image
 from ._main_pid import MainPid
 from ._netless import applies as netless_applies
 from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_exec
@@ -203,14 +203,15 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         """Trusted facts (`_facts_cache.trusted`), runc pinned: no read if the ping keeps the API
         version and their daemon, if named, answers after the create (`SameDaemon`)."""
         kept_api = _facts_cache.kept_api(address)
-        early = self._early_inspect(engine, ref, address)
+        early = _facts_cache.early_inspect(engine, ref.engine_name, address,
+                                           self._config.pull_policy)
         same = _facts_cache.same_daemon(engine, address, trusted)
         try:
             with first_call():
                 version = await engine.ping(unversioned=early is not None)
-                early = self._check_api(version, address, early)
+                early = _facts_cache.check_api(engine, version, address, early)
             self._keep_api(address)
-            if engine.docker.api_version != kept_api:  # `_check_api` forgot the facts
+            if engine.docker.api_version != kept_api:  # `check_api` forgot the facts
                 self._replanned = True
                 await self._create()
                 return
@@ -228,11 +229,12 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         must equal the fresh ones before start, else what was made from them (nothing ran in
         it) is removed and the create starts over from what the engine says now."""
         fresh = _facts_cache.FreshFacts(engine, address)
-        early = self._early_inspect(engine, ref, address)
+        early = _facts_cache.early_inspect(engine, ref.engine_name, address,
+                                           self._config.pull_policy)
         try:
             with first_call(on_error=fresh.cancel):
                 version = await engine.ping(unversioned=early is not None)
-                early = self._check_api(version, address, early)
+                early = _facts_cache.check_api(engine, version, address, early)
             self._keep_api(address)
             self._facts = cached
             try:
@@ -252,30 +254,6 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         api = self._engine_or_fail().docker.api_version
         if address and api != "auto":
             _facts_cache.keep_api(address, api)
-
-    def _early_inspect(self, engine: Engine, ref: ImageRef,
-                       address: str) -> asyncio.Task[dict[str, Any] | None] | None:
-        """The image's inspect, sent beside the ping in the API version the engine answered
-        with last (kept for ``address``); None where no version is kept, the client has its
-        own, or the pull policy pulls first anyway."""
-        api = _facts_cache.kept_api(address) if address else ""
-        if not api or self._config.pull_policy == "always" or \
-                engine.docker.api_version != "auto":
-            return None
-        engine.docker.api_version = api
-        return asyncio.ensure_future(inspect_image(engine, ref.engine_name))
-
-    def _check_api(self, version: str, address: str,
-                   early: asyncio.Task[dict[str, Any] | None] | None) -> \
-            asyncio.Task[dict[str, Any] | None] | None:
-        """After the ping: keep the early inspect if the engine still answers in the version
-        it was sent in; else drop it (the image is inspected again) and take the new one."""
-        if early is None or f"v{version}" == self._engine_or_fail().docker.api_version:
-            return early
-        drop(early)
-        _facts_cache.forget(address)
-        self._engine_or_fail().docker.api_version = f"v{version}" if version else "auto"
-        return None
 
     async def _build_checked(self, engine: Engine, ref: ImageRef,
                              check: _facts_cache.Check | None,
