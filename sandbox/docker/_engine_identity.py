@@ -16,6 +16,8 @@ That holds only where the listener's creator is the daemon that serves. It is no
   manager's pid; the supervisor keeps the socket across daemon restarts), or a proxy in front
   of an engine elsewhere (Docker Desktop, Colima, an ssh forward), whose restarts say nothing
   of the engine's;
+- ``/proc`` is another pid namespace's than this process's (``/proc/self`` does not name
+  our pid): the peer's pid would name some other process there;
 - the peer is in a pid namespace this process cannot see (``SO_PEERCRED`` gives pid 0: the
   socket mounted into a container) or its ``/proc`` entry cannot be read (``hidepid``);
 - the connect does not complete at once (a full accept backlog: nothing is waited for).
@@ -38,6 +40,7 @@ sandbox can listen on that socket, and nothing from inside a sandbox is read.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import struct
@@ -62,6 +65,18 @@ class EngineInstance:
     memory_pages: int
 
 
+@functools.cache
+def _proc_is_ours() -> bool:
+    """Whether ``/proc`` shows this process's pid namespace (``/proc/self`` names our pid):
+    ``SO_PEERCRED`` gives the peer's pid in ours, and under another namespace's ``/proc`` (a
+    ``unshare -p`` without its own mount, the host's mounted into a container) that pid
+    would name some other process."""
+    try:
+        return os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
+
+
 def identify(address: str) -> EngineInstance | None:
     """The daemon instance listening at ``address`` (``unix:///path``), or None where that
     cannot be told or would not name the serving daemon (see above).
@@ -69,7 +84,7 @@ def identify(address: str) -> EngineInstance | None:
     Costs one connect (closed at once: the daemon accepts it and reads end-of-file) and three
     small reads of ``/proc``; nothing waits.
     """
-    if not address.startswith("unix://"):
+    if not address.startswith("unix://") or not _proc_is_ours():
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
     try:

@@ -175,11 +175,13 @@ class FreshFacts:
     no other create waits on it.
     """
 
-    def __init__(self, engine: Engine, address: str = "") -> None:
+    def __init__(self, engine: Engine, address: str = "", *, join: bool = True) -> None:
         self._engine = engine
         self._address = address
         key = (address, asyncio.get_running_loop())
-        shared = _IN_FLIGHT.get(key) if address else None
+        # A create that found another daemon answering does not join (``join=False``): a
+        # read in flight may have been sent to, and labelled with, the daemon that left.
+        shared = _IN_FLIGHT.get(key) if address and join else None
         self._joined = shared is not None and not shared.done()
         if shared is not None and self._joined:
             self._task = shared
@@ -260,7 +262,7 @@ class SameDaemon:
             if identify(self._address) == self._by:
                 self._outcome = self._facts
                 return self._facts
-            fresh = FreshFacts(self._engine, self._address)
+            fresh = FreshFacts(self._engine, self._address, join=False)
             try:
                 self._outcome = await fresh.result()
             finally:

@@ -39,6 +39,7 @@ Checkpoints, forks and pools create through the same path; a user-requested netw
 from __future__ import annotations
 
 import posixpath
+import secrets
 import tarfile
 import time
 from collections.abc import Mapping
@@ -136,13 +137,18 @@ async def write_hosts(engine: Engine, container_id: str) -> None:
                                 cause=exc) from exc
 
 
-#: As root in the sandbox, with built-ins and ``mv`` only: `HOSTS` (``$1``) into a new file in
-#: /etc (``set -C``: never through an entry already there), renamed over /etc/hosts, as the
-#: archive PUT does: a symlink put there is replaced, never written through. Fails (and the
-#: PUT follows) where that leaves no regular file.
-_WRITE_SH = r"""umask 022; set -C; t="/etc/.sandbox-hosts.$$"
-printf '%s' "$1" > "$t" || exit 1
-mv -f -- "$t" /etc/hosts || { rm -f -- "$t"; exit 1; }
+#: As root in the sandbox, with built-ins, ``rm`` and ``mv`` only, from the system's own
+#: directories (a PATH entry the sandbox user could write, such as a conda prefix, must not
+#: put its program in a root exec): `HOSTS` (``$1``) into a new file in /etc named with a
+#: random suffix (``$2``) that nothing there is expected to hold (``rm`` first: ``set -C``
+#: does not stop a FIFO or a symlink to a device), renamed over /etc/hosts, as the archive
+#: PUT does: a symlink put there is replaced, never written through, and ``mv -T`` never
+#: moves the file into a directory put there. Fails (and the PUT follows) where that leaves
+#: no regular file.
+_WRITE_SH = r"""umask 022; PATH=/usr/sbin:/usr/bin:/sbin:/bin; set -C
+t="/etc/.sandbox-hosts.$2"; rm -f -- "$t" || exit 1
+printf '%s' "$1" > "$t" && [ -f "$t" ] && [ ! -L "$t" ] || { rm -f -- "$t"; exit 1; }
+mv -fT -- "$t" /etc/hosts || { rm -f -- "$t"; exit 1; }
 [ -f /etc/hosts ] && [ ! -L /etc/hosts ]
 """
 
@@ -158,7 +164,8 @@ async def write_hosts_by_exec(run: Runner, engine: Engine, container_id: str) ->
     which its root could rewrite at any time anyway.
     """
     try:
-        done = await run(["/bin/sh", "-c", _WRITE_SH, "sandbox-init", HOSTS.decode()],
+        done = await run(["/bin/sh", "-c", _WRITE_SH, "sandbox-init", HOSTS.decode(),
+                          secrets.token_hex(8)],
                          user="0:0", what="write the sandbox's /etc/hosts")
         if done.success:
             return

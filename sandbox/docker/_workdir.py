@@ -80,8 +80,11 @@ echo "$u $g $h $n $m"
 """
 
 #: As root (without capabilities: it can mkdir only where root owns the parent): make the
-#: working dir and say whether the SDK should give it to the sandbox user.
-_WORKDIR_SH = r"""d="$1"; [ -d "$d" ] || mkdir -p -- "$d" || exit 1
+#: working dir and say whether the SDK should give it to the sandbox user. The tools come from
+#: the system's own directories: a PATH entry the sandbox user could write (a conda prefix)
+#: must not put its program in a root exec of a checkpoint's child.
+_WORKDIR_SH = r"""PATH=/usr/sbin:/usr/bin:/sbin:/bin; d="$1"
+[ -d "$d" ] || mkdir -p -- "$d" || exit 1
 if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown; fi
 """
 

@@ -310,7 +310,9 @@ async def test_the_same_daemon_past_the_window_is_trusted_without_a_read(
     async with Sandbox(ENGINE_DEFAULT):
         pass  # read, and kept with the daemon's name
     named = _facts_cache._BY.get(engine_address())
-    assert named is not None and named.pid > 1  # this host's dockerd binds its own socket
+    if named is None:  # e.g. systemd's docker.socket: the listener is not dockerd itself
+        pytest.skip("this host's engine cannot be named (`_engine_identity`)")
+    assert named.pid > 1
     await anyio.sleep(0.3)  # past the window
     trace = Trace(monkeypatch)
     runtimes = pinned_runtimes(monkeypatch)

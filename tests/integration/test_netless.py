@@ -311,6 +311,38 @@ async def test_a_checkpoint_whose_shell_plants_a_symlink_at_hosts_gets_no_write_
     assert execs.hosts_writes() == 1, execs.made
 
 
+@pytest.fixture
+def image_with_a_user_path(tmp_path: Path) -> Iterator[str]:
+    """A Debian image whose PATH starts with a directory the sandbox user (1000) owns, as
+    a conda prefix is in notebook images."""
+    yield from derived_image(
+        tmp_path, f"sandbox-test-netless:{uuid.uuid4().hex[:8]}",
+        "RUN mkdir -p /opt/userbin && chown 1000:1000 /opt/userbin\n"
+        "ENV PATH=/opt/userbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n")
+
+
+async def test_a_path_directory_the_user_owns_puts_no_program_in_a_root_exec(
+        image_with_a_user_path: str, prefix: str) -> None:
+    # The attacker: the sandbox user (not root) plants `mv`, `rm`, `stat`, `ls` and `mkdir`
+    # in the image's first PATH directory, which it owns, each noting who ran it. A sandbox
+    # from its checkpoint gets its /etc/hosts and working dir made by root execs: they take
+    # their tools from the system's directories, so no planted program runs as root (uid 0
+    # would be noted). (busybox's shell runs its own applets whatever the PATH; dash does not.)
+    async with Sandbox(SandboxConfig(image=image_with_a_user_path)) as source:
+        script = ('#!/bin/sh\nid -u >> /opt/userbin/ran 2>/dev/null\n'
+                  'exec "/bin/$(basename "$0")" "$@"\n')
+        for tool in ("mv", "rm", "stat", "ls", "mkdir"):
+            await source.write_file(f"/opt/userbin/{tool}", script.encode(), mode=0o755)
+        # Root there has no capabilities: the note it would leave must be writable by all.
+        await sh(source, "ls /opt >/dev/null; chmod 666 /opt/userbin/ran")
+        assert (await sh(source, "cat /opt/userbin/ran")).split() == ["1000"]
+        point = await source.checkpoint(f"{prefix}-planted-path")
+    async with Sandbox(point.config) as sb:
+        assert_hosts(await sh(sb, SHOW_HOSTS))
+        ran = (await sh(sb, "cat /opt/userbin/ran")).split()
+        assert "0" not in ran, ran
+
+
 async def test_a_checkpoint_of_a_bare_namespace_sandbox_starts_with_a_network(
         neighbour: tuple[str, str], prefix: str) -> None:
     # The bare namespace is the container's setting, not its image's: a sandbox with a

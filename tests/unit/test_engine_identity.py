@@ -135,3 +135,23 @@ def test_a_listener_in_a_pid_namespace_not_seen_from_here_is_not_named(
         pytest.skip(f"no pid namespace here: {exc}")
     assert out.strip() == "None"
     assert identify(f"unix://{place}") is not None  # seen from here, the same listener is
+
+
+def test_a_proc_of_another_pid_namespace_names_nothing(
+        place: Path, servers: list[subprocess.Popen[bytes]]) -> None:
+    # `unshare --pid --fork` without a /proc of its own: the peer credentials give pids of the
+    # new namespace, while /proc still shows the old one's (another process by that number).
+    serve(servers, "dockerd", str(place))
+    probe = ("from sandbox.docker._engine_identity import _proc_is_ours, identify; "
+             f"print(_proc_is_ours(), identify({f'unix://{place}'!r}))")
+    root = str(Path(__file__).resolve().parents[2])
+    try:
+        subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True, timeout=60,
+                       check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no pid namespace here: {exc}")
+    out = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", probe],
+                         capture_output=True, text=True, timeout=60, check=True,
+                         env={"PYTHONPATH": root}, cwd=root).stdout
+    assert out.split() == ["False", "None"]
+    assert identify(f"unix://{place}") is not None  # from here, /proc is ours
