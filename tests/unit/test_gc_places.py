@@ -300,6 +300,13 @@ async def test_ps_never_loads_a_recorded_kubeconfig_others_can_write(
 # -- a record a process holds stays the one its path names (review round 7) -----------------
 
 
+def _replace_record(places: Path) -> None:
+    (record,) = places.iterdir()
+    copy = places / "copy"
+    copy.write_bytes(record.read_bytes())
+    os.replace(copy, record)
+
+
 @pytest.mark.asyncio
 async def test_a_record_replaced_under_a_hold_is_locked_anew_by_the_next_hold(
         places: Path) -> None:
@@ -308,10 +315,7 @@ async def test_a_record_replaced_under_a_hold_is_locked_anew_by_the_next_hold(
     longer names the file it holds, and record and hold the place again."""
     first = hold("kubernetes", SPOT)
     try:
-        (record,) = places.iterdir()
-        copy = places / "copy"
-        copy.write_bytes(record.read_bytes())
-        os.replace(copy, record)  # what `remember` did before: a rename over the held file
+        _replace_record(places)  # what `remember` did before: a rename over the held file
         assert await retire("kubernetes", SPOT, _empty)  # the replacement is held by no one
         assert not any_recorded("kubernetes")
         second = hold("kubernetes", SPOT)
