@@ -268,6 +268,18 @@ def any_recorded(backend: str) -> bool:
     return bool(_names(backend))
 
 
+def _read_record(path: Path) -> bytes:
+    """The text of the record at ``path``, never waiting (a FIFO there is refused, OSError):
+    at most 64 KiB, far more than a record holds."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
 def recorded(backend: str) -> list[dict[str, Any]]:
     """Every place recorded for ``backend`` that can be believed (see `trusted_file`); none
     when the directory does not exist (nothing was ever recorded), without further cost."""
@@ -285,7 +297,7 @@ def recorded(backend: str) -> list[dict[str, Any]]:
             log.warning("gc: ignoring the place recorded in %s: %s", path, why)
             continue
         with contextlib.suppress(OSError, ValueError):
-            doc = json.loads(path.read_text())
+            doc = json.loads(_read_record(path))
             if isinstance(doc, dict) and doc.get("backend") == backend \
                     and isinstance(doc.get("place"), dict):
                 found.append(doc["place"])

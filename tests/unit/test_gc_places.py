@@ -545,3 +545,20 @@ async def test_ps_looks_in_every_place_at_once(
         assert "took more than" not in caplog.text and "no answer within" not in caplog.text
     finally:
         _unblock(fifo)
+
+
+def test_a_fifo_among_the_records_does_not_hang_gc_or_ps(places: Path) -> None:
+    import threading
+    remember("kubernetes", SPOT)
+    fifo = places / "kubernetes-0000.json"
+    os.mkfifo(fifo, 0o600)
+    got: list[list[dict[str, object]]] = []
+    thread = threading.Thread(target=lambda: got.append(recorded("kubernetes")), daemon=True)
+    thread.start()
+    thread.join(20)
+    try:
+        assert not thread.is_alive() and got == [[SPOT]]
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
