@@ -30,10 +30,18 @@ from ._constants import (
 )
 
 __all__ = ["OWNER_KEYS", "Collected", "GcItem", "Here", "HostCollector", "age_text",
-           "created_at", "owner_labels", "owner_verdict", "seconds_text"]
+           "created_at", "owner_labels", "owner_pid", "owner_verdict", "seconds_text"]
 
 #: The labels that name a resource's owner process (host, pid, its start time, the boot).
 OWNER_KEYS = (LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_OWNER_BOOT_ID)
+
+
+def owner_pid(text: str) -> int | None:
+    """The pid an owner label (or annotation) names, None unless it is one: ASCII digits
+    only, at most 10 (``str.isdigit`` also takes "²", which `int` refuses, and any number
+    of digits, past `int`'s limit). Whoever can label a resource writes this text."""
+    ok = isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 10
+    return int(text) if ok else None
 
 
 def owner_labels() -> dict[str, str]:
@@ -175,11 +183,11 @@ def owner_verdict(
                           f"{age_text(older_than)})"
         return True, f"{why}, and it is {age_text(age)} old"
 
-    if not host or not pid_text.isdigit():
+    pid = owner_pid(pid_text)
+    if not host or pid is None:
         return unverifiable("it has no owner labels to check")
     if host != here.host:
         return unverifiable(f"its owner ran on another host ({host!r})")
-    pid = int(pid_text)
     if boot and here.boot_id and boot != here.boot_id:
         return gone(f"its owner (pid {pid}) ran before this host last rebooted")
     alive, start = pid_start(pid)

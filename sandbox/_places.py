@@ -11,9 +11,11 @@ gc never imports that backend (nor its client library).
 Records live in ``$SANDBOX_PLACES``, else ``$XDG_STATE_HOME/sandbox-sdk/places`` (by default
 ``~/.local/state/...``): state that must outlive a reboot, since an owner from before one is
 gone for sure. One file per place, named by a hash of its content, written once (a temporary
-file renamed over), so concurrent owners never interleave. A record tells gc which
-credentials to load (a kubeconfig can name a program to run), so a record is only believed
-from a directory and a file that this user owns and no one else can write.
+file linked to its name, never over an existing record: a record a process holds locked must
+stay the one its name names), so concurrent owners never interleave. A directory that is not
+this user's alone is not written to (a file planted there could hang `hold`). A record tells
+gc which credentials to load (a kubeconfig can name a program to run), so a record is only
+believed from a directory and a file that this user owns and no one else can write.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,12 @@ __all__ = ["any_recorded", "forget", "hold", "places_dir", "recorded", "release"
            "retire", "trusted_file"]
 
 log = logging.getLogger("sandbox.gc")
+
+
+def _fallback_dir() -> Path:
+    """The directory used when there is no home directory: in the shared /tmp, so only
+    believed when it is this user's own and no one else's (see `_writable_dir`)."""
+    return Path(tempfile.gettempdir()) / f"sandbox-sdk-places-{os.getuid()}"
 
 
 def places_dir() -> Path:
@@ -46,8 +55,23 @@ def places_dir() -> Path:
         try:
             base = str(Path.home() / ".local" / "state")
         except RuntimeError:  # no home directory to be found: this user's own, in /tmp
-            return Path(tempfile.gettempdir()) / f"sandbox-sdk-places-{os.getuid()}"
+            return _fallback_dir()
     return Path(base) / "sandbox-sdk" / "places"
+
+
+def _writable_dir(where: Path) -> None:
+    """Make ``where`` (mode 0700) unless it exists, and raise OSError unless only this user
+    can put files in it: another user's file there (a FIFO, a record held locked) could hang
+    `hold`, and their record would be believed by gc. The /tmp fallback, which anyone could
+    have made first, must moreover be a directory (not a link) of this user, mode 0700."""
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if where == _fallback_dir():
+        info = os.lstat(where)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() \
+                or info.st_mode & 0o077:
+            raise OSError(f"{where} is not a directory of this user's alone (mode 0700)")
+    elif why := trusted_file(where):
+        raise OSError(f"{where} is not to be trusted: {why}")
 
 
 def trusted_file(path: Path, *, follow: bool = True) -> str:
@@ -73,20 +97,27 @@ def _record_name(backend: str, place: Mapping[str, Any]) -> str:
 
 def remember(backend: str, place: Mapping[str, Any]) -> None:
     """Record that a sandbox of ``backend`` puts resources in ``place`` (a no-op when it is
-    recorded already: one stat). Called before the first resource is created there."""
+    recorded already: a check of the directory and one stat). Called before the first
+    resource is created there. Raises OSError when the directory is not to be written to
+    (see `_writable_dir`)."""
     where = places_dir()
+    _writable_dir(where)
     path = where / _record_name(backend, place)
-    if path.exists():
+    if os.path.lexists(path):
         return
-    where.mkdir(mode=0o700, parents=True, exist_ok=True)
     text = json.dumps({"backend": backend, "place": dict(place)}, sort_keys=True)
-    temp = where / f".{path.name}.{os.getpid()}.new"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd, temp = tempfile.mkstemp(dir=where, prefix=f".{path.name}.", suffix=".new")
     try:
-        os.write(fd, text.encode())
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        # A link, not a rename: an existing record (maybe held locked by a process, see
+        # `hold`) is never replaced by another writer's copy.
+        with contextlib.suppress(FileExistsError):
+            os.link(temp, path)
     finally:
-        os.close(fd)
-    os.replace(temp, path)
+        os.unlink(temp)
 
 
 #: Record path -> (the open record this process holds a shared lock on, how many of its
@@ -95,23 +126,50 @@ _HOLDS: dict[str, tuple[int, int]] = {}
 _HOLDS_LOCK = threading.Lock()
 
 
+#: How many times (1 ms apart) `hold` tries for its shared lock: the only one to hold a
+#: record exclusively is `_drop`, for the microseconds of an unlink; anything longer is not a
+#: record of ours, and waiting on it would hang the event loop.
+_LOCK_TRIES = 50
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _share_lock(fd: int, path: Path) -> None:
+    """Take a shared lock on ``fd`` without blocking for long (see `_LOCK_TRIES`)."""
+    for _ in range(_LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.001)
+    raise OSError(f"the record {path} stays locked by another process")
+
+
 def _lock_record(path: Path, backend: str, place: Mapping[str, Any]) -> int:
     """The record at ``path`` (written if missing), open and share-locked: the same file as
     the path names once locked (a `retire` between the open and the lock unlinked the one
-    opened: then again, with a new record)."""
+    opened: then again, with a new record). Never blocks: not on a FIFO put in its place
+    (opened without waiting, then refused as not a regular file), nor on a lock held long."""
     for _ in range(100):
         remember(backend, place)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             continue  # retired just now
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a `retire` unlinks it
-            now, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
-            if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"the record {path} is not a regular file")
+            _share_lock(fd, path)
+            if _same_file(path, fd):
                 return fd
-        except FileNotFoundError:
-            pass
         except BaseException:
             os.close(fd)
             raise
@@ -122,12 +180,18 @@ def _lock_record(path: Path, backend: str, place: Mapping[str, Any]) -> int:
 def hold(backend: str, place: Mapping[str, Any]) -> str:
     """Record ``place`` (see `remember`) and keep its record until `release`: a sandbox of
     this process is about to put resources there. Returns the token to release it with.
-    The first hold of a place in this process costs an open and a lock, the next ones none."""
+    The first hold of a place in this process costs an open and a lock, the next ones a stat:
+    the record held must still be the one its path names (else gc could have dropped the
+    path's, held by no one): if not, the path's record is locked (written) anew."""
     path = places_dir() / _record_name(backend, place)
     token = str(path)
     with _HOLDS_LOCK:
         if token in _HOLDS:
             fd, count = _HOLDS[token]
+            if not _same_file(path, fd):
+                new = _lock_record(path, backend, place)
+                os.close(fd)
+                fd = new
             _HOLDS[token] = (fd, count + 1)
             return token
         fd = _lock_record(path, backend, place)
@@ -152,10 +216,12 @@ def _drop(path: Path) -> bool:
     """Unlink the record at ``path`` unless a process holds it (`hold`): under an exclusive
     lock got without waiting, on the file the path still names. Whether it was dropped."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False  # not a record of ours (a FIFO): left alone
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         now, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
         if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
@@ -202,6 +268,18 @@ def any_recorded(backend: str) -> bool:
     return bool(_names(backend))
 
 
+def _read_record(path: Path) -> bytes:
+    """The text of the record at ``path``, never waiting (a FIFO there is refused, OSError):
+    at most 64 KiB, far more than a record holds."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
 def recorded(backend: str) -> list[dict[str, Any]]:
     """Every place recorded for ``backend`` that can be believed (see `trusted_file`); none
     when the directory does not exist (nothing was ever recorded), without further cost."""
@@ -219,7 +297,7 @@ def recorded(backend: str) -> list[dict[str, Any]]:
             log.warning("gc: ignoring the place recorded in %s: %s", path, why)
             continue
         with contextlib.suppress(OSError, ValueError):
-            doc = json.loads(path.read_text())
+            doc = json.loads(_read_record(path))
             if isinstance(doc, dict) and doc.get("backend") == backend \
                     and isinstance(doc.get("place"), dict):
                 found.append(doc["place"])

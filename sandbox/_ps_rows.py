@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import attrs
 
 from ._constants import LABEL_OWNER_HOST, LABEL_OWNER_PID
-from ._owner import Here, owner_verdict
+from ._owner import Here, owner_pid, owner_verdict
 
 __all__ = ["PlaceLister", "SandboxRow", "display_text", "owner_state"]
 
@@ -75,7 +75,7 @@ class PlaceLister(Protocol):
 def owner_state(labels: Mapping[str, str], here: Here) -> str:
     """"alive", "gone" or "unknown" for the owner named by ``labels`` (or annotations)."""
     host, pid = labels.get(LABEL_OWNER_HOST, ""), labels.get(LABEL_OWNER_PID, "")
-    if not host or not pid.isdigit() or host != here.host:
+    if not host or owner_pid(pid) is None or host != here.host:
         return "unknown"
     gone, _reason = owner_verdict(labels, here=here)
     return "gone" if gone else "alive"

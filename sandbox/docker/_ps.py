@@ -24,7 +24,7 @@ from .._constants import (
     LABEL_SANDBOX_ID,
 )
 from .._models import ResourceUsage
-from .._owner import Here, created_at
+from .._owner import Here, created_at, owner_pid
 from .._ps_rows import SandboxRow, display_text, owner_state
 
 __all__ = ["SandboxRow", "TopRow", "list_sandboxes", "watch"]
@@ -69,7 +69,7 @@ def row_of(container: Mapping[str, Any], *, here: Here, now: datetime) -> Sandbo
         name=display_text(name), image=display_text(container.get("Image")),
         state=display_text(container.get("State")), created=created,
         age_seconds=max((now - created).total_seconds(), 0.0) if created else None,
-        owner_pid=int(pid) if pid.isdigit() else None,
+        owner_pid=owner_pid(pid),
         owner_host=display_text(labels.get(LABEL_OWNER_HOST, "")), owner=owner_state(labels, here),
     )
 

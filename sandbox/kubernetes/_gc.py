@@ -15,6 +15,7 @@ drops the record of a place where nothing of ours is left and no sandbox of this
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from typing import Any
 import attrs
 
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
-from .._errors import ConfigError, SandboxError
+from .._errors import ConfigError, EngineUnavailable, SandboxError
 from .._gc import GcReport
 from .._owner import Collected, GcItem, Here, HostCollector, owner_verdict
 from .._places import forget, hold, recorded, retire, trusted_file
@@ -40,8 +41,10 @@ _KINDS = (("container", "/api/v1/namespaces/{ns}/pods"),
           ("network", "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"))
 #: The name places are recorded under (`sandbox._places`), the backend's type.
 BACKEND = "kubernetes"
-#: Seconds one list or delete of `collect` may take: a recorded cluster that no longer
-#: answers must not hold the whole gc for the REST default (60 s) per call.
+#: Seconds one list or delete of `collect` may take, and the connect to a recorded place
+#: (loading its kubeconfig may run a credential plugin, which kubernetes_asyncio waits for
+#: without a timeout): a recorded cluster that no longer answers must not hold the whole gc
+#: (or ``sandbox ps``) for the REST default (60 s) per call, or forever.
 PLACE_DEADLINE = 15.0
 #: The service account token an in-cluster owner used; without it that place is unreachable.
 _SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -161,9 +164,21 @@ def reachable(spot: Mapping[str, Any], *, forget_gone: bool = True) -> str:
 
 
 async def connect_place(spot: Mapping[str, Any]) -> Cluster:
-    """A client of the cluster of a recorded place that `reachable` passed."""
-    return await Cluster.connect(kubeconfig=spot.get("kubeconfig"), context=spot.get("context"),
-                                 in_cluster=bool(spot.get("in_cluster")))
+    """A client of the cluster of a recorded place that `reachable` passed, within
+    `PLACE_DEADLINE` (a credential plugin that never answers is given up on).
+
+    Raises:
+        EngineUnavailable: It cannot be loaded, or not in time.
+    """
+    try:
+        async with asyncio.timeout(PLACE_DEADLINE):
+            return await Cluster.connect(kubeconfig=spot.get("kubeconfig"),
+                                         context=spot.get("context"),
+                                         in_cluster=bool(spot.get("in_cluster")))
+    except TimeoutError as exc:
+        raise EngineUnavailable(f"loading the Kubernetes configuration took more than "
+                                f"{PLACE_DEADLINE:g} s (a credential plugin that does not "
+                                f"answer?)", cause=exc) from exc
 
 
 async def _nothing_left(cluster: Cluster, namespace: str) -> bool:

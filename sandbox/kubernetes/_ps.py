@@ -3,11 +3,14 @@
 The places are the ones `sandbox.gc` looks in (`sandbox._places`), believed by the same rules
 (`reachable`): a record or a kubeconfig others could write is ignored, so a credential plugin
 an attacker put in one never runs. Listing changes nothing, not even a record whose kubeconfig
-is gone. The row and its owner column are `sandbox._ps_rows`'s, as for Docker.
+is gone. The row and its owner column are `sandbox._ps_rows`'s, as for Docker. Places are
+looked at concurrently, each within `PLACE_DEADLINE` (connect and list): N clusters that
+do not answer cost one deadline, not N, and one place's failure is that place's warning.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -21,7 +24,7 @@ from .._constants import (
     LABEL_SANDBOX_ID,
 )
 from .._errors import SandboxError
-from .._owner import Here, created_at
+from .._owner import Here, created_at, owner_pid
 from .._places import recorded
 from .._ps_rows import PlaceLister, SandboxRow, display_text, owner_state
 from .._wire_time import engine_time
@@ -62,22 +65,16 @@ def row_of(pod: Mapping[str, Any], *, place: Mapping[str, Any], here: Here,
                           f"{meta.get('name')}"),
         image=display_text(image), state=display_text(state), created=created,
         age_seconds=max((now - created).total_seconds(), 0.0) if created else None,
-        owner_pid=int(pid) if pid.isdigit() else None,
+        owner_pid=owner_pid(pid),
         owner_host=display_text(notes.get(LABEL_OWNER_HOST, "")),
         owner=owner_state(notes, here), type=BACKEND, place=dict(place))
 
 
-async def list_sandboxes(*, owner: int | None, here: Here, now: datetime) -> list[SandboxRow]:
-    """The SDK's Pods in every recorded place (a `PlaceLister`); with ``owner``, only those
-    the process with that pid on this host created. A place that cannot be reached is skipped
-    with a warning."""
-    rows: dict[str, SandboxRow] = {}  # by uid: two records may name one cluster
-    for spot in recorded(BACKEND):
-        namespace = str(spot.get("namespace") or "default")
-        if why := reachable(spot, forget_gone=False):
-            log.info("ps: not looking in Kubernetes namespace %r: %s", namespace, why)
-            continue
-        try:
+async def _pods_in(spot: Mapping[str, Any], namespace: str) -> list[Mapping[str, Any]]:
+    """The SDK's Pods in one recorded place: connect and list within `PLACE_DEADLINE`; []
+    with a warning when that fails."""
+    try:
+        async with asyncio.timeout(PLACE_DEADLINE):
             cluster = await connect_place(spot)
             try:
                 found = await cluster.call(
@@ -86,14 +83,34 @@ async def list_sandboxes(*, owner: int | None, here: Here, now: datetime) -> lis
                     deadline=PLACE_DEADLINE)
             finally:
                 await cluster.close()
-        except SandboxError as exc:
-            log.warning("ps: cannot look in Kubernetes namespace %r (kubeconfig %s): %s",
-                        namespace, spot.get("kubeconfig") or "in-cluster", exc)
+    except (SandboxError, TimeoutError) as exc:
+        why = exc if isinstance(exc, SandboxError) else \
+            f"no answer within {PLACE_DEADLINE:g} s"
+        log.warning("ps: cannot look in Kubernetes namespace %r (kubeconfig %s): %s",
+                    namespace, spot.get("kubeconfig") or "in-cluster", why)
+        return []
+    items = found.get("items")
+    return [p for p in items if isinstance(p, Mapping)] if isinstance(items, list) else []
+
+
+async def list_sandboxes(*, owner: int | None, here: Here, now: datetime) -> list[SandboxRow]:
+    """The SDK's Pods in every recorded place (a `PlaceLister`); with ``owner``, only those
+    the process with that pid on this host created. A place that cannot be reached (in
+    `PLACE_DEADLINE`) is skipped with a warning; places are looked at concurrently."""
+    spots: list[tuple[Mapping[str, Any], str]] = []
+    for spot in recorded(BACKEND):
+        namespace = str(spot.get("namespace") or "default")
+        if why := reachable(spot, forget_gone=False):
+            log.info("ps: not looking in Kubernetes namespace %r: %s", namespace, why)
             continue
-        for pod in found.get("items") or []:
-            if isinstance(pod, Mapping):
-                row = row_of(pod, place=spot, here=here, now=now)
-                rows.setdefault(row.container_id or f"{len(rows)}", row)
+        spots.append((spot, namespace))
+    async with asyncio.TaskGroup() as group:
+        looks = [group.create_task(_pods_in(spot, ns)) for spot, ns in spots]
+    rows: dict[str, SandboxRow] = {}  # by uid: two records may name one cluster
+    for (where, _ns), look in zip(spots, looks, strict=True):
+        for pod in look.result():
+            row = row_of(pod, place=where, here=here, now=now)
+            rows.setdefault(row.container_id or f"{len(rows)}", row)
     return [r for r in rows.values()
             if owner is None or (r.owner_pid == owner and r.owner_host == here.host)]
 

@@ -4,6 +4,8 @@ and what gc believes of those records: only this user's, only trusted kubeconfig
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -14,10 +16,18 @@ from pathlib import Path
 import pytest
 
 from sandbox import _places as places_mod
-from sandbox._owner import Here
+from sandbox._constants import (
+    LABEL_MANAGED_BY,
+    LABEL_MANAGED_BY_VALUE,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+)
+from sandbox._owner import Here, owner_pid, owner_verdict
 from sandbox._places import any_recorded, hold, recorded, release, remember, retire
 from sandbox._registry import place_listers
+from sandbox.docker import _ps as docker_ps
 from sandbox.kubernetes import _gc as kube_gc
+from sandbox.kubernetes import _ps as kube_ps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -234,7 +244,7 @@ async def test_a_hold_taken_while_a_retire_drops_the_record_writes_a_new_one(
     retired: list[bool] = []
 
     def flock(fd: int, how: int) -> None:
-        if how == places_mod.fcntl.LOCK_SH and not retired:
+        if how & places_mod.fcntl.LOCK_SH and not retired:
             retired.append(True)
             (places / os.listdir(places)[0]).unlink()  # what retire does, just then
         real_flock(fd, how)
@@ -285,3 +295,270 @@ async def test_ps_never_loads_a_recorded_kubeconfig_others_can_write(
     assert marker.exists()  # the same file of the user's own is loaded: the refusal stopped it
     assert "ps: cannot look in Kubernetes namespace 'n'" in caplog.text
     assert any_recorded("kubernetes")  # listing changes nothing
+
+
+# -- a record a process holds stays the one its path names (review round 7) -----------------
+
+
+def _replace_record(places: Path) -> None:
+    (record,) = places.iterdir()
+    copy = places / "copy"
+    copy.write_bytes(record.read_bytes())
+    os.replace(copy, record)
+
+
+@pytest.mark.asyncio
+async def test_a_record_replaced_under_a_hold_is_locked_anew_by_the_next_hold(
+        places: Path) -> None:
+    """Another writer (an older SDK renamed its copy over) replaced the record this process
+    holds; gc then dropped the new, unheld one. The next hold here must see that the path no
+    longer names the file it holds, and record and hold the place again."""
+    first = hold("kubernetes", SPOT)
+    try:
+        _replace_record(places)  # what `remember` did before: a rename over the held file
+        assert await retire("kubernetes", SPOT, _empty)  # the replacement is held by no one
+        assert not any_recorded("kubernetes")
+        second = hold("kubernetes", SPOT)
+        try:
+            assert recorded("kubernetes") == [SPOT]
+            assert not await retire("kubernetes", SPOT, _empty)  # held
+        finally:
+            release(second)
+    finally:
+        release(first)
+
+
+@pytest.mark.asyncio
+async def test_a_write_back_racing_a_first_hold_never_replaces_the_held_record(
+        places: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gc dropped the record and, its second look finding something, writes it back; just
+    then (between its check and its write) a sandbox here takes its first hold, creating and
+    locking the record. gc's write-back must not replace the file that sandbox holds."""
+    real_write = os.write
+    holds: list[str] = []
+    played: list[bool] = []
+
+    def write(fd: int, data: bytes) -> int:
+        if not played and data.startswith(b'{"backend"'):
+            played.append(True)
+            holds.append(hold("kubernetes", SPOT))  # the overlapping first hold
+        return real_write(fd, data)
+
+    async def found_something() -> bool:
+        monkeypatch.setattr(places_mod.os, "write", write)
+        return False
+
+    remember("kubernetes", SPOT)
+    assert not await retire("kubernetes", SPOT, found_something)
+    monkeypatch.setattr(places_mod.os, "write", real_write)
+    assert holds, "the race was not played"
+    try:
+        assert recorded("kubernetes") == [SPOT]
+        assert not await retire("kubernetes", SPOT, _empty)  # still the file held
+    finally:
+        release(holds[0])
+
+
+# -- hold never hangs on what another user could put in its place ---------------------------
+
+
+def _hold_bounded(seconds: float = 20.0) -> tuple[bool, str | None]:
+    """`hold_place` in a thread: (whether it returned within ``seconds``, its token)."""
+    import threading
+    got: list[str | None] = []
+    thread = threading.Thread(target=lambda: got.append(kube_gc.hold_place(
+        kubeconfig="/k", context=None, in_cluster=False, namespace="n")), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive(), (got[0] if got else None)
+
+
+def _record_path() -> Path:
+    return places_mod.places_dir() / places_mod._record_name(
+        "kubernetes", kube_gc.place(kubeconfig="/k", context=None, in_cluster=False,
+                                    namespace="n"))
+
+
+def test_a_fifo_at_the_record_path_does_not_hang_hold(
+        places: Path, caplog: pytest.LogCaptureFixture) -> None:
+    places.mkdir(mode=0o700)
+    fifo = _record_path()
+    os.mkfifo(fifo)
+    try:
+        returned, token = _hold_bounded()
+        assert returned and token is None
+        assert "cannot record namespace 'n'" in caplog.text
+        assert "not a regular file" in caplog.text
+    finally:
+        # Unblock a hold stuck opening the FIFO (without the fix), then remove it.
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        fifo.unlink()
+
+
+def test_a_record_held_exclusively_by_another_does_not_hang_hold(
+        places: Path, caplog: pytest.LogCaptureFixture) -> None:
+    remember("kubernetes", kube_gc.place(kubeconfig="/k", context=None, in_cluster=False,
+                                         namespace="n"))
+    blocker = os.open(_record_path(), os.O_RDONLY)
+    try:
+        fcntl.flock(blocker, fcntl.LOCK_EX)  # another open file: conflicts with `hold`'s
+        returned, token = _hold_bounded()
+        assert returned and token is None
+        assert "stays locked by another process" in caplog.text
+    finally:
+        os.close(blocker)
+
+
+@pytest.mark.parametrize("how", ["mode 0755", "symbolic link", "another user's"])
+def test_a_tmp_fallback_directory_not_ours_alone_is_not_written_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        how: str) -> None:
+    """The fallback in the shared /tmp could have been made first by another user: used only
+    when it is a directory of this user's, mode 0700."""
+    fallback = tmp_path / "sandbox-sdk-places"
+    monkeypatch.setattr(places_mod, "_fallback_dir", lambda: fallback)
+    monkeypatch.setenv("SANDBOX_PLACES", str(fallback))
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    if how == "mode 0755":
+        fallback.mkdir(mode=0o755)
+        fallback.chmod(0o755)
+    elif how == "symbolic link":
+        fallback.symlink_to(real)
+    else:
+        if os.getuid() != 0:
+            pytest.skip("needs root to give a directory away")
+        fallback.mkdir(mode=0o700)
+        os.chown(fallback, 65534, 65534)
+    assert kube_gc.hold_place(kubeconfig="/k", context=None, in_cluster=False,
+                              namespace="n") is None
+    assert "cannot record namespace 'n'" in caplog.text
+    assert not list(real.iterdir()) and (fallback.is_symlink() or not list(fallback.iterdir()))
+
+
+def test_a_tmp_fallback_directory_of_ours_alone_is_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fallback = tmp_path / "sandbox-sdk-places"
+    monkeypatch.setattr(places_mod, "_fallback_dir", lambda: fallback)
+    monkeypatch.setenv("SANDBOX_PLACES", str(fallback))
+    token = kube_gc.hold_place(kubeconfig="/k", context=None, in_cluster=False, namespace="n")
+    assert token is not None
+    release(token)
+    assert os.lstat(fallback).st_mode & 0o777 == 0o700 and any_recorded("kubernetes")
+
+
+# -- owner pids from labels and annotations: anyone able to label a Pod writes them ---------
+
+
+@pytest.mark.parametrize("pid", ["\u00b2", "1" * 5000, "\u0661\u0662", "12345678901", "-1"])
+def test_an_owner_pid_that_is_no_pid_is_unknown_not_a_crash(pid: str) -> None:
+    here = Here.current()
+    notes = {LABEL_OWNER_HOST: here.host, LABEL_OWNER_PID: pid}
+    assert owner_pid(pid) is None
+    gone, reason = owner_verdict(notes, here=here)
+    assert not gone and "no owner labels" in reason
+    pod = {"metadata": {"uid": "u", "name": "p", "annotations": notes,
+                        "labels": {LABEL_MANAGED_BY: LABEL_MANAGED_BY_VALUE}}}
+    row = kube_ps.row_of(pod, place={"namespace": "n"}, here=here, now=datetime.now(UTC))
+    assert row.owner_pid is None and row.owner == "unknown"
+    container = {"Id": "c", "Labels": notes, "Created": 0, "Names": ["/x"]}
+    row = docker_ps.row_of(container, here=here, now=datetime.now(UTC))
+    assert row.owner_pid is None and row.owner == "unknown"
+
+
+def test_an_owner_pid_of_ascii_digits_is_read() -> None:
+    assert owner_pid(str(os.getpid())) == os.getpid()
+    assert owner_pid("4294967295") == 4294967295
+
+
+# -- ps: each place bounded, all places at once ----------------------------------------------
+
+
+def _blocking_kubeconfig(path: Path, fifo: Path, *, reader: bool) -> None:
+    """A kubeconfig whose credential plugin blocks on ``fifo``: as its reader (until a
+    writer opens it) or as its writer (until a reader does)."""
+    cred = json.dumps({"apiVersion": "client.authentication.k8s.io/v1beta1",
+                       "kind": "ExecCredential", "status": {"token": "t"}})
+    step = f"cat {fifo} >/dev/null" if reader else f"echo x > {fifo}"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "/bin/sh",
+            "args": ["-c", f"{step}; echo '{cred}'"]}}}]}))
+    path.chmod(0o600)
+
+
+def _unblock(fifo: Path) -> None:
+    """Let a plugin left blocked on ``fifo`` go (as reader or writer), so nothing lingers."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    with contextlib.suppress(OSError):
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        subprocess.run(["sleep", "0.2"], check=False)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_ps_gives_up_on_a_place_whose_credential_plugin_never_answers(
+        places: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    fifo, config = tmp_path / "fifo", tmp_path / "kubeconfig"
+    os.mkfifo(fifo)
+    _blocking_kubeconfig(config, fifo, reader=True)  # no writer ever comes
+    remember("kubernetes", kube_gc.place(kubeconfig=str(config), context=None,
+                                         in_cluster=False, namespace="n"))
+    monkeypatch.setattr(kube_gc, "PLACE_DEADLINE", 0.5)
+    monkeypatch.setattr(kube_ps, "PLACE_DEADLINE", 0.5)
+    (lister,) = place_listers()
+    try:
+        rows = await asyncio.wait_for(
+            lister(owner=None, here=Here.current(), now=datetime.now(UTC)), 30)
+        assert rows == []
+        assert "ps: cannot look in Kubernetes namespace 'n'" in caplog.text
+    finally:
+        _unblock(fifo)
+
+
+@pytest.mark.asyncio
+async def test_ps_looks_in_every_place_at_once(
+        places: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Two places whose plugins only finish together (one reads a FIFO the other writes):
+    looked at one after the other, the first would wait out its deadline alone."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for name, reader in (("a", True), ("b", False)):
+        config = tmp_path / f"kubeconfig-{name}"
+        _blocking_kubeconfig(config, fifo, reader=reader)
+        remember("kubernetes", kube_gc.place(kubeconfig=str(config), context=None,
+                                             in_cluster=False, namespace=name))
+    monkeypatch.setattr(kube_gc, "PLACE_DEADLINE", 10.0)
+    monkeypatch.setattr(kube_ps, "PLACE_DEADLINE", 10.0)
+    (lister,) = place_listers()
+    try:
+        assert await lister(owner=None, here=Here.current(), now=datetime.now(UTC)) == []
+        for name in "ab":  # both loaded; both failed only at the list (nothing listens)
+            assert f"ps: cannot look in Kubernetes namespace '{name}'" in caplog.text
+        assert "took more than" not in caplog.text and "no answer within" not in caplog.text
+    finally:
+        _unblock(fifo)
+
+
+def test_a_fifo_among_the_records_does_not_hang_gc_or_ps(places: Path) -> None:
+    import threading
+    remember("kubernetes", SPOT)
+    fifo = places / "kubernetes-0000.json"
+    os.mkfifo(fifo, 0o600)
+    got: list[list[dict[str, object]]] = []
+    thread = threading.Thread(target=lambda: got.append(recorded("kubernetes")), daemon=True)
+    thread.start()
+    thread.join(20)
+    try:
+        assert not thread.is_alive() and got == [[SPOT]]
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
