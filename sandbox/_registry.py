@@ -102,32 +102,30 @@ def gc_collectors() -> list[HostCollector]:
     """Every gc `sandbox.gc` runs: this host's (`host_collectors`), then those of the
     backends that recorded places off this host. One whose extra is no longer installed is
     skipped with a warning (nothing could reach its places)."""
-    found = host_collectors()
-    for backend, module in PLACE_COLLECTORS.items():
-        if not any_recorded(backend):
-            continue
-        try:
-            found.append(importlib.import_module(module).COLLECTOR)
-        except ImportError as exc:
-            logging.getLogger("sandbox.gc").warning(
-                "gc: sandboxes of type %r recorded where they put resources, but that "
-                "backend cannot be loaded, so they are not collected: %s", backend, exc)
-    return found
+    found: list[HostCollector] = _of_recorded(PLACE_COLLECTORS, "COLLECTOR", "gc", "collected")
+    return host_collectors() + found
 
 
 def place_listers() -> list[PlaceLister]:
     """The ``ps`` of each backend that recorded places off this host (none loaded when no
     place is recorded); one whose extra is no longer installed is skipped with a warning."""
-    found: list[PlaceLister] = []
-    for backend, module in PLACE_LISTERS.items():
+    found: list[PlaceLister] = _of_recorded(PLACE_LISTERS, "LISTER", "ps", "listed")
+    return found
+
+
+def _of_recorded(table: Mapping[str, str], name: str, tool: str, done: str) -> list[Any]:
+    """``name`` of each module in ``table`` whose backend recorded a place, imported only
+    then; an extra no longer installed is a warning on the ``sandbox.<tool>`` logger."""
+    found: list[Any] = []
+    for backend, module in table.items():
         if not any_recorded(backend):
             continue
         try:
-            found.append(importlib.import_module(module).LISTER)
+            found.append(getattr(importlib.import_module(module), name))
         except ImportError as exc:
-            logging.getLogger("sandbox.ps").warning(
-                "ps: sandboxes of type %r recorded where they put resources, but that "
-                "backend cannot be loaded, so they are not listed: %s", backend, exc)
+            logging.getLogger(f"sandbox.{tool}").warning(
+                "%s: sandboxes of type %r recorded where they put resources, but that "
+                "backend cannot be loaded, so they are not %s: %s", tool, backend, done, exc)
     return found
 
 
