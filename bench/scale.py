@@ -35,6 +35,23 @@ def self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _docker_containerd(dockerd: list[int]) -> list[int]:
+    """The containerd that serves dockerd: the one dockerd started where it did (another,
+    such as the local Kubernetes' own, is not Docker's cost; after the ``kube`` scenario
+    its teardown put 2-3 % of a core into whichever window came first), else every one."""
+    every = _pids_named("containerd")
+    children = [pid for pid in every if _ppid(pid) in dockerd]
+    return children or every
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _pids_named(name: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -70,6 +87,19 @@ async def cpu_over(window: float, pids: dict[str, list[int]]) -> dict[str, float
     span = time.monotonic() - t0
     after = {"sdk": self_cpu(), **{k: proc_cpu(v) for k, v in pids.items()}}
     return {k: (after[k] - before[k]) / span * 100.0 for k in before}
+
+
+async def _quiet(pids: dict[str, list[int]], *, below: float = 1.0,
+                 limit: float = 30.0) -> float:
+    """Wait until ``pids`` together use under ``below`` % of a core over a second (at most
+    ``limit`` s); returns the seconds waited. Work left by earlier scenarios (removals,
+    containerd's garbage collection after them) must not land in one kind's window."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        cpu = await cpu_over(1.0, pids)
+        if sum(value for who, value in cpu.items() if who != "sdk") < below:
+            break
+    return time.monotonic() - t0
 
 
 async def _open_many(make: Callable[[], Awaitable[Any]], n: int, at_once: int,
@@ -158,7 +188,8 @@ async def idle_process(n: int, window: float = WINDOW) -> list[RowDict]:
 
 async def idle_docker(n: int, raw: Any, window: float = WINDOW) -> list[RowDict]:
     """Rows for N idle Docker sandboxes against N raw aiodocker containers."""
-    daemons = {"dockerd": _pids_named("dockerd"), "containerd": _pids_named("containerd")}
+    dockerd = _pids_named("dockerd")
+    daemons = {"dockerd": dockerd, "containerd": _docker_containerd(dockerd)}
     rows: list[RowDict] = []
 
     async def make_sdk() -> Sandbox:
@@ -173,17 +204,20 @@ async def idle_docker(n: int, raw: Any, window: float = WINDOW) -> list[RowDict]
     for label, make, close in kinds:
         items: list[Any] = []
         failed: list[str] = []
+        waited = await _quiet(daemons)  # the same rule for each kind, before and after open
         try:
             items = await _open_many(make, n, 10, failed)
             if failed:
                 print(f"  {label}: {len(failed)} of {n} failed to open, first: {failed[0]}",
                       flush=True)
             await anyio.sleep(3)
+            waited += await _quiet(daemons)
             cpu = await cpu_over(window, daemons)
         finally:
             await _close_all(close, items)
         for who, value in cpu.items():
-            note = f"over {window:g} s" + (f"; {len(failed)} failed to open" if failed else "")
+            note = f"over {window:g} s after the daemons were quiet (waited {waited:.0f} s)" + \
+                (f"; {len(failed)} failed to open" if failed else "")
             rows.append({"scenario": f"{n} idle Docker sandboxes: {who} CPU", "impl": label,
                          "unit": "% core", "samples": [value], "note": note})
     return rows
