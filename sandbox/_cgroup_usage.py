@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from ._models import ResourceUsage, derived_usage
+from ._models import ResourceUsage, derived_usage, slot_setters
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_ROOT = Path("/proc")
@@ -39,10 +39,8 @@ class Counters:
     limit: int = 0  # the cgroup's memory limit; 0: none
 
 
-_SET_COUNTER = tuple(vars(Counters)[name].__set__ for name in (
-    "cpu_ns", "memory", "read_bytes", "write_bytes", "high_water", "limit"))
-if len(attrs.fields(Counters)) != len(_SET_COUNTER):
-    raise TypeError("_counters sets each field of Counters: update it")
+_SET_COUNTER = slot_setters(Counters, (
+    "cpu_ns", "memory", "read_bytes", "write_bytes", "high_water", "limit"), "_counters")
 
 
 def _counters(cpu_ns: int, memory: int, read_bytes: int, write_bytes: int, high_water: int,

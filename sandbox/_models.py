@@ -532,25 +532,30 @@ class ResourceUsage:
     uptime: timedelta = attrs.field(default=ZERO, converter=to_timedelta, validator=non_negative)
 
 
-_USAGE_FIELDS = tuple(f.name for f in attrs.fields(ResourceUsage))
-_USAGE_FIELD_SET = frozenset(_USAGE_FIELDS)
+_USAGE_FIELD_SET = frozenset(f.name for f in attrs.fields(ResourceUsage))
 
 
-def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
+def slot_setters(cls: type, names: tuple[str, ...], user: str) -> tuple[Any, ...]:
     """The slot's own setter per field of a slotted attrs class, in ``names`` order: what
     ``object.__setattr__`` ends up calling, without finding the slot by name first (most of
-    its cost, per field of a result built once per command)."""
+    its cost, per field of a value built once per command).
+
+    ``user`` builds ``cls`` through them field by field, so ``names`` must be every field:
+    a field added to ``cls`` and not to ``user`` fails at import (TypeError), not later as
+    an unset slot."""
+    fields = [f.name for f in attrs.fields(cls)]
+    if sorted(names) != sorted(fields):
+        raise TypeError(f"{user} sets each field of {cls.__name__} by name: update it")
     return tuple(vars(cls)[name].__set__ for name in names)
 
 
 (_u_timestamp, _u_cpu_usage, _u_cpu_time, _u_memory_usage, _u_memory_percent, _u_memory_peak,
  _u_disk_usage, _u_disk_reads, _u_disk_writes, _u_network_in, _u_network_out,
- _u_process_count, _u_thread_count, _u_file_handles, _u_uptime) = _slot_setters(
+ _u_process_count, _u_thread_count, _u_file_handles, _u_uptime) = slot_setters(
     ResourceUsage, ("timestamp", "cpu_usage", "cpu_time", "memory_usage", "memory_percent",
                     "memory_peak", "disk_usage", "disk_reads", "disk_writes", "network_in",
-                    "network_out", "process_count", "thread_count", "file_handles", "uptime"))
-if len(_USAGE_FIELDS) != 15:
-    raise TypeError("derived_usage sets each field of ResourceUsage by name: update it")
+                    "network_out", "process_count", "thread_count", "file_handles", "uptime"),
+    "derived_usage")
 
 
 def derived_usage(base: ResourceUsage, changes: Mapping[str, Any]) -> ResourceUsage:
@@ -688,17 +693,13 @@ class CommandResult:
         return f"CommandResult({', '.join(shown)})"
 
 
-_RESULT_FIELDS = tuple(f.name for f in attrs.fields(CommandResult))
-_RESULT_FIELD_SET = frozenset(_RESULT_FIELDS)
 (_r_exit_code, _r_success, _r_stdout, _r_stderr, _r_combined, _r_start_time, _r_end_time,
  _r_duration, _r_resource_usage, _r_error, _r_signal, _r_process_id, _r_metadata,
- _r_timed_out, _r_oom_killed, _r_truncated, _r_stdout_bytes, _r_stderr_bytes) = _slot_setters(
+ _r_timed_out, _r_oom_killed, _r_truncated, _r_stdout_bytes, _r_stderr_bytes) = slot_setters(
     CommandResult, ("exit_code", "success", "_stdout", "_stderr", "_combined", "start_time",
                     "end_time", "duration", "resource_usage", "error", "signal", "process_id",
                     "metadata", "timed_out", "oom_killed", "truncated", "stdout_bytes",
-                    "stderr_bytes"))
-if len(_RESULT_FIELDS) != 18:
-    raise TypeError("sdk_result sets each field of CommandResult by name: update it")
+                    "stderr_bytes"), "sdk_result")
 
 
 def sdk_result(
