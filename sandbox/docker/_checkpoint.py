@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import posixpath
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, engi
 from ._host import PROC_ROOT, ContainerCgroup, find_container_cgroup, read_stat
 from ._hostview import HostView
 from ._images import inspect_image
+from ._workdir import settle_by_commit
 
 if TYPE_CHECKING:
     from .._lifecycle import Lifecycle
@@ -296,6 +298,11 @@ class PoolPrimitives:
     #: The container's main command (DockerBackend's), which the host view expects to find.
     keepalive: tuple[str, ...] = ()
     _gate: ExecGate
+    #: DockerBackend's: the working dir, whether its create dealt with it before start, and
+    #: the create body's `mounts_key` (what `settle_by_commit` notes a checkpoint under).
+    _cwd: str
+    _workdir_given: bool
+    _mounts_key: str | None
 
     def _running(self) -> tuple[Engine, str]:
         raise NotImplementedError  # DockerBackend's
@@ -382,7 +389,22 @@ class PoolPrimitives:
                 raise
             finally:
                 self._background.checkpointing = False
+        await self._note_settled(engine, image_id)
         return image_id
+
+    async def _note_settled(self, engine: Engine, image_id: str) -> None:
+        """Where this sandbox's create dealt with its working dir, note that of the new
+        checkpoint as settled for a sandbox alike (`settle_by_commit`): a fork's children
+        then start without the look at it they all waited on. The image's config (the
+        engine's, written from this container's, which no code inside can change) must
+        declare no volume."""
+        if not self._workdir_given:
+            return
+        with contextlib.suppress(SandboxError):
+            found = await inspect_image(engine, image_id)
+            if found is not None and not (found.get("Config") or {}).get("Volumes"):
+                settle_by_commit(str(found.get("Id") or ""), self._user,
+                                 posixpath.normpath(self._cwd or "/"), self._mounts_key or "")
 
 
 # -- the checkpoint store: what `sandbox.checkpoints`, `remove_checkpoint` and a fork's
