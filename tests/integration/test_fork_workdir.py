@@ -10,12 +10,16 @@ what a symlink names, to the user; /etc/hosts still a regular file of the SDK's)
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
 import anyio
 import attrs
 import pytest
 
 from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig, SecurityPolicy
-from tests.conftest import docker_cli
+from tests.conftest import derived_image, docker_cli
 from tests.integration.test_create_fast import Calls
 from tests.integration.test_netless import HAND_OVER, HOSTS, never_seen, sh
 
@@ -106,3 +110,28 @@ async def test_a_root_that_replaces_the_working_dir_gets_nothing_from_the_childr
             assert lines[1].endswith("symbolic link" if "ln -s" in script else "directory")
             assert HOSTS.decode() in text and "hosts-link" not in text, text
             assert text.endswith("refused\n"), text
+
+
+@pytest.fixture
+def image_with_a_volume(tmp_path: Path) -> Iterator[str]:
+    """The SDK's busybox image declaring a volume (elsewhere than the working dir)."""
+    yield from derived_image(tmp_path, f"sandbox-test-forkwd:{uuid.uuid4().hex[:8]}",
+                             "VOLUME /data\n", base=IMAGE_BUSYBOX)
+
+
+async def test_a_checkpoint_whose_image_declares_a_volume_is_still_looked_at(
+        image_with_a_volume: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A volume's contents are not in the commit: what the source's create handed over
+    # there is not in the checkpoint, so its children look, once, as before.
+    never_seen(monkeypatch)
+    calls = Calls(monkeypatch)
+    async with Sandbox(attrs.evolve(CONFIG, image=image_with_a_volume)) as source:
+        calls.actions.clear()
+        children = await source.fork(2, name=f"{prefix}-volume")
+        try:
+            assert calls.actions.count(LOOK) == 1, calls.actions
+            for child in children:
+                assert (await sh(child, "id -u; touch /workspace/w && echo ok")) == "1000\nok\n"
+        finally:
+            for child in children:
+                await child.cleanup()
