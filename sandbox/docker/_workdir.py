@@ -13,7 +13,9 @@ hand-over where the image's working dir is already the user's (the SDK's own ima
 through group 0, any other uid gets it handed over as it is empty; `DirEntry.needs_owner`),
 and the probe for a numeric non-root ``uid:gid`` (the engine runs an exec as exactly those
 ids, whatever the image says; the probe's root check is for names, which the image's files
-resolve, and always runs).
+resolve, and always runs). A checkpoint this process committed from a sandbox whose working
+dir its create dealt with is not looked at by a sandbox alike (a fork's children:
+`settle_by_commit`).
 An image's labels are never read here: an image can lie.
 """
 
