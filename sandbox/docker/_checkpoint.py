@@ -174,15 +174,28 @@ async def thaw(engine: Engine, container_id: str, cgroup: ContainerCgroup | None
                                  f"containers/{container_id}/unpause", "POST", deadline=10)
 
 
-async def find_cgroup(engine: Engine, container_id: str) -> ContainerCgroup | None:
-    """The container's cgroup where the SDK reaches it (root beside the engine), else None."""
+@attrs.frozen
+class SourceFacts:
+    """What the engine says of a container about to be committed: its cgroup where the SDK
+    reaches it (root beside the engine), and whether its config declares a volume (the
+    image's or its own: the commit copies that config into the checkpoint's; True where it
+    could not be read)."""
+
+    cgroup: ContainerCgroup | None
+    volumes: bool
+
+
+async def inspect_source(engine: Engine, container_id: str) -> SourceFacts:
+    """One inspect of the container: its `SourceFacts`."""
     try:
         data = await engine.query_json("inspect the sandbox", f"containers/{container_id}/json",
                                        deadline=10)
     except SandboxError:
-        return None
-    pid = int(((data or {}).get("State") or {}).get("Pid") or 0)
-    return find_container_cgroup(pid, container_id)
+        return SourceFacts(None, volumes=True)
+    data = data or {}
+    pid = int((data.get("State") or {}).get("Pid") or 0)
+    return SourceFacts(find_container_cgroup(pid, container_id),
+                       volumes=bool((data.get("Config") or {}).get("Volumes")))
 
 
 async def remove_image(engine: Engine, ref: str) -> None:
@@ -366,7 +379,8 @@ class PoolPrimitives:
                     "a command of the sandbox did not finish starting: checkpoint not taken",
                     details="the freeze could have caught it half-started, which wedges the "
                             "engine; try again", retryable=True)
-            cgroup = await find_cgroup(engine, container_id)
+            source = await inspect_source(engine, container_id)
+            cgroup = source.cgroup
             seen = self._background.pause_events
             self._background.checkpointing = True
             try:
@@ -389,22 +403,14 @@ class PoolPrimitives:
                 raise
             finally:
                 self._background.checkpointing = False
-        await self._note_settled(engine, image_id)
+        if self._workdir_given and not source.volumes:
+            # Its create dealt with the working dir: a sandbox alike made from the checkpoint
+            # (a fork's children) need not look at it (`settle_by_commit`). A volume's
+            # contents are not in the commit, so none may be declared (the container's config,
+            # which no code inside can change, is what the commit copies).
+            settle_by_commit(image_id, self._user, posixpath.normpath(self._cwd or "/"),
+                             self._mounts_key or "")
         return image_id
-
-    async def _note_settled(self, engine: Engine, image_id: str) -> None:
-        """Where this sandbox's create dealt with its working dir, note that of the new
-        checkpoint as settled for a sandbox alike (`settle_by_commit`): a fork's children
-        then start without the look at it they all waited on. The image's config (the
-        engine's, written from this container's, which no code inside can change) must
-        declare no volume."""
-        if not self._workdir_given:
-            return
-        with contextlib.suppress(SandboxError):
-            found = await inspect_image(engine, image_id)
-            if found is not None and not (found.get("Config") or {}).get("Volumes"):
-                settle_by_commit(str(found.get("Id") or ""), self._user,
-                                 posixpath.normpath(self._cwd or "/"), self._mounts_key or "")
 
 
 # -- the checkpoint store: what `sandbox.checkpoints`, `remove_checkpoint` and a fork's
