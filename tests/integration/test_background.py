@@ -79,6 +79,7 @@ async def test_cleanup_sends_its_delete_while_the_watcher_ends_and_waits_for_tha
     from sandbox.docker import _sandbox as docker_sandbox
 
     events: list[str] = []
+    sent = asyncio.Event()
 
     async def slow_to_end_watcher(*args: object, **kwargs: object) -> None:
         try:
@@ -94,6 +95,7 @@ async def test_cleanup_sends_its_delete_while_the_watcher_ends_and_waits_for_tha
 
     async def traced_remove(*args: object, **kwargs: object) -> list[str]:
         events.append("delete sent")
+        sent.set()
         try:
             return await real_remove(*args, **kwargs)  # type: ignore[arg-type]
         finally:
@@ -104,6 +106,7 @@ async def test_cleanup_sends_its_delete_while_the_watcher_ends_and_waits_for_tha
     caplog.set_level(logging.ERROR, logger="sandbox.lifecycle")
     for cancel_the_caller in (False, True):
         events.clear()
+        sent.clear()
         sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
         await sb.initialize()
         cid = sb.backend.container_id or ""
@@ -113,8 +116,7 @@ async def test_cleanup_sends_its_delete_while_the_watcher_ends_and_waits_for_tha
         cleanup = asyncio.ensure_future(sb.cleanup())
         if cancel_the_caller:
             with anyio.fail_after(10):
-                while "delete sent" not in events:
-                    await anyio.sleep(0.01)
+                await sent.wait()
             cleanup.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await cleanup
