@@ -438,8 +438,8 @@ class Sandbox:
         """The sandbox's identity, state and allocated resources as the backend sees them,
         and the config's tools with their paths (`SandboxInfo.tools`)."""
         info = await self._impl.get_info()
-        if info.status is not self._life.shown_status and info.status in (
-                SandboxStatus.RUNNING, SandboxStatus.PAUSED) and not self._life.ready:
+        if not self._life.ready and info.status in (SandboxStatus.RUNNING,
+                                                    SandboxStatus.PAUSED):
             info = attrs.evolve(info, status=SandboxStatus.STARTING)  # as `status` says
         return info if self._provisions is None else self._provisions.annotate(info)
 
