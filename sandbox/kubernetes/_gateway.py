@@ -5,7 +5,9 @@ in-cluster tokens with their refresh, client certificates, the TLS session); the
 the REST paths itself so every answer stays the API server's plain JSON, and its errors become
 the SDK's: 404 `KubeNotFound`, 409 `KubeConflict`, 422 `KubeInvalid`, a refused connection
 `EngineUnavailable`. Exec is a websocket to ``pods/<name>/exec`` offering the channel
-subprotocols the SDK implements (``v5.channel.k8s.io`` first, then ``v4``).
+subprotocols the SDK implements (``v5.channel.k8s.io`` first, then ``v4``). A kubeconfig's
+exec credential plugin is parsed by kubernetes_asyncio but run by `_credential` (stdin from
+/dev/null, killed when the wait for it ends early), through `_Loader`.
 """
 
 from __future__ import annotations
