@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,11 +50,12 @@ def host_listing() -> list[str]:
     for the look, as gc does)."""
     where = fifo.process_dir()
     assert where is not None
+    mode = os.stat(where.path).st_mode & 0o7777
     os.chmod(where.path, 0o700)
     try:
         return os.listdir(where.path)
     finally:
-        os.chmod(where.path, 0o311)
+        os.chmod(where.path, mode)
 
 
 async def fifo_paths(sh: Session) -> list[str]:
@@ -211,11 +213,10 @@ async def test_another_host_user_cannot_enter_the_host_directory(
         where = fifo.process_dir()
         assert where is not None
         base = Path(where.path).parent
-        assert os.stat(base).st_mode & 0o777 == 0o700
+        assert (await anyio.Path(base).stat()).st_mode & 0o777 == 0o700
         for target in (str(base), where.path, f"{where.path}/{paths[0].rsplit('/', 1)[1]}"):
-            proc = subprocess.run([*other_user, "ls", "-a", target], capture_output=True,
-                                  text=True, check=False)
-            assert proc.returncode != 0 and "Permission denied" in proc.stderr, proc
+            proc = await anyio.run_process([*other_user, "ls", "-a", target], check=False)
+            assert proc.returncode != 0 and b"Permission denied" in proc.stderr, proc
 
 
 #: A child SDK process: opens a session over FIFOs, says its directory, waits to be killed.
@@ -231,23 +232,27 @@ CHILD = textwrap.dedent("""
 """)
 
 
-async def test_a_sigkilled_owners_directory_is_collected_by_gc() -> None:
-    env = {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+def run_child(env: dict[str, str]) -> str:
+    """Start `CHILD`, read its directory, SIGKILL it."""
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
                              text=True, env=env)
+    timer = threading.Timer(120, child.kill)
+    timer.start()
     try:
         assert child.stdout is not None
-        with anyio.fail_after(120):
-            path = await anyio.to_thread.run_sync(child.stdout.readline)
-        path = path.strip()
-        assert path and os.path.isdir(path)
+        return child.stdout.readline().strip()
     finally:
+        timer.cancel()
         child.send_signal(signal.SIGKILL)
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    assert os.path.isdir(path)  # nothing ran at exit
-    gc = subprocess.run([sys.executable, "-m", "sandbox", "gc"], capture_output=True,
-                        text=True, env=env, check=False)
+
+
+async def test_a_sigkilled_owners_directory_is_collected_by_gc() -> None:
+    env = {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    path = anyio.Path(await anyio.to_thread.run_sync(run_child, env))
+    assert str(path) != "." and await path.is_dir()  # nothing ran at its exit
+    gc = await anyio.run_process([sys.executable, "-m", "sandbox", "gc"], check=False, env=env)
     assert gc.returncode == 0, gc
-    assert not os.path.exists(path), gc.stdout
+    assert not await path.exists(), gc.stdout
