@@ -278,7 +278,7 @@ async def collect(*, dry_run: bool, older_than: timedelta | None,
     kept: list[GcItem] = []
     failed: list[GcItem] = []
     try:
-        names = sorted(os.listdir(base)) if _own_private_dir(base) else []
+        names = sorted(os.listdir(base)) if base.is_dir() and _own_private_dir(base) else []
     except OSError:
         names = []
     for name in names:
