@@ -93,11 +93,22 @@ def _my_name() -> str | None:
 
 @attrs.frozen
 class FifoDir:
-    """This process's FIFO directory: its host path and an fd every open goes through."""
+    """This process's FIFO directory: its host path and the inode it made there (each
+    handshake opens it anew, checks it is that one, and works through that fd)."""
 
     path: str
-    fd: int
+    dev: int
+    ino: int
     pid: int
+
+    def open(self) -> int:
+        """An fd of the directory, refused unless it is still the one made (OSError)."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino, info.st_uid) != (self.dev, self.ino, os.geteuid()):
+            os.close(fd)
+            raise OSError(errno.EPERM, "the session FIFO directory was replaced")
+        return fd
 
 
 _dirs: dict[int, FifoDir | None] = {}
@@ -117,13 +128,14 @@ def process_dir() -> FifoDir | None:
                 _remove(path)
             os.mkdir(path, 0o700)
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            info = os.fstat(fd)
-            if info.st_uid == os.geteuid() and stat.S_ISDIR(info.st_mode):
-                os.fchmod(fd, _DIR_MODE)  # the umask does not apply to fchmod
-                found = FifoDir(str(path), fd, pid)
-                atexit.register(_remove_mine, found)
-            else:
-                os.close(fd)
+            try:
+                info = os.fstat(fd)
+                if info.st_uid == os.geteuid() and stat.S_ISDIR(info.st_mode):
+                    os.fchmod(fd, _DIR_MODE)  # the umask does not apply to fchmod
+                    found = FifoDir(str(path), info.st_dev, info.st_ino, pid)
+                    atexit.register(_remove_mine, found)
+            finally:
+                os.close(fd)  # none held: each handshake opens its own
     _dirs.clear()
     _dirs[pid] = found
     return found
@@ -193,7 +205,8 @@ class Handshake:
     the host's side of the switch."""
 
     def __init__(self, where: FifoDir, target: str) -> None:
-        self._dir = where
+        self._where = where
+        self._dir = -1
         self.fail_mark = secrets.token_hex(16)
         self._names = {key: secrets.token_hex(16) for key in ("out", "err", "in")}
         self._inodes: dict[str, int] = {}
@@ -210,10 +223,11 @@ class Handshake:
         """Make the FIFOs and open the two the shell writes (before it is told their names)."""
         modes = {"out": 0o622, "err": 0o622, "in": 0o644}
         try:
+            self._dir = self._where.open()
             for key, name in self._names.items():
-                os.mkfifo(name, 0o600, dir_fd=self._dir.fd)
-                os.chmod(name, modes[key], dir_fd=self._dir.fd)  # past the umask
-                self._inodes[key] = os.stat(name, dir_fd=self._dir.fd,
+                os.mkfifo(name, 0o600, dir_fd=self._dir)
+                os.chmod(name, modes[key], dir_fd=self._dir)  # past the umask
+                self._inodes[key] = os.stat(name, dir_fd=self._dir,
                                             follow_symlinks=False).st_ino
             for key in ("out", "err"):
                 self._fds[key] = self._open(key, os.O_RDONLY)
@@ -223,7 +237,7 @@ class Handshake:
 
     def _open(self, key: str, flags: int) -> int:
         fd = os.open(self._names[key], flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=self._dir.fd)
+                     dir_fd=self._dir)
         info = os.fstat(fd)
         if not stat.S_ISFIFO(info.st_mode) or info.st_ino != self._inodes[key]:
             os.close(fd)
@@ -256,9 +270,12 @@ class Handshake:
 
     def discard(self) -> None:
         """Unlink the FIFOs and close the fds no link took (idempotent, never raises)."""
-        for name in self._names.values():
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=self._dir.fd)
+        if self._dir >= 0:
+            for name in self._names.values():
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=self._dir)
+            os.close(self._dir)
+            self._dir = -1
         for fd in self._fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from test_session import FORGER
 
 from sandbox import (
     IMAGE_BUSYBOX,
@@ -93,6 +94,26 @@ async def test_a_guarded_session_runs_over_unlinked_fifos(place: str) -> None:
             assert (await sh.run("cd /tmp; x=7")).success
             assert (await sh.run("echo $x; pwd", stdin="in\n")).stdout == "7\n/tmp\n"
         assert host_listing() == []
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+async def test_another_process_cannot_forge_a_result_over_fifos(place: str) -> None:
+    """test_session's issue-26 forger against a shell on FIFOs: its /proc entries stay
+    closed, the command runs and its own status comes back."""
+    async with box(**PLACES[place]) as sb, sb.session() as sh:  # type: ignore[arg-type]
+        await fifo_paths(sh)
+        pid = (await sh.run("echo $$")).stdout.strip()
+        async with sb.stream_command(["/bin/sh", "-c", FORGER, "forger", pid]) as forger:
+            async for chunk in forger:
+                if chunk.stream == "stdout" and chunk.data.startswith(b"stopped"):
+                    break
+            with anyio.fail_after(60):
+                r = await sh.run("echo ran > /tmp/ran; false")
+            said = (await forger.wait()).combined
+        assert r.exit_code == 1 and not r.success and r.stdout == "" and sh.cwd != "/forged"
+        assert "forged" not in said and "stdout-open" not in said, said
+        assert "Permission denied" in said
+        assert (await sb.execute_command("cat /tmp/ran")).stdout == "ran\n"
 
 
 async def test_a_capability_less_root_can_neither_list_nor_plant() -> None:
@@ -221,29 +242,34 @@ async def test_another_host_user_cannot_enter_the_host_directory(
 
 #: A child SDK process: opens a session over FIFOs, says its directory, waits to be killed.
 CHILD = textwrap.dedent("""
-    import asyncio, sandbox
+    import asyncio, sys, sandbox
     from sandbox import _session_fifo as fifo
     async def main():
         async with sandbox.Sandbox() as sb, sb.session() as sh:
             await sh.run("true")
             print(fifo.process_dir().path, flush=True)
-            await asyncio.sleep(600)
+            if sys.argv[1] == "kill":
+                await asyncio.sleep(600)
     asyncio.run(main())
 """)
 
 
-def run_child(env: dict[str, str]) -> str:
-    """Start `CHILD`, read its directory, SIGKILL it."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
+def run_child(env: dict[str, str], end: str) -> str:
+    """Start `CHILD`, read its directory, let it exit or SIGKILL it."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, end], stdout=subprocess.PIPE,
                              text=True, env=env)
     timer = threading.Timer(120, child.kill)
     timer.start()
     try:
         assert child.stdout is not None
-        return child.stdout.readline().strip()
+        path = child.stdout.readline().strip()
+        if end == "exit":
+            child.wait()
+        return path
     finally:
         timer.cancel()
-        child.send_signal(signal.SIGKILL)
+        if child.poll() is None:
+            child.send_signal(signal.SIGKILL)
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
@@ -251,8 +277,15 @@ def run_child(env: dict[str, str]) -> str:
 
 async def test_a_sigkilled_owners_directory_is_collected_by_gc() -> None:
     env = {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
-    path = anyio.Path(await anyio.to_thread.run_sync(run_child, env))
+    path = anyio.Path(await anyio.to_thread.run_sync(run_child, env, "kill"))
     assert str(path) != "." and await path.is_dir()  # nothing ran at its exit
     gc = await anyio.run_process([sys.executable, "-m", "sandbox", "gc"], check=False, env=env)
     assert gc.returncode == 0, gc
     assert not await path.exists(), gc.stdout
+
+
+async def test_an_sdk_process_removes_its_directory_at_exit() -> None:
+    env = {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    path = await anyio.to_thread.run_sync(run_child, env, "exit")
+    assert path.startswith(str(fifo._base()))
+    assert not await anyio.Path(path).exists()

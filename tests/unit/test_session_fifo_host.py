@@ -122,10 +122,10 @@ def test_the_host_opens_only_the_fifo_it_made(base: Path, plant: str) -> None:
     name = hs._names["in"]
     os.mkfifo(f"{where.path}/decoy")
     if plant == "symlink":
-        os.unlink(name, dir_fd=where.fd)
-        os.symlink("decoy", name, dir_fd=where.fd)
+        os.unlink(name, dir_fd=hs._dir)
+        os.symlink("decoy", name, dir_fd=hs._dir)
     else:  # same name, another inode (made while the first lived: its number is not reused)
-        os.rename("decoy", name, src_dir_fd=where.fd, dst_dir_fd=where.fd)
+        os.rename("decoy", name, src_dir_fd=hs._dir, dst_dir_fd=hs._dir)
     reader = os.open(f"{where.path}/{name}", os.O_RDONLY | os.O_NONBLOCK)  # a "shell"
     try:
         with pytest.raises(OSError):
@@ -184,3 +184,24 @@ def test_the_mount_is_read_only(monkeypatch: pytest.MonkeyPatch, base: Path) -> 
 def test_a_remote_engine_is_not_local() -> None:
     assert not mount._rootful_here("tcp://10.0.0.1:2375")
     assert not mount._rootful_here("")
+
+
+def test_a_replaced_directory_is_refused(base: Path) -> None:
+    where = fifo.process_dir()
+    assert where is not None
+    os.rename(where.path, f"{where.path}.old")
+    os.mkdir(where.path, 0o311)  # same path, another inode
+    with pytest.raises(OSError, match="replaced"):
+        fifo.Handshake(where, "/x").prepare()
+    assert listing(where.path) == []
+
+
+def test_only_the_docker_backend_offers_fifos() -> None:
+    """Kubernetes and the process backend keep their own transports."""
+    from sandbox.docker._sandbox import DockerBackend
+    from sandbox.kubernetes._sandbox import KubernetesBackend
+    from sandbox.process._sandbox import ProcessBackend
+
+    assert hasattr(DockerBackend, "session_fifo")
+    assert not hasattr(KubernetesBackend, "session_fifo")
+    assert not hasattr(ProcessBackend, "session_fifo")
