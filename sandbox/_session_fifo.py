@@ -19,7 +19,7 @@ attach stdin, reopens its stdin, stdout and stderr on them (``command exec``). S
 5. One directory per SDK process, named ``<pid>-<start ticks>`` like the owner labels: it is
    removed at exit, and `collect` (``python -m sandbox gc``) removes those of dead owners.
 
-Off unless ``SANDBOX_SESSION_FIFO=1`` (see `enabled`).
+On where the backend offers it; ``SANDBOX_SESSION_FIFO=0`` turns it off (see `enabled`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from ._owner import Collected, GcItem, Here, HostCollector, pid_start
 __all__ = ["ENV", "FifoDir", "FifoLink", "Handshake", "SupportsSessionFifo", "collect",
            "enabled", "process_dir"]
 
-#: The setting: "1" turns the transport on where the backend offers it.
+#: The setting: "0" turns the transport off (every session keeps the attach stream).
 ENV: Final = "SANDBOX_SESSION_FIFO"
 #: How long the shell may take to open the FIFOs before it is given up on.
 HANDSHAKE_TIMEOUT: Final = 5.0
@@ -55,8 +55,8 @@ _DIR_MODE: Final = 0o311
 
 
 def enabled() -> bool:
-    """True when the FIFO transport was asked for (``SANDBOX_SESSION_FIFO=1``)."""
-    return os.environ.get(ENV, "") == "1"
+    """False when the FIFO transport was turned off (``SANDBOX_SESSION_FIFO=0``)."""
+    return os.environ.get(ENV, "").strip() != "0"
 
 
 @runtime_checkable

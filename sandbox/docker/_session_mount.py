@@ -1,7 +1,7 @@
 """Where a Docker sandbox may carry its sessions over FIFOs (`sandbox._session_fifo`): the
 one read-only bind mount its create body gains, and only where that was checked to be safe.
 
-Offered only when asked for (``SANDBOX_SESSION_FIFO=1``), on an engine answering a local unix
+Offered unless turned off (``SANDBOX_SESSION_FIFO=0``), on an engine answering a local unix
 socket whose dockerd runs here as root (not rootless, not a Docker Desktop VM, not remote:
 the mount source must be this host's directory), with runc (gVisor refuses the FIFOs; other
 runtimes are untested), without user namespaces or SELinux labelling (untested), and

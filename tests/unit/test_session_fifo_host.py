@@ -151,7 +151,7 @@ BODY: dict[str, Any] = {"HostConfig": {"Mounts": [{"Target": "/repo"}]}}
 
 
 @pytest.mark.parametrize(("setting", "facts", "host", "local"), [
-    ("", EngineFacts(), {}, True),  # not asked for
+    ("0", EngineFacts(), {}, True),  # turned off
     ("1", EngineFacts(), {"Runtime": "runsc"}, True),
     ("1", EngineFacts(runtimes=frozenset({"runc", "kata"}), default_runtime="kata"), {}, True),
     ("1", EngineFacts(), {"CapAdd": ["DAC_READ_SEARCH"]}, True),
