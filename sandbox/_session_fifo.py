@@ -186,6 +186,8 @@ class FifoLink:
             except BlockingIOError:
                 await anyio.wait_readable(fd)
                 continue
+            except OSError:  # as good as its end: the shell's end is told by its exec
+                return
             if not data:
                 return
             async with self._feed_lock:  # one chunk at a time, as from the attach stream

@@ -11,13 +11,14 @@ directory). Every other sandbox keeps the attach stream.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from .._session_fifo import FifoDir, enabled, process_dir
 from ._engine_identity import identify
 from ._facts import EngineFacts
 
-__all__ = ["TARGET", "add_fifo_mount"]
+__all__ = ["TARGET", "add_fifo_mount", "is_fifo_mount"]
 
 #: Where the FIFO directory appears inside (on /dev's tmpfs: nothing is added to the image's
 #: file system, so no fork or checkpoint carries a trace of it).
@@ -53,3 +54,10 @@ def add_fifo_mount(body: dict[str, Any], facts: EngineFacts, *, runtime: str,
         "BindOptions": {"Propagation": "rprivate"},
     }]
     return where
+
+
+def is_fifo_mount(mount: Mapping[str, Any], where: FifoDir | None) -> bool:
+    """Whether ``mount`` (from the container's inspect) is the FIFO directory's, read-only:
+    a pool's reset may ignore it (nothing a user does inside can leave anything there)."""
+    return (where is not None and mount.get("Type") == "bind" and mount.get("RW") is False
+            and mount.get("Source") == where.path and mount.get("Destination") == TARGET)

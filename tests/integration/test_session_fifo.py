@@ -156,7 +156,10 @@ async def test_a_pooled_sandboxs_next_user_cannot_reach_the_previous_fifos() -> 
     async with SandboxPool(cfg, min_ready=1, max_size=1, max_uses=2) as pool:
         async with pool.acquire() as sb, sb.session() as sh:
             paths = await fifo_paths(sh)
+            first = sb.id
+            await sh.run("sleep 600 >/dev/null 2>&1 &")  # a process of the last user
         async with pool.acquire() as sb:
+            assert sb.id == first  # reset and reused (the read-only mount does not stop it)
             for path in paths:
                 r = await sb.execute_command(f"exec 3<{path}; echo opened")
                 assert "opened" not in r.stdout, r
@@ -189,8 +192,9 @@ async def test_where_not_offered_sessions_keep_the_attach_stream() -> None:
             assert (await sh.run("echo ok")).stdout == "ok\n"
 
 
+@pytest.mark.parametrize("image", [IMAGE_BUSYBOX, IMAGE_PYTHON])  # ash, bash
 async def test_a_failed_handshake_keeps_the_same_shell_on_attach(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, image: str) -> None:
     """The shell cannot open the FIFOs (here: told a path that does not exist): it says so
     on its attach stdout and the session goes on in that shell; a handshake that times out
     replaces the shell by one on the attach stream."""
@@ -200,7 +204,7 @@ async def test_a_failed_handshake_keeps_the_same_shell_on_attach(
         real(self, where, "/nonexistent")
 
     monkeypatch.setattr(fifo.Handshake, "__init__", elsewhere)
-    async with box() as sb, sb.session() as sh:
+    async with box(image) as sb, sb.session() as sh:
         assert sh.guarded and (await sh.run("echo $$")).metadata["shell"] == "1"
         assert TARGET not in (await sh.run(OWN_FDS)).stdout
         assert host_listing() == []
@@ -213,7 +217,7 @@ async def test_a_failed_handshake_keeps_the_same_shell_on_attach(
         return await waited(self, failed, 0)
 
     monkeypatch.setattr(fifo.Handshake, "wait_shell", no_time)
-    async with box() as sb, sb.session() as sh:
+    async with box(image) as sb, sb.session() as sh:
         r = await sh.run(OWN_FDS)
         assert r.metadata["shell"] == "2" and TARGET not in r.stdout, r
         assert sh.guarded
