@@ -306,10 +306,10 @@ async def collect(*, dry_run: bool, older_than: timedelta | None,
             continue
         alive, ticks = pid_start(int(pid_text))
         if alive and ticks in (None, start):
-            kept.append(GcItem(kind="process", id=name, name=f"session FIFOs {name}",
+            kept.append(GcItem(kind="session", id=name, name=f"session FIFOs {name}",
                                reason=f"its owner (pid {pid_text}) is alive"))
             continue
-        item = GcItem(kind="process", id=name, name=f"session FIFOs {name}",
+        item = GcItem(kind="session", id=name, name=f"session FIFOs {name}",
                       reason=f"its owner (pid {pid_text}) has exited")
         if dry_run:
             removed.append(item)

@@ -143,7 +143,7 @@ async def test_gc_removes_the_directories_of_dead_owners_only(base: Path) -> Non
     dead.mkdir(mode=0o311)
     collected = await fifo.collect(dry_run=False, older_than=None, checkpoints_older_than=None,
                                    here=Here.current(), now=None, docker=None)  # type: ignore[arg-type]
-    assert [item.id for item in collected.removed] == [dead.name]
+    assert [(item.kind, item.id) for item in collected.removed] == [("session", dead.name)]
     assert not await anyio.Path(dead).exists() and await anyio.Path(mine.path).is_dir()
 
 
