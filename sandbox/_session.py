@@ -6,6 +6,8 @@ unreadable copy (``_session_shell``), so other processes of the sandbox user can
 input or output through /proc. The shell prints end markers
 holding a fresh nonce when the command is done, so completion is an event: no polling, no
 second round trip. State persists as in a terminal (``cd``, ``export``, functions, aliases).
+Where the backend offers it, a guarded shell then moves its stdio to FIFOs past the engine's
+daemons (``_session_fifo``), which halves a round trip; the attach stream stays otherwise.
 
 A timeout kills every process the command started (each carries a per-command environment
 variable; a second process sweeps ``/proc`` for it, as the same user), and the shell lives on.
