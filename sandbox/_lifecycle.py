@@ -4,6 +4,12 @@
 knows (the sandbox stopped, was removed, paused, or the SDK's own background work failed)
 through `fail` and `set_paused`. Every call that needs a running sandbox asks
 `require_running`, which raises the error that says why it is not running.
+
+The backend's RUNNING comes when the container (pod, process) runs, before the last steps of
+its create (the sandbox user's ids, ``/etc/hosts``, the repository, the config's tools): the
+sandbox is the user's only once `Sandbox.initialize` has finished (`ready`). Until then what
+users see (`shown_status`) is STARTING, and their calls (`require_ready`) are refused, as
+during the rest of the create; the create's own steps use `require_running`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ __all__ = ["Lifecycle"]
 
 #: The states a sandbox can leave only through cleanup.
 _ENDED = (SandboxStatus.STOPPING, SandboxStatus.DESTROYED)
+#: The states of a sandbox whose create is under way (until `Lifecycle.ready`).
+_CREATING = (SandboxStatus.CREATING, SandboxStatus.STARTING, SandboxStatus.RUNNING,
+             SandboxStatus.PAUSED)
 
 
 class Lifecycle:
@@ -37,11 +46,21 @@ class Lifecycle:
         #: Cleanup was asked for and removes the sandbox without a delay: background work
         #: that has not begun yet (an event watcher) need not begin (`Supervisor.start`).
         self.removing = False
+        #: `Sandbox.initialize` has finished: calls from any task may use the sandbox.
+        self.ready = False
 
     @property
     def status(self) -> SandboxStatus:
         """Where the sandbox is now."""
         return self._status
+
+    @property
+    def shown_status(self) -> SandboxStatus:
+        """The status users see: STARTING while running but not yet `ready`."""
+        status = self._status
+        if not self.ready and status in (SandboxStatus.RUNNING, SandboxStatus.PAUSED):
+            return SandboxStatus.STARTING
+        return status
 
     def begin(self) -> None:
         """Start initialization, once per sandbox object."""
@@ -116,3 +135,22 @@ class Lifecycle:
         """Raise the error that says why the sandbox cannot run commands now, if it cannot."""
         if self._status is not SandboxStatus.RUNNING:
             raise self.not_running()
+
+    def require_ready(self) -> None:
+        """`require_running` for a user's call: also refused while the create is finishing."""
+        if self._status is not SandboxStatus.RUNNING or not self.ready:
+            self.check_ready()
+            raise self.not_running()
+
+    def check_ready(self) -> None:
+        """Refuse a user's call while the create is under way (CREATING to its end); for
+        calls whose backend decides the rest (`require_running`, in its file operations)."""
+        if self.initialized and not self.ready and self._status in _CREATING:
+            raise self.not_ready()
+
+    def not_ready(self) -> SandboxError:
+        """The error for a user's call made while the sandbox is still being created."""
+        return SandboxNotRunning(
+            f"the sandbox is {self.shown_status.value}: initialize() has not finished",
+            details="wait for initialize() (or `async with`) to return before using the "
+            "sandbox from another task")

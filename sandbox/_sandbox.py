@@ -126,8 +126,9 @@ class Sandbox:
 
     @property
     def status(self) -> SandboxStatus:
-        """Where the sandbox is in its lifecycle (see `SandboxStatus`)."""
-        return self._life.status
+        """Where the sandbox is in its lifecycle (see `SandboxStatus`): STARTING until
+        `initialize` has finished, RUNNING from then on."""
+        return self._life.shown_status
 
     @property
     def config(self) -> SandboxConfig:
@@ -162,7 +163,11 @@ class Sandbox:
                                         environment=self._env if config is None else None)
                 self._cwd, self._env = self._impl.working_dir, self._impl.environment()
                 if self.config.tools or servers:
-                    self._provisions = await provision(self, servers, self._open_service)
+                    self._provisions = await provision(_Creating(self), servers,
+                                                       self._open_service)
+                # Only now other tasks' calls may use it: the last steps (ids, /etc/hosts,
+                # repository, tools) are done (the backend said RUNNING before them).
+                self._life.ready = True
             except BaseException as exc:
                 error = await self._failed_start(exc)
                 if error is exc:
@@ -223,6 +228,12 @@ class Sandbox:
         on_stderr: OutputCallback | None = None,
     ) -> CommandResult:
         """Run a command to its end; exit codes, signals and timeouts come back as results."""
+        self._life.require_ready()
+        return await self._execute(cmd, on_stdout, on_stderr)
+
+    async def _execute(self, cmd: CommandLike, on_stdout: OutputCallback | None = None,
+                       on_stderr: OutputCallback | None = None) -> CommandResult:
+        """`execute_command` as the create's own steps use it (before `Lifecycle.ready`)."""
         self._life.require_running()
         spec = self._plan(cmd)
         try:
@@ -249,7 +260,7 @@ class Sandbox:
                     print(chunk.stream, chunk.data)
                 result = await proc.wait()
         """
-        self._life.require_running()
+        self._life.require_ready()
         spec = self._plan(cmd)
         if tty:
             spec = attrs.evolve(spec, tty=True)
@@ -287,6 +298,7 @@ class Sandbox:
         """
         from ._mcp_client import open_client
 
+        self._life.check_ready()
         if self._provisions is None:
             raise ConfigError(f"no MCP server named {name!r} in this sandbox",
                               details="SandboxConfig.mcp_servers names none, or the sandbox "
@@ -321,6 +333,7 @@ class Sandbox:
         data = content.encode() if isinstance(content, str) else content
         target = resolve(self._cwd, path)
         with self._impl.audit.file_op("write", target, len(data)):
+            self._life.check_ready()
             await self._impl.write_file(target, data, mode)
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
@@ -335,6 +348,7 @@ class Sandbox:
                               details="leave it out (None) to read the whole file")
         target = resolve(self._cwd, path)
         with self._impl.audit.file_op("read", target) as record:
+            self._life.check_ready()
             data = await self._impl.read_file(target, max_bytes)
             record["bytes"] = len(data)
         return data
@@ -343,6 +357,7 @@ class Sandbox:
         """List a directory (or describe one file)."""
         target = resolve(self._cwd, path)
         with self._impl.audit.file_op("list", target):
+            self._life.check_ready()
             return await self._impl.list_files(target)
 
     async def copy_files(
@@ -360,10 +375,12 @@ class Sandbox:
         if plan.into_sandbox:
             with self._impl.audit.file_op("copy_in", target) as record:
                 record["source"] = source
+                self._life.check_ready()
                 await self._impl.copy_in(Path(plan.host_path), target)
         else:
             with self._impl.audit.file_op("copy_out", target) as record:
                 record["dest"] = dest
+                self._life.check_ready()
                 await self._impl.copy_out(target, Path(plan.host_path), max_bytes=max_bytes,
                                           max_entries=max_entries)
 
@@ -381,6 +398,7 @@ class Sandbox:
             FileOperationFailed: Something other than a directory is there.
         """
         target = resolve(self._cwd, path)
+        self._life.check_ready()
         kind = await self._impl.path_kind(target)
         if kind == "none":
             raise SandboxFileNotFound(f"cannot change to {target!r}: it does not exist",
@@ -401,7 +419,7 @@ class Sandbox:
 
     async def get_resource_usage(self) -> ResourceUsage:
         """The latest resource-usage sample (one is taken now if none exists yet)."""
-        self._life.require_running()
+        self._life.require_ready()
         return await self._impl.get_resource_usage()
 
     def usage_history(self) -> list[ResourceUsage]:
@@ -420,6 +438,9 @@ class Sandbox:
         """The sandbox's identity, state and allocated resources as the backend sees them,
         and the config's tools with their paths (`SandboxInfo.tools`)."""
         info = await self._impl.get_info()
+        if not self._life.ready and info.status in (SandboxStatus.RUNNING,
+                                                    SandboxStatus.PAUSED):
+            info = attrs.evolve(info, status=SandboxStatus.STARTING)  # as `status` says
         return info if self._provisions is None else self._provisions.annotate(info)
 
     async def cleanup(self) -> None:
@@ -468,7 +489,7 @@ class Sandbox:
             ConfigError: ``name`` cannot name an image tag.
             CheckpointFailed: The name is taken, or the engine refused.
         """
-        self._life.require_running()
+        self._life.require_ready()
         checkpoints_of(self._impl)  # refused here, naming the backend, where it has none
         return await create_checkpoint(self, name, memory=memory)
 
@@ -483,7 +504,7 @@ class Sandbox:
         by ``python -m sandbox checkpoints``, for ``gc`` to remove by age. Either way its
         labels never hold environment values (see `Checkpoint.withheld`).
         """
-        self._life.require_running()
+        self._life.require_ready()
         checkpoints_of(self._impl)  # refused here, naming the backend, where it has none
         return await fork_from(self, n, Sandbox, name=name, keep=keep)
 
@@ -493,4 +514,19 @@ def session_host(sb: Sandbox) -> SessionHost:
     directory and its lifecycle check (and nothing else of its internals)."""
     return SessionHost(backend=sb._impl, plan=sb._plan,
                        working_directory=sb.get_working_directory,
-                       require_running=sb._life.require_running)
+                       require_running=sb._life.require_ready)
+
+
+@attrs.frozen
+class _Creating:
+    """What the create's own provisioning (`provision`) uses of its sandbox: its config and
+    commands, before the sandbox is the user's (`Lifecycle.ready`)."""
+
+    sb: Sandbox
+
+    @property
+    def config(self) -> SandboxConfig:
+        return self.sb.config
+
+    async def execute_command(self, cmd: Command) -> CommandResult:
+        return await self.sb._execute(cmd)

@@ -1,7 +1,7 @@
 """Answers kept per key, asked once: concurrent askers of a key nobody knows yet wait for the
-first one's answer instead of each asking (the ten children of a fork, created together from
-one new image, read its working dir once, not ten times). Askers of different keys never wait
-for each other.
+first one's answer instead of each asking (ten sandboxes created together from one new image
+read its working dir once, not ten times; a fork's ten children probe its user once). Askers
+of different keys never wait for each other.
 
 Cancellation-safe: when the asker whose question is in flight fails or is cancelled, the
 waiting askers wake and one of them asks in its place (an error is never shared: each asker

@@ -63,6 +63,19 @@ class Supervisor:
             self._on_failure(name, exc)
             group.cancel()
 
+    def cancel(self, then: Callable[[], None] | None = None) -> None:
+        """Ask the work to end without waiting for it (a cleanup sends its DELETE meanwhile)
+        and call ``then`` once it has ended (at once if none runs); `aclose` must still
+        follow, to wait for the end. Idempotent."""
+        task = self._task
+        if task is None:
+            if then is not None:
+                then()
+            return
+        task.cancel()
+        if then is not None:
+            task.add_done_callback(lambda _task: then())
+
     async def aclose(self) -> None:
         """Cancel the work and wait for it to end; idempotent."""
         task, self._task = self._task, None

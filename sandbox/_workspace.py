@@ -412,6 +412,8 @@ class Workspace:
             for finding in findings:
                 if audit is not None:
                     audit.live_mount(finding.kind, finding.path, finding.detail)
+        if not self._temp_dirs:
+            return errors  # most sandboxes: no cancel scope to open on every cleanup
         with anyio.move_on_after(DEFAULT_CLEANUP_TIMEOUT) as scope:
             for path in list(self._temp_dirs):
                 try:

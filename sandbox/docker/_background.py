@@ -63,6 +63,8 @@ class Background:
         self._init_pid = 0  # the engine's pid of the init, while a host view may be taken
         self._main_pid: MainPid | None = None
         self._host_until = 0.0
+        self._then: Callable[[], None] | None = None  # what `cancel` runs at the end
+        self._close_error: Exception | None = None  # from that, for `aclose` to raise
 
     @property
     def task(self) -> object:
@@ -95,10 +97,35 @@ class Background:
             work.append(("the stats sampler", sampler.run))
         self._supervisor.start(work, unless=lambda: life.removing)
 
+    def cancel(self, then: Callable[[], None]) -> None:
+        """Ask the background work to end, not waiting: its streams close while the engine
+        removes the container. Once it has ended the host view closes, then ``then`` runs
+        (in the shadow of the removal, not after it); `aclose` waits for all that and
+        raises what they raised."""
+        self._init_pid, self._host_until = 0, -1.0  # closing: no new host view
+        self._then = then
+        self._supervisor.cancel(self._ended)
+
+    def _ended(self) -> None:
+        """The work has ended: close the host view and run what `cancel` was given (once)."""
+        then, self._then = self._then, None
+        try:
+            self._close_host()
+            if then is not None:
+                then()
+        except Exception as exc:  # raised by `aclose`, in the cleanup's task
+            self._close_error = exc
+
     async def aclose(self) -> None:
         """End all background work and wait for it; idempotent."""
         await self._supervisor.aclose()
         self._init_pid, self._host_until = 0, -1.0  # closed: no host view any more
+        self._ended()  # where the task's end came first (its callbacks run later)
+        error, self._close_error = self._close_error, None
+        if error is not None:
+            raise error
+
+    def _close_host(self) -> None:
         host, self.host_health = self.host_health, None
         if host is not None:
             host.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import posixpath
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from ._host import PROC_ROOT, ContainerCgroup, find_container_cgroup, read_stat
 from ._hostview import HostView
 from ._images import inspect_image
 from ._session_mount import is_fifo_mount
+from ._workdir import settle_by_commit
 
 if TYPE_CHECKING:
     from .._lifecycle import Lifecycle
@@ -174,15 +176,28 @@ async def thaw(engine: Engine, container_id: str, cgroup: ContainerCgroup | None
                                  f"containers/{container_id}/unpause", "POST", deadline=10)
 
 
-async def find_cgroup(engine: Engine, container_id: str) -> ContainerCgroup | None:
-    """The container's cgroup where the SDK reaches it (root beside the engine), else None."""
+@attrs.frozen
+class SourceFacts:
+    """What the engine says of a container about to be committed: its cgroup where the SDK
+    reaches it (root beside the engine), and whether its config declares a volume (the
+    image's or its own: the commit copies that config into the checkpoint's; True where it
+    could not be read)."""
+
+    cgroup: ContainerCgroup | None
+    volumes: bool
+
+
+async def inspect_source(engine: Engine, container_id: str) -> SourceFacts:
+    """One inspect of the container: its `SourceFacts`."""
     try:
         data = await engine.query_json("inspect the sandbox", f"containers/{container_id}/json",
                                        deadline=10)
     except SandboxError:
-        return None
-    pid = int(((data or {}).get("State") or {}).get("Pid") or 0)
-    return find_container_cgroup(pid, container_id)
+        return SourceFacts(None, volumes=True)
+    data = data or {}
+    pid = int((data.get("State") or {}).get("Pid") or 0)
+    return SourceFacts(find_container_cgroup(pid, container_id),
+                       volumes=bool((data.get("Config") or {}).get("Volumes")))
 
 
 async def remove_image(engine: Engine, ref: str) -> None:
@@ -298,6 +313,11 @@ class PoolPrimitives:
     #: The container's main command (DockerBackend's), which the host view expects to find.
     keepalive: tuple[str, ...] = ()
     _gate: ExecGate
+    #: DockerBackend's: the working dir, whether its create dealt with it before start, and
+    #: the create body's `mounts_key` (what `settle_by_commit` notes a checkpoint under).
+    _cwd: str
+    _workdir_given: bool
+    _mounts_key: str | None
 
     def _running(self) -> tuple[Engine, str]:
         raise NotImplementedError  # DockerBackend's
@@ -366,7 +386,8 @@ class PoolPrimitives:
                     "a command of the sandbox did not finish starting: checkpoint not taken",
                     details="the freeze could have caught it half-started, which wedges the "
                             "engine; try again", retryable=True)
-            cgroup = await find_cgroup(engine, container_id)
+            source = await inspect_source(engine, container_id)
+            cgroup = source.cgroup
             seen = self._background.pause_events
             self._background.checkpointing = True
             try:
@@ -389,6 +410,13 @@ class PoolPrimitives:
                 raise
             finally:
                 self._background.checkpointing = False
+        if self._workdir_given and not source.volumes:
+            # Its create dealt with the working dir: a sandbox alike made from the checkpoint
+            # (a fork's children) need not look at it (`settle_by_commit`). A volume's
+            # contents are not in the commit, so none may be declared (the container's config,
+            # which no code inside can change, is what the commit copies).
+            settle_by_commit(image_id, self._user, posixpath.normpath(self._cwd or "/"),
+                             self._mounts_key or "")
         return image_id
 
 

@@ -440,29 +440,33 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         """Remove the container, its network and workspace; idempotent, and safe after a
         create that failed half-way (a container whose create answer was lost is found by
         its label)."""
-        await self._background.aclose()
-        if self._finisher is not None:
-            self._finisher.close()
+        # The background work (the event watcher's stream) ends, and the host's views of the
+        # container close, while the engine removes it: awaited before the client closes.
+        finisher = self._finisher
+        self._background.cancel(finisher.close if finisher is not None else lambda: None)
         errors: list[str] = []
         closing = self._docker if self._owns_docker else None
-        if self._engine is not None and self._engine.client_closed():
-            # An earlier cleanup that failed closed our client, or the caller closed theirs
-            # under us: remove through a new client to the same engine (shared by the
-            # network's Engine, which is this same object).
-            self._engine.docker = closing = client_like(self._engine.docker)
-            if self._owns_docker:
-                self._docker = closing
-        target = None
-        if self._engine is not None and self._created_resources:
-            target = self._container_id or await find_own_container(self._engine, self.id,
-                                                                    errors)
-        if self._engine is not None and target is not None:
-            # Tearing down a gVisor sandbox took 30-35 s under a loaded 2-core host (the engine
-            # finished the removal later); runc takes well under a second.
-            patience = GVISOR_CLEANUP_TIMEOUT if self._gvisor else DEFAULT_CLEANUP_TIMEOUT
-            errors += await remove_container(self._engine, target, patience=patience,
-                                             paused=self._background.paused,
-                                             removed=self._stop_commands)
+        try:
+            if self._engine is not None and self._engine.client_closed():
+                # An earlier cleanup that failed closed our client, or the caller closed
+                # theirs under us: remove through a new client to the same engine (shared
+                # by the network's Engine, which is this same object).
+                self._engine.docker = closing = client_like(self._engine.docker)
+                if self._owns_docker:
+                    self._docker = closing
+            target = None
+            if self._engine is not None and self._created_resources:
+                target = self._container_id or await find_own_container(self._engine, self.id,
+                                                                        errors)
+            if self._engine is not None and target is not None:
+                # Tearing down a gVisor sandbox took 30-35 s under a loaded 2-core host (the
+                # engine finished the removal later); runc takes well under a second.
+                patience = GVISOR_CLEANUP_TIMEOUT if self._gvisor else DEFAULT_CLEANUP_TIMEOUT
+                errors += await remove_container(self._engine, target, patience=patience,
+                                                 paused=self._background.paused,
+                                                 removed=self._stop_commands)
+        finally:
+            await self._background.aclose()
         # After the container: a network with an endpoint left cannot be removed.
         if self._network is not None:
             errors += await self._network.remove()

@@ -13,7 +13,9 @@ hand-over where the image's working dir is already the user's (the SDK's own ima
 through group 0, any other uid gets it handed over as it is empty; `DirEntry.needs_owner`),
 and the probe for a numeric non-root ``uid:gid`` (the engine runs an exec as exactly those
 ids, whatever the image says; the probe's root check is for names, which the image's files
-resolve, and always runs).
+resolve, and always runs). A checkpoint this process committed from a sandbox whose working
+dir its create dealt with is not looked at by a sandbox alike (a fork's children:
+`settle_by_commit`).
 An image's labels are never read here: an image can lie.
 """
 
@@ -185,6 +187,38 @@ _PROBES_KEPT = 256
 _WORKDIR_ENTRIES: SingleFlight[tuple[str, str, str], DirEntry] = SingleFlight(_PROBES_KEPT)
 
 
+#: (image id, user, working dir, mounts key) of checkpoints the SDK committed from a sandbox
+#: of that user, working dir and mounts whose working dir its own create dealt with (see
+#: `settle_by_commit`): a create of the same from that image makes no look and no hand-over.
+_SETTLED: dict[tuple[str, str, str, str], None] = {}
+
+
+def settle_by_commit(image_id: str, user: str, cwd: str, mounts: str) -> None:
+    """Note that checkpoint ``image_id`` was committed (by this process) from a sandbox of
+    ``user`` (numeric, non-root), working dir ``cwd`` and `mounts_key` ``mounts`` whose
+    working dir `give_workdir_before_start` dealt with, and whose image declares no volume.
+
+    A sandbox of the same user, working dir and mounts made from that image (a fork's ten
+    children) then skips the look at its working dir (an archive GET every child waited on)
+    and any hand-over: its working dir is the source's as the commit froze it, nothing else.
+    What the SDK knows without asking the checkpoint: its own create left that working dir
+    one the user may keep (its hand-over, or one `DirEntry.needs_owner` found the user's
+    already, or one it does not give away); so a look finds a hand-over due only where code
+    in the source changed the directory since (its user emptied or chmodded its own
+    directory; a root replaced or removed it). Such a child gets the source's directory as
+    it was left, never a privileged step more: the look (cut short) and the hand-over (an
+    engine chown) are what is skipped, nothing is read from the checkpoint instead. The key
+    holds the image id (a content hash), so another user, working dir or mounts, or an image
+    made anywhere else, still looks. (A volume's contents are not in the commit, so a
+    checkpoint declaring one is never noted.)
+    """
+    if not image_id or numeric_non_root(user) is None or cwd == "/":
+        return
+    if len(_SETTLED) >= _PROBES_KEPT:
+        _SETTLED.clear()
+    _SETTLED[(image_id, user, cwd, mounts)] = None
+
+
 #: Per (image id, user spec): the names the image gives the user's ids. A fresh container's
 #: /etc/passwd is its image's, so one answer holds for every container of that image.
 _NAMES: dict[tuple[str, str], tuple[str, str]] = {}
@@ -277,6 +311,8 @@ async def give_workdir_before_start(engine: Engine, container_id: str, cwd: str,
     uid, _, gid = user.partition(":")
     if not (uid.isdigit() and gid.isdigit()) or uid == "0" or cwd == "/":
         return Handover(dealt=False)
+    if image_id and (image_id, user, cwd, mounts) in _SETTLED:
+        return Handover(dealt=True)  # a checkpoint of a sandbox alike (`settle_by_commit`)
     archive = f"containers/{container_id}/archive"
     # What a new container holds at cwd is the image's: probe once per image (an archive
     # call on a created container costs about a fifth of its start).

@@ -5,7 +5,9 @@ in-cluster tokens with their refresh, client certificates, the TLS session); the
 the REST paths itself so every answer stays the API server's plain JSON, and its errors become
 the SDK's: 404 `KubeNotFound`, 409 `KubeConflict`, 422 `KubeInvalid`, a refused connection
 `EngineUnavailable`. Exec is a websocket to ``pods/<name>/exec`` offering the channel
-subprotocols the SDK implements (``v5.channel.k8s.io`` first, then ``v4``).
+subprotocols the SDK implements (``v5.channel.k8s.io`` first, then ``v4``). A kubeconfig's
+exec credential plugin is parsed by kubernetes_asyncio but run by `_credential` (stdin from
+/dev/null, killed when the wait for it ends early), through `_Loader`.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ try:
     from kubernetes_asyncio import client as k8s_client
     from kubernetes_asyncio import config as k8s_config
     from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.config import kube_config as k8s_kube_config
+    from kubernetes_asyncio.config.exec_provider import ExecProvider
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("the Kubernetes backend needs kubernetes_asyncio: "
                       "pip install 'sandbox[kubernetes]'") from exc
 
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
+from ._credential import CredentialPluginFailed, run_credential_plugin
 
 __all__ = [
     "CHANNEL_PROTOCOLS",
@@ -141,6 +146,34 @@ class ExecSocket:
             await self.ws.close()
 
 
+class _Loader(k8s_kube_config.KubeConfigLoader):
+    """kubernetes_asyncio's kubeconfig loader, the exec credential plugin run by
+    `run_credential_plugin` (stdin /dev/null, killed with its group when the wait for it
+    ends early) instead of ``ExecProvider.run`` (the terminal's stdin, left running)."""
+
+    async def load_from_exec_plugin(self) -> bool:
+        # `KubeConfigLoader.load_from_exec_plugin`'s handling of the answer (36.1.0), with
+        # the plugin parsed by its `ExecProvider` and run by `run_credential_plugin`.
+        assert self._user is not None and self._cluster is not None  # as it asserts
+        provider = ExecProvider(self._user["exec"])
+        status = await run_credential_plugin(provider.args, provider.env,
+                                             str(provider.api_version))
+        if "token" in status:
+            self.token = f"Bearer {status['token']}"
+            return True
+        if "clientCertificateData" in status and "clientKeyData" in status:
+            base_path = self._get_base_path(self._cluster.path)
+            for attr, key in (("cert_file", "clientCertificateData"),
+                              ("key_file", "clientKeyData")):
+                setattr(self, attr, k8s_kube_config.FileOrData(
+                    status, None, data_key_name=key, file_base_path=base_path,
+                    base64_file_content=False, temp_file_path=self._temp_file_path,
+                ).as_file())
+            return True
+        raise CredentialPluginFailed("exec: the plugin answered neither a token nor a client "
+                                     "certificate and key")
+
+
 class Cluster:
     """A connection to one API server, from a kubeconfig or the pod's service account."""
 
@@ -160,10 +193,13 @@ class Cluster:
             if in_cluster:
                 k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
             else:
-                await k8s_config.load_kube_config(config_file=kubeconfig, context=context,
-                                                  client_configuration=conf,
-                                                  persist_config=False)
-        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+                # `load_kube_config(persist_config=False)`, with the SDK's plugin runner.
+                merged = k8s_kube_config.KubeConfigMerger(
+                    kubeconfig or "~/.kube/config")  # it expands the ~
+                await _Loader(config_dict=merged.config, config_base_path=None,
+                              active_context=context).load_and_set(conf)
+        except (k8s_config.ConfigException, CredentialPluginFailed, OSError, ValueError,
+                KeyError, TypeError) as exc:
             where = "the pod's service account" if in_cluster else \
                 f"kubeconfig {kubeconfig or '~/.kube/config'!r}"
             raise EngineUnavailable(f"cannot load the Kubernetes configuration from {where}",

@@ -21,7 +21,6 @@ import contextlib
 import os
 import signal as _signal
 import termios
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar
 
@@ -193,7 +192,7 @@ async def start_command(
 ) -> SandboxProcess:
     """Start ``spec`` in the sandbox ``entry`` enters (``workdir_fd`` taken over); the caller
     runs its `lifetime`, then `reap`."""
-    marker = uuid.uuid4().hex
+    marker = os.urandom(16).hex()  # as uuid4().hex, without its 5 us of UUID building
     env = {**env, MARKER_VAR: marker}
     try:
         proc = await start(entry.spawner, spec.argv, env=env, workdir_fd=workdir_fd,

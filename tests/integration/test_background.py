@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 
@@ -66,3 +67,67 @@ async def test_a_failing_sampler_stops_the_other_background_work(
         with anyio.fail_after(5):  # the watcher was cancelled with the sampler
             await background
     assert any("the stats sampler failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_cleanup_sends_its_delete_while_the_watcher_ends_and_waits_for_that_end(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The event watcher is cancelled, not awaited, before the DELETE: the DELETE goes out at
+    once. Cleanup still returns only after the watcher has ended, logs what its end raised,
+    and does so also when the caller is cancelled meanwhile (the old cleanup awaited the
+    watcher's end first: its DELETE came after the watcher's 0.3 s ending)."""
+    from sandbox.docker import _sandbox as docker_sandbox
+
+    events: list[str] = []
+    sent = asyncio.Event()
+
+    async def slow_to_end_watcher(*args: object, **kwargs: object) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                events.append("watcher cancelled")
+                await anyio.sleep(0.3)
+            events.append("watcher ended")
+            raise RuntimeError("the watcher broke on its way out")
+
+    real_remove = docker_sandbox.remove_container
+
+    async def traced_remove(*args: object, **kwargs: object) -> list[str]:
+        events.append("delete sent")
+        sent.set()
+        try:
+            return await real_remove(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            events.append("delete answered")
+
+    monkeypatch.setattr(docker_background, "watch_container", slow_to_end_watcher)
+    monkeypatch.setattr(docker_sandbox, "remove_container", traced_remove)
+    caplog.set_level(logging.ERROR, logger="sandbox.lifecycle")
+    for cancel_the_caller in (False, True):
+        events.clear()
+        sent.clear()
+        sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
+        await sb.initialize()
+        cid = sb.backend.container_id or ""
+        await anyio.sleep(0.05)  # the watcher runs
+        watcher = sb.backend._background.task  # type: ignore[attr-defined]
+        assert isinstance(watcher, asyncio.Task) and not watcher.done()
+        cleanup = asyncio.ensure_future(sb.cleanup())
+        if cancel_the_caller:
+            with anyio.fail_after(10):
+                await sent.wait()
+            cleanup.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cleanup
+        else:
+            await cleanup
+        # Returned (or passed the cancellation on) only once everything ended.
+        assert watcher.done() and "watcher ended" in events
+        assert sb.status is SandboxStatus.DESTROYED and not container_exists(cid)
+        assert sb.backend._background.host_health is None  # type: ignore[attr-defined]
+        # The DELETE went out before the watcher had ended, not after.
+        assert events.index("delete sent") < events.index("watcher ended"), events
+        assert any("the event watcher failed" in r.getMessage() and r.exc_info and
+                   "on its way out" in str(r.exc_info[1]) for r in caplog.records)
+        caplog.clear()

@@ -7,6 +7,7 @@ one expected (inspect). Where it does not apply (a read-only root) the sandbox k
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from sandbox import (
     NetworkConfig,
     Sandbox,
     SandboxConfig,
+    SandboxNotRunning,
     SecurityPolicy,
     remove_checkpoint,
 )
@@ -250,6 +252,39 @@ async def test_hosts_are_right_before_the_first_command_however_slow_the_write(
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
         assert_hosts(await sh(sb, SHOW_HOSTS))
     assert execs.hosts_writes() == 1, execs.made
+
+
+async def test_another_tasks_command_waits_for_the_end_of_a_new_images_create(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The backend says RUNNING at start; the user probe and the /etc/hosts exec come after.
+    # A command from another task in between was let through, and read the engine's
+    # /etc/hosts, not the sandbox's. Now it is refused until initialize() has returned.
+    from sandbox.docker import _netless
+
+    never_seen(monkeypatch)  # a new image: the probe and the exec run after start
+    monkeypatch.setattr(_netless, "_WRITE_SH", "sleep 1\n" + _netless._WRITE_SH)
+    sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
+    init = asyncio.ensure_future(sb.initialize())
+    refused: list[str] = []
+    try:
+        with anyio.fail_after(60):
+            while True:
+                done_when_sent = init.done()
+                try:
+                    shown = await sh(sb, SHOW_HOSTS)
+                except SandboxNotRunning as exc:
+                    refused.append(f"{sb.status.value}: {exc.message}")
+                    await asyncio.sleep(0.01)
+                    continue
+                break
+        # Accepted only once initialize() had returned; refused before, as "starting" too.
+        assert done_when_sent, shown
+        assert_hosts(shown)
+        assert any(r.startswith("starting: the sandbox is starting: initialize() has not "
+                                "finished") for r in refused), refused
+    finally:
+        await init
+        await sb.cleanup()
 
 
 @pytest.fixture
