@@ -149,7 +149,8 @@ async def test_another_session_cannot_reach_the_fifos() -> None:
             {p.rsplit("/", 1)[1] for p in await fifo_paths(second)})
 
 
-async def test_a_pooled_sandboxs_next_user_cannot_reach_the_previous_fifos() -> None:
+async def test_a_pooled_sandboxs_next_user_cannot_reach_the_previous_fifos(
+        caplog: pytest.LogCaptureFixture) -> None:
     """A sandbox reset between users: the previous user's FIFOs are gone (unlinked at
     their handshake, their shell killed with its session)."""
     cfg = SandboxConfig(image=IMAGE_BUSYBOX)
@@ -159,7 +160,8 @@ async def test_a_pooled_sandboxs_next_user_cannot_reach_the_previous_fifos() -> 
             first = sb.id
             await sh.run("sleep 600 >/dev/null 2>&1 &")  # a process of the last user
         async with pool.acquire() as sb:
-            assert sb.id == first  # reset and reused (the read-only mount does not stop it)
+            # Reset and reused (the read-only mount does not stop it).
+            assert sb.id == first, caplog.text
             for path in paths:
                 r = await sb.execute_command(f"exec 3<{path}; echo opened")
                 assert "opened" not in r.stdout, r
