@@ -252,7 +252,8 @@ def _run_gc(args: argparse.Namespace) -> int:
           f"{len(report.removed_networks)} networks, {len(report.removed_volumes)} volumes, "
           f"{len(report.removed_checkpoints)} checkpoints, "
           f"{len(report.removed_process)} process sandboxes, "
-          f"{len(report.removed_rootfs)} rootfs cache entries; "
+          f"{len(report.removed_rootfs)} rootfs cache entries, "
+          f"{len(report.removed_sessions)} session FIFO directories; "
           f"kept {len(report.kept)}; failed {len(report.failed)}")
     return 1 if report.failed else 0
 

@@ -57,7 +57,7 @@ def _kinds(kind: str) -> tuple[_Kind, _Kind]:
 class GcReport:
     """What gc removed (or, with ``dry_run``, would remove) and what it kept, whatever the
     backend: each `GcItem` says its kind ("container", "network", "volume", "checkpoint",
-    "process"); ``removed_containers`` and the like select one kind.
+    "process", "rootfs", "session"); ``removed_containers`` and the like select one kind.
 
     Attributes:
         dry_run: Nothing was removed; ``removed`` lists what would have been.
@@ -90,6 +90,8 @@ class GcReport:
     #: Entries of the process backend's rootfs cache whose image the engine no longer has
     #: (removed), or left alone (their image exists, or one is mounted).
     removed_rootfs, kept_rootfs = _kinds("rootfs")
+    #: SDK processes' session FIFO directories (`sandbox._session_fifo`).
+    removed_sessions, kept_sessions = _kinds("session")
 
 
 async def gc(

@@ -87,16 +87,17 @@ class GcItem:
     """One resource gc looked at, and why it was removed or kept.
 
     Attributes:
-        kind: ``"container"``, ``"network"``, ``"volume"``, ``"checkpoint"``, ``"process"``,
-            or ``"rootfs"`` (an image exported into the process backend's cache; id is the
-            image's id)
-            (a process sandbox's state directory and cgroup; id is the sandbox id).
+        kind: ``"container"``, ``"network"``, ``"volume"``, ``"checkpoint"``, ``"process"``
+            (a process sandbox's state directory and cgroup; id is the sandbox id),
+            ``"rootfs"`` (an image exported into the process backend's cache; id is the
+            image's id), or ``"session"`` (an SDK process's session FIFO directory).
         id: The engine's id (a volume's name).
         name: The resource's name.
         reason: Why it was removed or kept, or why removing it failed.
     """
 
-    kind: Literal["container", "network", "volume", "checkpoint", "process", "rootfs"]
+    kind: Literal["container", "network", "volume", "checkpoint", "process", "rootfs",
+                  "session"]
     id: str
     name: str
     reason: str

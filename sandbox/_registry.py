@@ -56,7 +56,7 @@ BACKENDS: Mapping[str, str] = {
 }
 #: The modules whose ``COLLECTOR`` (a `HostCollector`) `sandbox.gc` runs, in order: what dead
 #: owners left on this host.
-HOST_COLLECTORS = ("sandbox.process._gc", "sandbox.docker._gc")
+HOST_COLLECTORS = ("sandbox.process._gc", "sandbox.docker._gc", "sandbox._session_fifo")
 #: Backend -> the module whose ``COLLECTOR`` (a `HostCollector`) collects what dead owners of
 #: this host left off it (a cluster's Pods), in the places its sandboxes recorded
 #: (`sandbox._places`). `sandbox.gc` runs one, after the host's, only when a place of that

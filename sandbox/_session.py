@@ -6,6 +6,8 @@ unreadable copy (``_session_shell``), so other processes of the sandbox user can
 input or output through /proc. The shell prints end markers
 holding a fresh nonce when the command is done, so completion is an event: no polling, no
 second round trip. State persists as in a terminal (``cd``, ``export``, functions, aliases).
+Where the backend offers it, a guarded shell then moves its stdio to FIFOs past the engine's
+daemons (``_session_fifo``), which halves a round trip; the attach stream stays otherwise.
 
 A timeout kills every process the command started (each carries a per-command environment
 variable; a second process sweeps ``/proc`` for it, as the same user), and the shell lives on.
@@ -19,6 +21,7 @@ command starts a new shell, or raises `SessionClosed` when the session was opene
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import secrets
@@ -32,8 +35,11 @@ from ._backend import Backend, ProcessSpec, SupportsCommandFinalizer, SupportsKi
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
+from ._output import StreamName
 from ._policy import is_root, seconds
 from ._process_base import make_result, overdue, unconfirmed_kill
+from ._session_fifo import Handshake, SupportsSessionFifo
+from ._session_fifo import enabled as fifo_enabled
 from ._session_run import Callback, Run, Shell
 from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
 from ._session_wire import (
@@ -109,6 +115,7 @@ class Session:
         self._lost = ""  # how the last shell ended under a command, until a new one starts
         self._last_nonce = ""  # the previous command's marker nonce
         self._guarded = False
+        self._fifo_off = False  # its shells keep the attach stream (a FIFO handshake failed)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -279,7 +286,7 @@ class Session:
         await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
-        await shell.proc.write_stdin(SETUP + exit_trap(shell.nonce))
+        await shell.write(SETUP + exit_trap(shell.nonce))
         probe_cmd = 'printf %s:%s "${BASH_VERSION:+bash}" "$$"' + GUARD_PROBE
         if copy.path and not copy.by_root:  # made for this shell alone: it runs, remove it
             probe_cmd += f"; rm -rf {quote(copy.path.rsplit('/', 1)[0])}"
@@ -297,6 +304,10 @@ class Session:
         self._kind = "bash" if kind == "bash" else "sh"
         shell.pid = pid if pid.isdigit() and copy.path else ""
         closed = ":" + guard == GUARDED
+        if sealed and closed and not await self._to_fifo(shell):
+            await self._stop_shell()
+            self._lost = ""
+            return await self._try_shell(fresh=fresh)
         return shell, sealed and closed, sealed and not closed
 
     async def _hold(self, shell: Shell, spec: ProcessSpec, *,
@@ -305,14 +316,18 @@ class Session:
         why = "the session's shell ended"
         try:
             with shell.scope:
-                async with self._backend.open_process(spec) as proc:
+                async with self._backend.open_process(spec) as proc, \
+                        anyio.create_task_group() as pumps:
                     shell.proc = proc
+                    shell.pumps = pumps  # a FIFO link's reader runs here (see `_to_fifo`)
                     task_status.started()
                     try:
                         async for chunk in proc:
-                            run = self._running
-                            if run is not None and run.shell is shell:
-                                await run.feed(chunk.stream, chunk.data)
+                            if shell.tap is not None:
+                                if chunk.stream == "stdout":
+                                    shell.tap(chunk.data)
+                                continue
+                            await self._route(shell, chunk.stream, chunk.data)
                     except SandboxError as exc:  # e.g. the shell's program is missing
                         shell.error = exc
                         shell.why = f"the session's shell could not run: {exc}"
@@ -325,6 +340,8 @@ class Session:
                     except SandboxError as exc:
                         why = f"the session's shell was lost: {exc}"
         finally:
+            if shell.link is not None:
+                shell.link.close()
             if shell.scope.cancelled_caught and not shell.why:
                 why = "the session's shell was stopped"
             shell.why = shell.why or why
@@ -332,6 +349,59 @@ class Session:
             run = self._running
             if run is not None and run.shell is shell:
                 run.shell_ended(shell.why)
+
+    async def _route(self, shell: Shell, stream: StreamName, data: bytes) -> None:
+        """Hand output of ``shell`` to the command running on it, if any."""
+        run = self._running
+        if run is not None and run.shell is shell:
+            await run.feed(stream, data)
+
+    async def _to_fifo(self, shell: Shell) -> bool:
+        """Move a guarded shell's stdio from the attach stream to FIFOs where the backend
+        offers them (`_session_fifo`): False when the shell's state is unknown after a
+        handshake that timed out (replace it); True when it runs on either transport."""
+        offer = self._backend.session_fifo() if isinstance(
+            self._backend, SupportsSessionFifo) else None
+        if offer is None or self._fifo_off or not fifo_enabled():
+            return True
+        where, target = offer
+        handshake = Handshake(where, target)
+        try:
+            handshake.prepare()
+        except OSError as exc:
+            log.warning("session %s: no FIFOs for its shell (%s); it keeps the attach stream",
+                        self.id, exc)
+            return True
+        failed = anyio.Event()
+        seen = bytearray()
+        mark = handshake.fail_mark.encode()
+
+        def tap(data: bytes) -> None:
+            seen.extend(data)
+            if mark in seen:
+                failed.set()
+            del seen[:-len(mark)]
+
+        shell.tap = tap
+        try:
+            await shell.write(handshake.line)
+            link = await handshake.wait_shell(failed)
+        finally:
+            shell.tap = None
+            handshake.discard()
+        if link is None:
+            self._fifo_off = True  # this sandbox's shells cannot take them: stop trying
+            if failed.is_set():
+                log.info("session %s: its shell could not open its FIFOs; it keeps the attach "
+                         "stream", self.id)
+                return True
+            log.warning("session %s: its shell did not take its FIFOs in time; replaced by "
+                        "one on the attach stream", self.id)
+            return False
+        shell.link = link
+        assert shell.pumps is not None
+        shell.pumps.start_soon(link.pump, functools.partial(self._route, shell))
+        return True
 
     async def _stop_shell(self) -> None:
         """Stop the current shell (see `_stop`) and wait until it is gone."""
@@ -409,8 +479,8 @@ class Session:
         self._running = run
         assert shell.proc is not None
         try:
-            await shell.proc.write_stdin(wrap(cmd, run.nonce, run.command_id, reader=reader,
-                                                   token=run.token, bash=self._kind == "bash"))
+            await shell.write(wrap(cmd, run.nonce, run.command_id, reader=reader,
+                                       token=run.token, bash=self._kind == "bash"))
             if reader:
                 # Even when the command is done: the reader waits for its end line.
                 with anyio.move_on_after(READER_START):
@@ -436,11 +506,10 @@ class Session:
     # -- stdin -----------------------------------------------------------------------------
 
     async def _send_stdin(self, run: Run, data: bytes) -> None:
-        assert run.shell.proc is not None
         for line in stdin_lines(data):
             if run.done.is_set():
                 break
-            await run.shell.proc.write_stdin(line)
+            await run.shell.write(line)
 
     async def _write_stdin(self, run: Run, data: bytes) -> None:
         async with run.stdin_lock:
@@ -460,9 +529,8 @@ class Session:
                 return
             run.stdin_open = False
             if run.shell.alive:
-                assert run.shell.proc is not None
                 with contextlib.suppress(SandboxError, OSError):
-                    await run.shell.proc.write_stdin(STDIN_END)
+                    await run.shell.write(STDIN_END)
 
     # -- ending a command ------------------------------------------------------------------
 

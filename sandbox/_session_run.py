@@ -9,11 +9,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import anyio
+from anyio.abc import TaskGroup
 
 from ._backend import Process
 from ._errors import SandboxError
 from ._models import CommandResult
 from ._output import OutputCapture, StreamName, deliver
+from ._session_fifo import FifoLink
 from ._session_wire import NONCE_LEN, MarkerScanner, head_tail, parse_end, parse_status
 
 __all__ = ["Callback", "Run", "Shell"]
@@ -35,10 +37,21 @@ class Shell:
         self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
         self.pid = ""  # as it says it (in its pid namespace), when it runs from a copy
         self.stopping = False
+        self.link: FifoLink | None = None  # its stdio moved to FIFOs (`_session_fifo`)
+        self.tap: Callable[[bytes], None] | None = None  # takes its attach stdout meanwhile
+        self.pumps: TaskGroup | None = None  # where a FIFO link's reader runs
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and not self.ended.is_set()
+
+    async def write(self, data: bytes | str) -> None:
+        """Write to the shell's stdin: its FIFO once it took one, else the process's."""
+        if self.link is not None:
+            await self.link.write(data.encode() if isinstance(data, str) else data)
+            return
+        assert self.proc is not None
+        await self.proc.write_stdin(data)
 
 
 class Run:

@@ -17,12 +17,14 @@ from .._backend import CheckpointStore
 from .._constants import LABEL_MANAGED_BY, LABEL_MANAGED_BY_VALUE
 from .._errors import CheckpointFailed, ResourceLimitExceeded, SandboxError, TimeoutExceeded
 from .._hostview import HostInspector
+from .._session_fifo import FifoDir
 from .._tasks import single_errors
 from ._exec_gate import ExecGate
 from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, engine_over
 from ._host import PROC_ROOT, ContainerCgroup, find_container_cgroup, read_stat
 from ._hostview import HostView
 from ._images import inspect_image
+from ._session_mount import is_fifo_mount
 from ._workdir import settle_by_commit
 
 if TYPE_CHECKING:
@@ -320,6 +322,9 @@ class PoolPrimitives:
     def _running(self) -> tuple[Engine, str]:
         raise NotImplementedError  # DockerBackend's
 
+    def session_fifo(self) -> tuple[FifoDir, str] | None:
+        raise NotImplementedError  # DockerBackend's
+
     async def host_inspector(self) -> HostInspector | str:
         """The container seen from the host (its cgroup and its init's root), for a pool's
         reset; or why it cannot be seen so (not root, a remote engine, gVisor). Call it on a
@@ -330,8 +335,10 @@ class PoolPrimitives:
         data = data or {}
         # A mount (an image's VOLUME, a bind, a tmpfs) is outside the engine's change list and
         # the host view's walk (another device): what a user leaves there would reach the next.
+        # Not the sessions' FIFO directory: read-only, nothing inside can leave anything there.
+        fifo = self.session_fifo()
         mounts = [str(m.get("Destination")) for m in data.get("Mounts") or []
-                  if isinstance(m, Mapping)]
+                  if isinstance(m, Mapping) and not is_fifo_mount(m, fifo and fifo[0])]
         volumes = sorted((data.get("Config") or {}).get("Volumes") or {})
         if mounts or volumes:
             return f"it has mounts a reset cannot see into ({', '.join(mounts or volumes)})"

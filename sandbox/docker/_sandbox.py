@@ -36,6 +36,7 @@ from .._models import (
 )
 from .._owner import owner_labels
 from .._protocol import OutputCallback
+from .._session_fifo import FifoDir
 from .._shield import finish_despite_cancel
 from .._tasks import drop, single_errors
 from .._workspace import Workspace, live_mount_user
@@ -57,6 +58,8 @@ from ._netless import applies as netless_applies
 from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_exec
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
+from ._session_mount import TARGET as FIFO_TARGET
+from ._session_mount import add_fifo_mount
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
@@ -111,6 +114,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._on_sample = on_sample
         self._workspace = Workspace(None)
         self._network: SandboxNetwork | None = None
+        self._fifo: FifoDir | None = None  # sessions' FIFO directory, mounted (`_session_mount`)
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -348,6 +352,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # Planned for runc from facts not read during this create (`_facts_cache.trusted`):
             # runc runs it, whatever the engine's default became since.
             body["HostConfig"] = {**(body.get("HostConfig") or {}), "Runtime": "runc"}
+        self._fifo = add_fifo_mount(body, self._facts, runtime=cfg.runtime,
+                                    address=engine_address() if self._owns_docker else "")
 
         async def create() -> None:
             self._container_id = await create_container(engine, self._name, plan.params, body)
@@ -510,6 +516,10 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                              gate=self._gate) as proc:
             with self._tracked(proc):
                 yield proc
+
+    def session_fifo(self) -> tuple[FifoDir, str] | None:
+        """Where sessions may take FIFOs (`sandbox._session_fifo`): host dir, path inside."""
+        return None if self._fifo is None else (self._fifo, FIFO_TARGET)
 
     async def kill_marked(self, entry: str) -> bool | None:
         """SIGKILL from the host every process whose environment holds ``entry`` (a

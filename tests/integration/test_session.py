@@ -382,7 +382,8 @@ LIST_CHANNELS = ("import os\n"
                  "    if fd > 2:\n"
                  "        try: t = os.readlink(f'/proc/self/fd/{fd}')\n"
                  "        except OSError: continue\n"
-                 "        if t.startswith(('pipe:', 'socket:')): print(fd, t)\n")
+                 "        if t.startswith(('pipe:', 'socket:', '/dev/.sandbox-session')):\n"
+                 "            print(fd, t)\n")
 
 
 @pytest.mark.parametrize("how", ["stdin", "start"])

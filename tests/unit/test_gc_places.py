@@ -110,9 +110,9 @@ def test_gc_without_a_recorded_place_never_loads_the_kubernetes_backend(
         return subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.split()
 
-    assert run() == ["2", "False", "False"]
+    assert run() == ["3", "False", "False"]
     remember("kubernetes", {"kubeconfig": "/k", "namespace": "n"})
-    assert run() == ["3", "True", "True"]
+    assert run() == ["4", "True", "True"]
 
 
 def _exec_kubeconfig(path: Path, marker: Path) -> None:

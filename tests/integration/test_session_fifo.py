@@ -1,0 +1,297 @@
+"""The session FIFO transport (`sandbox._session_fifo`) against a sandbox that plays the
+attacker: it may not list the directory, open a FIFO by path, plant anything there, reach
+another session's FIFOs, or find any left behind; no other host user may enter the host
+directory; a handshake that fails falls back to the attach stream."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from test_session import FORGER
+
+from sandbox import (
+    IMAGE_BUSYBOX,
+    IMAGE_PYTHON,
+    Command,
+    Sandbox,
+    SandboxConfig,
+    SandboxPool,
+    SecurityPolicy,
+)
+from sandbox import _session_fifo as fifo
+from sandbox._session import Session
+from sandbox.docker._session_mount import TARGET
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
+
+#: What the command's stdout and stderr are (its stdin is /dev/null): each printed on itself.
+OWN_FDS = "readlink /proc/self/fd/1; readlink /proc/self/fd/2 >&2"
+
+
+@pytest.fixture(autouse=True)
+def _fifo_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fifo.ENV, "1")
+
+
+def box(image: str = IMAGE_BUSYBOX, **kw: object) -> Sandbox:
+    return Sandbox(SandboxConfig(image=image, **kw))  # type: ignore[arg-type]
+
+
+def host_listing() -> list[str]:
+    """What this process's host FIFO directory holds (its owner may not read it: opened up
+    for the look, as gc does)."""
+    where = fifo.process_dir()
+    assert where is not None
+    mode = os.stat(where.path).st_mode & 0o7777
+    os.chmod(where.path, 0o700)
+    try:
+        return os.listdir(where.path)
+    finally:
+        os.chmod(where.path, mode)
+
+
+async def fifo_paths(sh: Session) -> list[str]:
+    """The FIFOs the session's shell holds, from its own command (which is trusted with
+    them: it could forge its own result anyway)."""
+    said = await sh.run(OWN_FDS)
+    paths = [said.stdout.strip(), said.stderr.strip()]
+    assert all(p.startswith(TARGET + "/") for p in paths), paths
+    return [p.removesuffix(" (deleted)") for p in paths]
+
+
+PLACES = {
+    "busybox-1000": {"image": IMAGE_BUSYBOX},
+    "python-1000-readonly": {"image": IMAGE_PYTHON, "security": SecurityPolicy(
+        run_as_user="1000", read_only_root=True)},
+}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+async def test_a_guarded_session_runs_over_unlinked_fifos(place: str) -> None:
+    """The shell's stdio are the FIFOs, already unlinked: no other process can open them by
+    path, even knowing the names; the directory cannot be listed; nothing is left behind."""
+    async with box(**PLACES[place]) as sb:  # type: ignore[arg-type]
+        async with sb.session() as sh:
+            assert sh.guarded
+            paths = await fifo_paths(sh)
+            assert len({p.rsplit("/", 1)[1] for p in paths}) == 2
+            assert all(len(p.rsplit("/", 1)[1]) == 32 for p in paths)  # 128 bits each
+            assert host_listing() == []  # unlinked before the first command was sent
+            for path in paths:
+                r = await sb.execute_command(f"exec 3<{path}; echo opened")
+                assert "opened" not in r.stdout and "no such file" in r.stderr.lower(), r
+            r = await sb.execute_command(f"ls -a {TARGET}")
+            assert r.exit_code != 0 and "Permission denied" in r.stderr, r
+            assert (await sh.run("cd /tmp; x=7")).success
+            assert (await sh.run("echo $x; pwd", stdin="in\n")).stdout == "7\n/tmp\n"
+        assert host_listing() == []
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+async def test_another_process_cannot_forge_a_result_over_fifos(place: str) -> None:
+    """test_session's issue-26 forger against a shell on FIFOs: its /proc entries stay
+    closed, the command runs and its own status comes back."""
+    async with box(**PLACES[place]) as sb, sb.session() as sh:  # type: ignore[arg-type]
+        await fifo_paths(sh)
+        pid = (await sh.run("echo $$")).stdout.strip()
+        async with sb.stream_command(["/bin/sh", "-c", FORGER, "forger", pid]) as forger:
+            async for chunk in forger:
+                if chunk.stream == "stdout" and chunk.data.startswith(b"stopped"):
+                    break
+            with anyio.fail_after(60):
+                r = await sh.run("echo ran > /tmp/ran; false")
+            said = (await forger.wait()).combined
+        assert r.exit_code == 1 and not r.success and r.stdout == "" and sh.cwd != "/forged"
+        assert "forged" not in said and "stdout-open" not in said, said
+        assert "Permission denied" in said
+        assert (await sb.execute_command("cat /tmp/ran")).stdout == "ran\n"
+
+
+async def test_a_capability_less_root_can_neither_list_nor_plant() -> None:
+    """Root in the sandbox (capabilities dropped) is "other" to the host directory: it may
+    not list it, and the read-only mount refuses a file, a FIFO, a symlink and a chmod."""
+    async with box(security=SecurityPolicy(run_as_user="root")) as sb:
+        attempts = {
+            "list": f"ls -a {TARGET}",
+            "file": f"echo x > {TARGET}/planted",
+            "fifo": f"mkfifo {TARGET}/planted",
+            "link": f"ln -s /etc/passwd {TARGET}/planted",
+            "chmod": f"chmod 0777 {TARGET}",
+        }
+        for what, cmd in attempts.items():
+            r = await sb.execute_command(Command.shell(cmd, user="0"))
+            assert r.exit_code != 0, (what, r)
+            assert "Permission denied" in r.stderr or "Read-only" in r.stderr, (what, r)
+        assert host_listing() == []
+
+
+async def test_another_session_cannot_reach_the_fifos() -> None:
+    """A second session (another guarded shell of the same user) cannot open the first's
+    FIFOs by path nor through its /proc entries, nor write a command into it."""
+    async with box() as sb, sb.session() as first, sb.session() as second:
+        paths = await fifo_paths(first)
+        pid = (await first.run("echo $$")).stdout.strip()
+        for target in [*paths, f"/proc/{pid}/fd/0", f"/proc/{pid}/fd/1"]:
+            r = await second.run(f"echo 'touch /tmp/pwned' >{target} && echo wrote")
+            assert "wrote" not in r.stdout, (target, r)
+        assert (await first.run("echo alive")).stdout == "alive\n"
+        assert "pwned" not in (await sb.execute_command("ls /tmp")).stdout
+        assert {p.rsplit("/", 1)[1] for p in paths}.isdisjoint(
+            {p.rsplit("/", 1)[1] for p in await fifo_paths(second)})
+
+
+async def test_a_pooled_sandboxs_next_user_cannot_reach_the_previous_fifos(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A sandbox reset between users: the previous user's FIFOs are gone (unlinked at
+    their handshake, their shell killed with its session)."""
+    cfg = SandboxConfig(image=IMAGE_BUSYBOX)
+    async with SandboxPool(cfg, min_ready=1, max_size=1, max_uses=2) as pool:
+        async with pool.acquire() as sb, sb.session() as sh:
+            paths = await fifo_paths(sh)
+            first = sb.id
+            await sh.run("sleep 600 >/dev/null 2>&1 &")  # a process of the last user
+        async with pool.acquire() as sb:
+            # Reset and reused (the read-only mount does not stop it).
+            assert sb.id == first, caplog.text
+            for path in paths:
+                r = await sb.execute_command(f"exec 3<{path}; echo opened")
+                assert "opened" not in r.stdout, r
+            async with sb.session() as sh:
+                assert (await sh.run("echo ok")).stdout == "ok\n"
+                assert set(paths).isdisjoint(await fifo_paths(sh))
+
+
+async def test_forks_take_fifos_of_their_own() -> None:
+    """A fork's container is planned anew: its sessions run over FIFOs of their own."""
+    async with box() as sb, sb.session() as sh:
+        parent = await fifo_paths(sh)
+        children = await sb.fork(1)
+        try:
+            async with children[0].session() as child_sh:
+                assert child_sh.guarded
+                assert set(parent).isdisjoint(await fifo_paths(child_sh))
+        finally:
+            for child in children:
+                await child.cleanup()
+
+
+async def test_where_not_offered_sessions_keep_the_attach_stream() -> None:
+    """gVisor, and the process backend: no mount, no FIFOs, sessions work as before."""
+    for cfg in (SandboxConfig(image=IMAGE_BUSYBOX, runtime="runsc"),
+                SandboxConfig(image=IMAGE_BUSYBOX, type="process")):
+        async with Sandbox(cfg) as sb, sb.session() as sh:
+            said = (await sh.run(OWN_FDS)).stdout
+            assert TARGET not in said, (cfg.type, said)
+            assert (await sh.run("echo ok")).stdout == "ok\n"
+
+
+@pytest.mark.parametrize("image", [IMAGE_BUSYBOX, IMAGE_PYTHON])  # ash, bash
+async def test_a_failed_handshake_keeps_the_same_shell_on_attach(
+        monkeypatch: pytest.MonkeyPatch, image: str) -> None:
+    """The shell cannot open the FIFOs (here: told a path that does not exist): it says so
+    on its attach stdout and the session goes on in that shell; a handshake that times out
+    replaces the shell by one on the attach stream."""
+    real = fifo.Handshake.__init__
+
+    def elsewhere(self: fifo.Handshake, where: fifo.FifoDir, target: str) -> None:
+        real(self, where, "/nonexistent")
+
+    monkeypatch.setattr(fifo.Handshake, "__init__", elsewhere)
+    async with box(image) as sb, sb.session() as sh:
+        assert sh.guarded and (await sh.run("echo $$")).metadata["shell"] == "1"
+        assert TARGET not in (await sh.run(OWN_FDS)).stdout
+        assert host_listing() == []
+    monkeypatch.setattr(fifo.Handshake, "__init__", real)
+
+    waited = fifo.Handshake.wait_shell
+
+    async def no_time(self: fifo.Handshake, failed: anyio.Event,
+                      limit: float = 0) -> fifo.FifoLink | None:
+        return await waited(self, failed, 0)
+
+    monkeypatch.setattr(fifo.Handshake, "wait_shell", no_time)
+    async with box(image) as sb, sb.session() as sh:
+        r = await sh.run(OWN_FDS)
+        assert r.metadata["shell"] == "2" and TARGET not in r.stdout, r
+        assert sh.guarded
+        assert host_listing() == []
+
+
+@pytest.fixture
+def other_user() -> Iterator[list[str]]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root on the host to act as another user")
+    yield ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+
+
+async def test_another_host_user_cannot_enter_the_host_directory(
+        other_user: list[str]) -> None:
+    async with box() as sb, sb.session() as sh:
+        paths = await fifo_paths(sh)
+        where = fifo.process_dir()
+        assert where is not None
+        base = Path(where.path).parent
+        assert (await anyio.Path(base).stat()).st_mode & 0o777 == 0o700
+        for target in (str(base), where.path, f"{where.path}/{paths[0].rsplit('/', 1)[1]}"):
+            proc = await anyio.run_process([*other_user, "ls", "-a", target], check=False)
+            assert proc.returncode != 0 and b"Permission denied" in proc.stderr, proc
+
+
+#: A child SDK process: opens a session over FIFOs, says its directory, waits to be killed.
+CHILD = textwrap.dedent("""
+    import asyncio, sys, sandbox
+    from sandbox import _session_fifo as fifo
+    async def main():
+        async with sandbox.Sandbox() as sb, sb.session() as sh:
+            await sh.run("true")
+            print(fifo.process_dir().path, flush=True)
+            if sys.argv[1] == "kill":
+                await asyncio.sleep(600)
+    asyncio.run(main())
+""")
+
+
+def run_child(env: dict[str, str], end: str) -> str:
+    """Start `CHILD`, read its directory, let it exit or SIGKILL it."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, end], stdout=subprocess.PIPE,
+                             text=True, env=env)
+    timer = threading.Timer(120, child.kill)
+    timer.start()
+    try:
+        assert child.stdout is not None
+        path = child.stdout.readline().strip()
+        if end == "exit":
+            child.wait()
+        return path
+    finally:
+        timer.cancel()
+        if child.poll() is None:
+            child.send_signal(signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+async def test_a_sigkilled_owners_directory_is_collected_by_gc() -> None:
+    env = {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    path = anyio.Path(await anyio.to_thread.run_sync(run_child, env, "kill"))
+    assert str(path) != "." and await path.is_dir()  # nothing ran at its exit
+    gc = await anyio.run_process([sys.executable, "-m", "sandbox", "gc"], check=False, env=env)
+    assert gc.returncode == 0, gc
+    assert not await path.exists(), gc.stdout
+
+
+async def test_an_sdk_process_removes_its_directory_at_exit() -> None:
+    env = {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    path = await anyio.to_thread.run_sync(run_child, env, "exit")
+    assert path.startswith(str(fifo._base()))
+    assert not await anyio.Path(path).exists()
