@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from ._lazy_usage import LazyUsage
 from ._models import ResourceUsage, derived_usage, slot_setters
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -414,8 +415,22 @@ def _parse_v2(used_text: bytes, stat: bytes, io: bytes, cpu: bytes, high: bytes 
                      0 if high is None else int(high), _limit_value(limit))
 
 
+def lazy_command_usage(window: ResourceUsage | None, before: Counters, after: Counters,
+                       seconds: float, pending: Mapping[str, Any] | None = None,
+                       ) -> ResourceUsage | LazyUsage:
+    """`command_usage`, built on first read (`LazyUsage`) when it is built unchecked (the
+    counters in a kernel counter's range: nothing in the build can fail), else now, so a
+    value the checks refuse still fails where it did. The clock is read now, for the usage's
+    timestamp; ``window`` and ``pending`` are the sampler's (a fresh dict, never changed)."""
+    if _bounded(before, after) and seconds == seconds:
+        return LazyUsage(command_usage, (window, before, after, seconds, pending,
+                                         datetime.now(UTC)))
+    return command_usage(window, before, after, seconds, pending)
+
+
 def command_usage(window: ResourceUsage | None, before: Counters, after: Counters,
-                  seconds: float, pending: Mapping[str, Any] | None = None) -> ResourceUsage:
+                  seconds: float, pending: Mapping[str, Any] | None = None,
+                  timestamp: datetime | None = None) -> ResourceUsage:
     """Sharpen a sampled window with exact counters read at a command's start and end.
 
     CPU time, block I/O and the memory readings come from the counters; network and the
@@ -425,7 +440,7 @@ def command_usage(window: ResourceUsage | None, before: Counters, after: Counter
     the sampler used, host memory), so the two always describe the same reading.
     ``pending``: changes to ``window`` not made yet (`StatsSampler.window`'s), made here in
     the same build. Built unchecked (`derived_usage`) when every counter is in a kernel
-    counter's range, else checked field by field.
+    counter's range, else checked field by field. ``timestamp``: the usage's (None: now).
     """
     base = window or _EMPTY
     changes = pending or {}
@@ -439,7 +454,7 @@ def command_usage(window: ResourceUsage | None, before: Counters, after: Counter
         total = round(window.memory_usage * 100.0 / window.memory_percent)
     values = {
         **changes,
-        "timestamp": datetime.now(UTC),
+        "timestamp": datetime.now(UTC) if timestamp is None else timestamp,
         "cpu_time": timedelta(microseconds=cpu_ns // 1000),
         "cpu_usage": cpu_ns / 1e9 / seconds * 100.0 if seconds > 0 else 0.0,
         "memory_usage": after.memory,

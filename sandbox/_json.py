@@ -23,7 +23,8 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from ._errors import ConfigError
-from ._models import Command, CommandResult, RepositoryConfig
+from ._lazy_usage import LazyUsage
+from ._models import Command, CommandResult, RepositoryConfig, ResourceUsage, usage_of
 
 __all__ = ["configure_converter", "from_json", "to_json"]
 
@@ -41,6 +42,11 @@ _GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 #: Private fields behind a property (decoded lazily), in JSON under the property's name.
 _TEXT_FIELDS: dict[type, tuple[str, ...]] = {
     CommandResult: ("stdout", "stderr", "combined"),
+}
+
+#: The same for a usage built on first read (`LazyUsage`): a `ResourceUsage` in JSON.
+_USAGE_FIELDS: dict[type, tuple[str, ...]] = {
+    CommandResult: ("resource_usage",),
 }
 
 _RFC3339 = re.compile(
@@ -273,9 +279,19 @@ def configure_converter(converter: cattrs.Converter, *, strict: bool = True) -> 
         result: str = strict_str(value, str)
         return result
 
+    def usage(value: Any, _: Any) -> ResourceUsage:
+        return converter.structure(value, ResourceUsage)
+
+    def usage_json(value: ResourceUsage | LazyUsage) -> Any:
+        return converter.unstructure(usage_of(value), ResourceUsage)
+
     def texts(cls: type) -> dict[str, Any]:
-        return {f"_{name}": override(rename=name, struct_hook=text, unstruct_hook=str)
-                for name in _TEXT_FIELDS.get(cls, ())}
+        hooks = {f"_{name}": override(rename=name, struct_hook=text, unstruct_hook=str)
+                 for name in _TEXT_FIELDS.get(cls, ())}
+        for name in _USAGE_FIELDS.get(cls, ()):
+            hooks[f"_{name}"] = override(rename=name, struct_hook=usage,
+                                         unstruct_hook=usage_json)
+        return hooks
 
     def attrs_structure(cls: type) -> Callable[[Any, Any], Any]:
         skip: dict[str, Any] = {name: override(omit=True) for name in _EXCLUDED.get(cls, ())}

@@ -32,6 +32,7 @@ from ._constants import (
     DEFAULT_WORKING_DIR,
 )
 from ._errors import CommandExecutionFailed, ConfigError
+from ._lazy_usage import LazyUsage
 from ._output import LazyText, text_of
 
 # Re-exported: the SDK and its tests import these from here.
@@ -605,6 +606,9 @@ class CommandResult:
         end_time: When the command ended.
         duration: Wall-clock run time.
         resource_usage: Resource usage of the sandbox at the end of the command.
+            A command's result keeps the counters read at its start and end and builds
+            this on first access (then keeps it): the same value, compared, hashed,
+            printed and serialised as such.
         error: Description of what went wrong, if anything.
         signal: Name of the signal that ended the command, e.g. ``"SIGKILL"``.
         process_id: PID of the command inside the sandbox.
@@ -628,7 +632,9 @@ class CommandResult:
     duration: timedelta = attrs.field(
         default=ZERO, converter=to_timedelta, validator=non_negative
     )
-    resource_usage: ResourceUsage = attrs.field(factory=ResourceUsage)
+    # Constructed as resource_usage= (attrs' alias) with a ResourceUsage, or a LazyUsage.
+    _resource_usage: ResourceUsage | LazyUsage = attrs.field(factory=ResourceUsage,
+                                                             alias="resource_usage")
     error: str = ""
     signal: str = ""
     process_id: int = attrs.field(default=0, validator=non_negative_int)
@@ -686,6 +692,10 @@ class CommandResult:
     def combined(self) -> str:
         return text_of(self._combined)
 
+    @property
+    def resource_usage(self) -> ResourceUsage:
+        return usage_of(self._resource_usage)
+
     def __repr__(self) -> str:
         # By the names users pass and read (stdout=, not _stdout=).
         shown = (f"{f.alias}={getattr(self, f.alias)!r}"
@@ -693,11 +703,19 @@ class CommandResult:
         return f"CommandResult({', '.join(shown)})"
 
 
+def usage_of(value: ResourceUsage | LazyUsage) -> ResourceUsage:
+    """The usage ``value`` stands for, building it now if it was not yet."""
+    if isinstance(value, LazyUsage):
+        built: ResourceUsage = value.get()
+        return built
+    return value
+
+
 (_r_exit_code, _r_success, _r_stdout, _r_stderr, _r_combined, _r_start_time, _r_end_time,
  _r_duration, _r_resource_usage, _r_error, _r_signal, _r_process_id, _r_metadata,
  _r_timed_out, _r_oom_killed, _r_truncated, _r_stdout_bytes, _r_stderr_bytes) = slot_setters(
     CommandResult, ("exit_code", "success", "_stdout", "_stderr", "_combined", "start_time",
-                    "end_time", "duration", "resource_usage", "error", "signal", "process_id",
+                    "end_time", "duration", "_resource_usage", "error", "signal", "process_id",
                     "metadata", "timed_out", "oom_killed", "truncated", "stdout_bytes",
                     "stderr_bytes"), "sdk_result")
 
@@ -705,15 +723,16 @@ class CommandResult:
 def sdk_result(
     *, exit_code: int, success: bool, _stdout: str | LazyText, _stderr: str | LazyText,
     _combined: str | LazyText, start_time: datetime, end_time: datetime, duration: timedelta,
-    resource_usage: ResourceUsage, error: str, signal: str, process_id: int,
+    _resource_usage: ResourceUsage | LazyUsage, error: str, signal: str, process_id: int,
     metadata: FrozenMap, timed_out: bool, oom_killed: bool, truncated: bool,
     stdout_bytes: bytes, stderr_bytes: bytes,
 ) -> CommandResult:
     """A `CommandResult` built without its converters and validators, for one the SDK makes
     from values of its own (`_process_base.make_result`, once per command): checking its
     eighteen fields again cost more than working them out. Takes the attribute names
-    (``_stdout``, not ``stdout``), every one of them, each of its field's type and range
-    already: ``success`` derived, ``metadata`` a `FrozenMap`, times aware. A caller with
+    (``_stdout``, not ``stdout``; ``_resource_usage``), every one of them, each of its
+    field's type and range already: ``success`` derived, ``metadata`` a `FrozenMap`, times
+    aware, the usage a `ResourceUsage` or a `LazyUsage` of one. A caller with
     anything else, or a user's values, uses ``CommandResult(...)``. Field by field, each
     through its slot's setter (a loop over the names cost as much again)."""
     r = object.__new__(CommandResult)
@@ -725,7 +744,7 @@ def sdk_result(
     _r_start_time(r, start_time)
     _r_end_time(r, end_time)
     _r_duration(r, duration)
-    _r_resource_usage(r, resource_usage)
+    _r_resource_usage(r, _resource_usage)
     _r_error(r, error)
     _r_signal(r, signal)
     _r_process_id(r, process_id)

@@ -32,6 +32,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ._errors import CommandStartFailed, EngineUnavailable, KillFailed, SandboxError, StdinClosed
 from ._flag import Flag
+from ._lazy_usage import LazyUsage
 from ._models import CommandResult, OutputChunk, ResourceUsage, sdk_result
 from ._output import LazyText, OutputCapture, StreamName, deliver
 from ._signals import parse_signal
@@ -52,7 +53,8 @@ Callback = Callable[[bytes], Any]
 Finalizer = Callable[[CommandResult], Awaitable[CommandResult]]
 """Adds to a result what only the sandbox knows (usage during the command, OOM kills).
 
-One that also has a ``measure()`` method (returning the command's `ResourceUsage`, or None) is
+One that also has a ``measure()`` method (returning the command's `ResourceUsage`, a
+`LazyUsage` of it, or None) is
 asked for the usage when the command ended, so its result is built with it once (see
 `ProcessBase._make_result`); it then adds only the rarer news (an OOM kill) itself."""
 
@@ -96,7 +98,7 @@ class ProcessBase:
         }
         self._iterate = iterate
         self._finalize = finalize
-        self._measure: Callable[[], ResourceUsage | None] | None = getattr(
+        self._measure: Callable[[], ResourceUsage | LazyUsage | None] | None = getattr(
             finalize, "measure", None)
         # The channel to an iterating reader; none when nobody iterates (`execute_command`).
         self._send: MemoryObjectSendStream[OutputChunk] | None = None
@@ -606,7 +608,7 @@ def make_result(
     capture: OutputCapture, *, exit_code: int, signal: str, errors: Sequence[str],
     timed_out: bool, start_time: datetime, t0: float, process_id: int = 0,
     metadata: dict[str, str] | None = None, success: bool | None = None,
-    resource_usage: ResourceUsage | None = None,
+    resource_usage: ResourceUsage | LazyUsage | None = None,
 ) -> CommandResult:
     """A command's result from its captured output and how it ended.
 
@@ -637,7 +639,7 @@ def make_result(
             exit_code=exit_code, success=ran_ok, _stdout=texts[0], _stderr=texts[1],
             _combined=texts[2], start_time=start_time, end_time=datetime.now(UTC),
             duration=timedelta(seconds=time.monotonic() - t0),
-            resource_usage=NO_USAGE if resource_usage is None else resource_usage,
+            _resource_usage=NO_USAGE if resource_usage is None else resource_usage,
             error=error, signal=signal, process_id=process_id,
             metadata=FrozenMap(metadata) if metadata else NO_METADATA,
             timed_out=timed_out, oom_killed=False, truncated=capture.truncated,

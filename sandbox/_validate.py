@@ -16,6 +16,7 @@ from typing import Any, TypeAlias, TypeVar, cast
 import attrs
 
 from ._errors import ConfigError
+from ._lazy_usage import LazyUsage
 from ._output import LazyText
 
 _OCTAL_MODE = re.compile(r"[0-7]{3,4}")
@@ -239,7 +240,7 @@ def _type_check(
 _EXACT: dict[str, tuple[type, ...]] = {
     "None": (type(None),), "str": (str,), "bool": (bool,), "int": (int,), "float": (float,),
     "bytes": (bytes,), "datetime": (datetime,), "timedelta": (timedelta,),
-    "LazyText": (LazyText,),
+    "LazyText": (LazyText,), "LazyUsage": (LazyUsage,),
 }
 
 
@@ -273,6 +274,9 @@ def _type_rule(
         "timedelta": (lambda v: isinstance(v, timedelta), "a timedelta", "a timedelta"),
         # Output text decoded on first read; users pass and see a str.
         "LazyText": (lambda v: isinstance(v, LazyText), "a str", "a str"),
+        # A command's usage built on first read; users pass and see a ResourceUsage.
+        "LazyUsage": (lambda v: isinstance(v, LazyUsage), "a ResourceUsage",
+                      "ResourceUsage(...)"),
         "AsyncIterable[bytes]": (lambda v: hasattr(v, "__aiter__"),
                                  "an async iterable of bytes", "an async iterable of bytes"),
     }

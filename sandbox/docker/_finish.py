@@ -15,8 +15,9 @@ from typing import Any
 import anyio
 import attrs
 
-from .._cgroup_usage import Counters, HostCgroup, command_usage
+from .._cgroup_usage import Counters, HostCgroup, lazy_command_usage
 from .._errors import SandboxError
+from .._lazy_usage import LazyUsage
 from .._lifecycle import Lifecycle
 from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatus
 from ._gateway import Engine
@@ -43,10 +44,11 @@ class CommandFinalizer:
         self._finisher, self._cgroup, self._before = finisher, cgroup, before
         self._start, self._ooms = start, ooms
         self._measured = False
-        self._usage: ResourceUsage | None = None
+        self._usage: ResourceUsage | LazyUsage | None = None
 
-    def measure(self) -> ResourceUsage | None:
-        """The usage from the command's start until now (the first call's; None: none)."""
+    def measure(self) -> ResourceUsage | LazyUsage | None:
+        """The usage from the command's start until now (the first call's; None: none): its
+        counters are read now, the value may be built on first read (`LazyUsage`)."""
         if not self._measured:
             self._measured = True
             self._usage = self._finisher._usage(self._cgroup, self._before, self._start)
@@ -117,9 +119,10 @@ class ResultFinisher:
         return self._cgroup_looked_up
 
     def _usage(self, cgroup: HostCgroup | None, before: Counters | None,
-               start: float) -> ResourceUsage | None:
+               start: float) -> ResourceUsage | LazyUsage | None:
         """The sandbox's usage from ``start`` until now: the sampler's window, made exact by
-        the cgroup's counters where the SDK reads them (``before``: at the start)."""
+        the cgroup's counters where the SDK reads them (``before``: at the start), then built
+        on first read."""
         end = time.monotonic()
         sampler = self._sampler()
         window = sampler.window(start, end) if sampler else None
@@ -127,13 +130,13 @@ class ResultFinisher:
         if before is not None and after is not None:
             # One build: the window's changes and the counters' together.
             if window is None:
-                return command_usage(None, before, after, end - start)
-            return command_usage(window[0], before, after, end - start, pending=window[1])
+                return lazy_command_usage(None, before, after, end - start)
+            return lazy_command_usage(window[0], before, after, end - start, window[1])
         if window is not None:
             return attrs.evolve(window[0], **window[1])
         return sampler.usage_between(start, end) if sampler else None
 
-    async def _finish(self, result: CommandResult, usage: ResourceUsage | None,
+    async def _finish(self, result: CommandResult, usage: ResourceUsage | LazyUsage | None,
                       ooms: int) -> CommandResult:
         """Add what only the sandbox knows: usage during the command (None: the result has
         it already, or there is none), and OOM kills."""

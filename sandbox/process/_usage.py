@@ -20,7 +20,7 @@ from typing import Protocol
 import attrs
 
 from .. import _sampling
-from .._cgroup_usage import Counters, HostCgroup, command_usage
+from .._cgroup_usage import Counters, HostCgroup, lazy_command_usage
 from .._models import CommandResult, ResourceUsage
 from ._cgroup import SandboxCgroup
 
@@ -47,7 +47,7 @@ class CommandAccounting:
     def after(self, result: CommandResult, before: Counters | None) -> CommandResult:
         after = self._reader.read() if self._reader is not None else None
         if before is not None and after is not None:
-            result = attrs.evolve(result, resource_usage=command_usage(
+            result = attrs.evolve(result, resource_usage=lazy_command_usage(
                 None, before, after, result.duration.total_seconds()))
         if self._cgroup is not None and result.signal == "SIGKILL" and not result.timed_out:
             # The kernel counts an OOM kill before the victim dies: one counted since the

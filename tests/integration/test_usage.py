@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from sandbox import (
@@ -114,3 +115,24 @@ async def test_a_local_container_is_sampled_without_an_engine_stats_stream(
     finally:
         await client.close()
     assert streamed == []
+
+
+async def test_per_command_usage_built_on_first_read_is_the_eager_one() -> None:
+    """The usage is built when first read (`LazyUsage`) from the counters read when the
+    command ran: the value is what building it at once gave, read however late."""
+    from sandbox._cgroup_usage import command_usage
+    from sandbox._lazy_usage import LazyUsage
+
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON)) as sb:
+        r = await sb.execute_command(GZIP_50M)
+        lazy = r._resource_usage
+        assert isinstance(lazy, LazyUsage) and not lazy.built
+        assert lazy._args is not None
+        eager = command_usage(*lazy._args)
+        await sb.execute_command("head -c 20M /dev/zero | gzip > /tmp/y")  # the counters move on
+        await anyio.sleep(0.3)
+        u = r.resource_usage
+        assert u == eager and r == attrs.evolve(r, resource_usage=eager)
+        assert u.cpu_time.total_seconds() > 0.05, u
+        assert u.timestamp is not None and r.end_time is not None
+        assert u.timestamp <= r.end_time < u.timestamp + timedelta(seconds=0.5), (u, r.end_time)

@@ -436,6 +436,7 @@ _WRONG: dict[str, list[Any]] = {
     "NetworkConfig": _NESTED,
     "GitConfig": _NESTED,
     "ResourceUsage": _NESTED,
+    "ResourceUsage | LazyUsage": _NESTED,
     "SandboxConfig": _NESTED,
     "RepositoryConfig | None": [{}, {"url": "x"}, "https://x"],
     "bytes | str | AsyncIterable[bytes] | None": [bytearray(b"x"), 5, [b"x"]],
