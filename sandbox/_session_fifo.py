@@ -115,10 +115,13 @@ _dirs: dict[int, FifoDir | None] = {}
 
 
 def process_dir() -> FifoDir | None:
-    """This process's FIFO directory (made once; None where it cannot be made safely)."""
+    """This process's FIFO directory (None where it cannot be made safely): made once, and
+    made again if it went (a tmp cleaner; a bind mount of a missing source fails the create)."""
     pid = os.getpid()
     if pid in _dirs:
-        return _dirs[pid]
+        known = _dirs[pid]
+        if known is None or _still_there(known):
+            return known
     found: FifoDir | None = None
     base, name = _base(), _my_name()
     if name is not None and _own_private_dir(base):
@@ -139,6 +142,14 @@ def process_dir() -> FifoDir | None:
     _dirs.clear()
     _dirs[pid] = found
     return found
+
+
+def _still_there(found: FifoDir) -> bool:
+    try:
+        info = os.lstat(found.path)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == (found.dev, found.ino)
 
 
 def _remove_mine(found: FifoDir) -> None:

@@ -196,6 +196,21 @@ def test_a_replaced_directory_is_refused(base: Path) -> None:
     assert listing(where.path) == []
 
 
+def test_a_directory_that_went_is_made_again(base: Path) -> None:
+    """A tmp cleaner that removed it must not fail every later create (a bind mount of a
+    missing source does): the next create gets a new directory."""
+    where = fifo.process_dir()
+    assert where is not None
+    os.chmod(where.path, 0o700)
+    os.rmdir(where.path)
+    os.rmdir(base)
+    again = fifo.process_dir()
+    assert again is not None and os.path.isdir(again.path)  # (ext4 may reuse the inode)
+    assert stat.S_IMODE(os.stat(again.path).st_mode) == 0o311
+    assert stat.S_IMODE(os.stat(base).st_mode) == 0o700
+    assert fifo.process_dir() is again
+
+
 def test_only_the_docker_backend_offers_fifos() -> None:
     """Kubernetes and the process backend keep their own transports."""
     from sandbox.docker._sandbox import DockerBackend
