@@ -197,7 +197,10 @@ async def start_command(
     try:
         proc = await start(entry.spawner, spec.argv, env=env, workdir_fd=workdir_fd,
                            attach_stdin=iterate or spec.stdin is not None,
-                           rlimits=entry.rlimits, tty=spec.tty)
+                           rlimits=entry.rlimits, tty=spec.tty,
+                           collect=not iterate and on_stdout is None and on_stderr is None
+                           and spec.stdin is None and not spec.tty
+                           and spec.idle_timeout is None)
     except OSError as exc:
         raise errno_start_error(exc.strerror or str(exc), spec.argv) from exc
     finally:

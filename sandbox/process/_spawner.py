@@ -22,7 +22,11 @@ from ._channel import Pending, Zygote, close_fds
 from ._pipes import OutputPipes
 from ._server import prepare, start_holder
 
-__all__ = ["RemoteProcess", "SandboxSpawner", "readable", "start"]
+__all__ = ["COLLECT_HOLD", "RemoteProcess", "SandboxSpawner", "readable", "start"]
+
+#: Seconds a collected command's output may wait in its pipes for the command's end (see
+#: `start`): about a short command's run, short beside any deadline.
+COLLECT_HOLD = 0.002
 
 
 class SandboxSpawner:
@@ -241,10 +245,17 @@ async def _writer(loop: asyncio.AbstractEventLoop, fd: int,
 
 async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[str, str],
                 attach_stdin: bool, workdir_fd: int, rlimits: Sequence[tuple[int, int, int]],
-                tty: bool = False) -> RemoteProcess:
+                tty: bool = False, collect: bool = False) -> RemoteProcess:
     """Start ``argv`` in the sandbox of ``spawner`` (with ``tty``, on a new pseudo-terminal:
     its stdin, stdout and stderr, its controlling terminal; the handle's ``terminal`` is the
     master side, and its stderr is empty).
+
+    ``collect``: nobody looks at the output before the command ends (no callback, no
+    iteration, no stdin, no terminal, no idle timeout): its pipes are not watched until its
+    end is reported or `COLLECT_HOLD` passes, whichever is first. A short command then
+    wakes the caller twice (its pid, its end, the pipes read at once beside the end), not
+    three times (pid, pipes' end, end); its pid (kill, deadline) is known at once as ever;
+    output over a pipe's buffer waits in the writer at most `COLLECT_HOLD`.
 
     Raises:
         OSError: The program could not be executed (``errno`` says why).
@@ -295,6 +306,8 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         # end are never added to the event loop; else they are watched from here on.
         if pending.status.done():
             output.take_ended()
+        elif collect:
+            _hold(loop, pending, output)
         else:
             output.watch()
         failed, step = await pending.settled(pending.started)
@@ -323,6 +336,18 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     proc = RemoteProcess(pid, pidfd, pending, stdin, output)
     proc.terminal = terminal
     return proc
+
+
+def _hold(loop: asyncio.AbstractEventLoop, pending: Pending, output: OutputPipes) -> None:
+    """Leave ``output`` unwatched until the command's end is reported (then take what its
+    pipes hold, `OutputPipes.take_ended`) or `COLLECT_HOLD` passes (then watch them).
+    Either is harmless after the other, or after `OutputPipes.close`."""
+    timer = loop.call_later(COLLECT_HOLD, output.watch)
+
+    def ended(_: asyncio.Future[int]) -> None:
+        timer.cancel()
+        output.take_ended()
+    pending.status.add_done_callback(ended)
 
 
 def _kill_late(pending: Pending) -> None:

@@ -719,3 +719,68 @@ async def test_a_cancelled_plain_command_is_killed_and_its_end_seen(
             await sb.execute_command(["sleep", "45"])
     found = await sb.execute_command(["sh", "-c", "ps | grep '[s]leep 45'"])
     assert found.exit_code == 1, found.stdout  # none left
+
+
+async def test_collected_output_waits_for_the_end_or_the_hold(
+        sb: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain command's output pipes are not watched until its end is reported or
+    COLLECT_HOLD passes: a short one's output is read beside its end with no event-loop
+    reader ever firing; a command writing more than a pipe holds is unblocked by the hold's
+    end (else it would wait for a reader forever); its pid is known at once, so a deadline
+    kills it while its output is unwatched; a streamed command is watched at once."""
+    from sandbox.process import _pipes, _spawner
+
+    fired: list[str] = []
+    readable = _pipes.OutputPipes._readable
+
+    def spy(self: _pipes.OutputPipes, name: _pipes.StreamName) -> None:
+        fired.append(name)
+        readable(self, name)
+    monkeypatch.setattr(_pipes.OutputPipes, "_readable", spy)
+
+    monkeypatch.setattr(_spawner, "COLLECT_HOLD", 30.0)  # far longer than the command
+    with anyio.fail_after(20):
+        result = await sb.execute_command(["sh", "-c", "sleep 0.3; echo done; echo err >&2"])
+    assert (result.stdout, result.stderr, result.exit_code) == ("done\n", "err\n", 0)
+    assert fired == []  # read at the end, beside the status
+
+    with anyio.fail_after(20):  # its pid waited for the hold: the kill would come at 30 s
+        result = await sb.execute_command(Command(
+            executable="sleep", args=("60",), timeout=timedelta(seconds=1)))
+    assert result.timed_out
+    assert "sleep 60" not in await sh(sb, "ps")
+
+    async with sb.stream_command(["sh", "-c", "echo x; read line"]) as proc:  # watched
+        await proc.write_stdin(b"\n")
+        await proc.close_stdin()
+        result = await proc.wait()
+    assert result.stdout == "x\n" and "stdout" in fired
+
+    fired.clear()
+    monkeypatch.setattr(_spawner, "COLLECT_HOLD", 0.05)
+    with anyio.fail_after(20):  # 1 MiB each blocks in its pipes until they are watched
+        result = await sb.execute_command(
+            ["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' a; "
+                         "head -c 1048576 /dev/zero | tr '\\0' b >&2"])
+    assert result.exit_code == 0
+    assert (result.stdout, result.stderr) == ("a" * (1 << 20), "b" * (1 << 20))
+    assert "stdout" in fired and "stderr" in fired
+
+
+async def test_a_flood_left_behind_a_collected_command_is_bounded(
+        sb: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile output: a job left in the background flooding the pipes of a command whose
+    output waited for its end is read at most max_output_bytes, and the read ends at the
+    drain (not at the flood's end, which never comes)."""
+    from sandbox.process import _exec, _spawner
+
+    monkeypatch.setattr(_spawner, "COLLECT_HOLD", 30.0)
+    monkeypatch.setattr(_exec, "DRAIN_AFTER_EXIT", 0.3)
+    with anyio.fail_after(20):
+        result = await sb.execute_command(Command(
+            executable="sh", args=("-c", "yes flood & yes err >&2 & exit 3"),
+            max_output_bytes=4096))
+    assert result.exit_code == 3
+    assert len(result.stdout) <= 4096 and len(result.stderr) <= 4096 and result.truncated
+    assert result.stdout.startswith("flood\n")
+    await sb.execute_command(["sh", "-c", "killall yes; true"])
