@@ -72,7 +72,8 @@ class Ending:
 
 
 class Background:
-    """Watches one container for its sandbox; `aclose` ends the watching."""
+    """Watches one container for its sandbox; `ending` (the cleanup's) or `aclose` ends the
+    watching."""
 
     def __init__(self, owner: str, *, life: Lifecycle, audit: Callable[[], Auditor],
                  stop_commands: Callable[[], None]) -> None:
