@@ -2,7 +2,8 @@
 
 All of it runs under one `Supervisor` (an anyio task group the sandbox owns). What it learns
 reaches the sandbox's `Lifecycle`: a stop, an OOM kill, a removal or a pause from outside, the
-wall time limit, or its own failure, which fails the sandbox visibly.
+wall time limit, or its own failure, which fails the sandbox visibly. The cleanup ends it
+(`Background.ending`) while the engine removes the container.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
@@ -28,7 +29,7 @@ from ._host_health import SHAPE, HostHealth
 from ._main_pid import MainPid
 from ._stats import PROC_SCRIPT, StatsSampler, parse_proc_counts
 
-__all__ = ["Background"]
+__all__ = ["Background", "Ending"]
 
 log = logging.getLogger("sandbox.health")
 
@@ -38,8 +39,41 @@ log = logging.getLogger("sandbox.health")
 HOST_VIEW_PATIENCE = 10.0
 
 
+def _attach(error: BaseException, close: BaseException) -> None:
+    """Keep ``close`` (closing the host's views failed as well) on ``error``, which leads: a
+    note says it, and it is the error's context unless that holds another already."""
+    error.add_note("closing the host's views of the container failed too: "
+                   f"{type(close).__name__}: {close}")
+    if error.__context__ is None:
+        error.__context__ = close
+
+
+class Ending:
+    """What ending the background work raised (closing the host's views of the container:
+    its pidfds, its cgroup files), kept while the cleanup removes the network and workspace."""
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+
+    def check(self, errors: Sequence[str]) -> None:
+        """Raise what the cleanup could not do, if anything. The removal's ``errors`` lead
+        (something is left on the engine or the host), with the close's error attached."""
+        close = self.error
+        if errors:
+            error = SandboxError("cleanup could not remove everything",
+                                 details="; ".join(errors), retryable=True)
+            if close is not None:
+                _attach(error, close)
+            raise error
+        if close is not None:
+            raise SandboxError("cleanup removed everything but could not close the host's "
+                               "views of the container",
+                               details=f"{type(close).__name__}: {close}", cause=close)
+
+
 class Background:
-    """Watches one container for its sandbox; `aclose` ends the watching."""
+    """Watches one container for its sandbox; `ending` (the cleanup's) or `aclose` ends the
+    watching."""
 
     def __init__(self, owner: str, *, life: Lifecycle, audit: Callable[[], Auditor],
                  stop_commands: Callable[[], None]) -> None:
@@ -107,23 +141,52 @@ class Background:
         self._supervisor.cancel(self._ended)
 
     def _ended(self) -> None:
-        """The work has ended: close the host view and run what `cancel` was given (once)."""
+        """The work has ended: close the host view and run what `cancel` was given (once),
+        each whatever the other raised."""
         then, self._then = self._then, None
+        for close in (self._close_host, then):
+            try:
+                if close is not None:
+                    close()
+            except Exception as exc:  # raised in the cleanup's task (`_end`)
+                if self._close_error is None:
+                    self._close_error = exc
+                else:
+                    _attach(self._close_error, exc)
+
+    @contextlib.asynccontextmanager
+    async def ending(self, then: Callable[[], None]) -> AsyncIterator[Ending]:
+        """`cancel` (``then`` as there), then the block (the container's removal: its DELETE
+        goes out while the work ends), then the wait for that end, whatever the block did.
+
+        What closing the host's views raised stops nothing: it is noted on the block's error
+        if the block raised (that error leads), else kept in the `Ending` for its `check`,
+        after the network and the workspace were removed.
+        """
+        self.cancel(then)
+        ended = Ending()
         try:
-            self._close_host()
-            if then is not None:
-                then()
-        except Exception as exc:  # raised by `aclose`, in the cleanup's task
-            self._close_error = exc
+            yield ended
+        except BaseException as exc:
+            if (close := await self._end()) is not None:
+                _attach(exc, close)
+            raise
+        ended.error = await self._end()
 
     async def aclose(self) -> None:
-        """End all background work and wait for it; idempotent."""
+        """End all background work and wait for it; idempotent. Raises what closing the
+        host's views raised."""
+        if (error := await self._end()) is not None:
+            raise error
+
+    async def _end(self) -> Exception | None:
+        """End all background work and wait for it; return what closing the host's views
+        raised (once)."""
         await self._supervisor.aclose()
         self._init_pid, self._host_until = 0, -1.0  # closed: no host view any more
         self._ended()  # where the task's end came first (its callbacks run later)
         error, self._close_error = self._close_error, None
-        if error is not None:
-            raise error
+        return error
 
     def _close_host(self) -> None:
         host, self.host_health = self.host_health, None

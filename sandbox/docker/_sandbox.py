@@ -442,11 +442,12 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         its label)."""
         # The background work (the event watcher's stream) ends, and the host's views of the
         # container close, while the engine removes it: awaited before the client closes.
+        # What that close raised stops none of the removals; `ended.check` raises it last.
         finisher = self._finisher
-        self._background.cancel(finisher.close if finisher is not None else lambda: None)
         errors: list[str] = []
         closing = self._docker if self._owns_docker else None
-        try:
+        async with self._background.ending(
+                finisher.close if finisher is not None else lambda: None) as ended:
             if self._engine is not None and self._engine.client_closed():
                 # An earlier cleanup that failed closed our client, or the caller closed
                 # theirs under us: remove through a new client to the same engine (shared
@@ -465,8 +466,6 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                 errors += await remove_container(self._engine, target, patience=patience,
                                                  paused=self._background.paused,
                                                  removed=self._stop_commands)
-        finally:
-            await self._background.aclose()
         # After the container: a network with an endpoint left cannot be removed.
         if self._network is not None:
             errors += await self._network.remove()
@@ -476,9 +475,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                 await closing.close()
             if self._owns_docker:
                 self._docker = None
-        if errors:
-            raise SandboxError("cleanup could not remove everything", details="; ".join(errors),
-                               retryable=True)
+        ended.check(errors)
 
     # -- commands --------------------------------------------------------------------------------
 

@@ -6,9 +6,9 @@ kubernetes_asyncio's own runner (``ExecProvider.run``) gives the plugin the term
 reading the user's terminal after the command had returned. Here the plugin reads
 ``/dev/null`` (``spec.interactive`` says so, as client-go does without a terminal), runs in
 a session of its own (no controlling terminal, one process group), and however the wait ends
-without its answer (a timeout, a cancellation, a failure) the whole group is killed and
-reaped before the error goes on. `sandbox.kubernetes._gateway` hands the result to
-kubernetes_asyncio as the plugin's answer.
+without its answer (a timeout, a cancellation, a failure; also one that comes while asyncio
+is still starting it) the whole group is killed and reaped before the error goes on.
+`sandbox.kubernetes._gateway` hands the result to kubernetes_asyncio as the plugin's answer.
 """
 
 from __future__ import annotations
@@ -43,17 +43,27 @@ async def run_credential_plugin(argv: Sequence[str], env: Mapping[str, str],
     """
     info = {"apiVersion": api_version, "kind": "ExecCredential",
             "spec": {"interactive": False}}
-    proc = await asyncio.create_subprocess_exec(
-        *argv, env={**env, "KUBERNETES_EXEC_INFO": json.dumps(info)},
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    started: list[asyncio.subprocess.Process] = []
+
+    async def start() -> None:
+        started.append(await asyncio.create_subprocess_exec(
+            *argv, env={**env, "KUBERNETES_EXEC_INFO": json.dumps(info)},
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True))
+
     answered = False
     try:
-        stdout, stderr = await proc.communicate()
+        # The start runs to its end even if the wait is given up meanwhile: the process
+        # exists before its handle reaches us (asyncio then connects its pipes), and a
+        # cancellation there lost the handle; asyncio killed the plugin but not what it had
+        # started. With the handle, the `finally` kills the whole group.
+        await finish_despite_cancel(start())
+        stdout, stderr = await started[0].communicate()
         answered = True
     finally:
-        if not answered:
-            await _kill(proc)
+        if not answered and started:
+            await _kill(started[0])
+    proc = started[0]
     if proc.returncode != 0:
         why = stderr.decode("utf-8", "replace").strip()[-500:]
         raise CredentialPluginFailed(f"exec: process returned {proc.returncode}"

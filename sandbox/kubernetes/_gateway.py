@@ -23,6 +23,7 @@ import aiohttp
 import attrs
 
 try:
+    import yaml  # type: ignore[import-untyped]  # kubernetes_asyncio's own YAML parser
     from kubernetes_asyncio import client as k8s_client
     from kubernetes_asyncio import config as k8s_config
     from kubernetes_asyncio.client.exceptions import ApiException
@@ -146,6 +147,35 @@ class ExecSocket:
             await self.ws.close()
 
 
+class _Merger(k8s_kube_config.KubeConfigMerger):
+    """kubernetes_asyncio's kubeconfig reader, with a file that holds no kubeconfig refused
+    by name: an empty file (YAML ``null``) or another YAML value made it raise a bare
+    TypeError, invalid YAML a parser error that is no `ConfigException`, and no file at
+    all a `config` of None (kubernetes_asyncio's own loader: "No configuration found")."""
+
+    def __init__(self, paths: str) -> None:
+        super().__init__(paths)  # it expands a ~; a missing file is left out
+        if self.config is None:
+            raise k8s_config.ConfigException(
+                f"no such file: {os.path.expanduser(paths)}; name an existing kubeconfig "
+                "(the backend's kubeconfig argument or KUBECONFIG), or use in_cluster=True "
+                "inside a pod")
+
+    def load_config(self, path: str) -> None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise k8s_config.ConfigException(f"{path} is not valid YAML: {exc}") from exc
+        if not isinstance(doc, dict):
+            what = "is empty" if doc is None else \
+                f"holds a YAML {type(doc).__name__}, not a mapping"
+            raise k8s_config.ConfigException(
+                f"{path} {what}, so it is no kubeconfig; write one there, or name another "
+                "(the backend's kubeconfig argument or KUBECONFIG)")
+        super().load_config(path)  # reads it again: a kubeconfig is small and read once
+
+
 class _Loader(k8s_kube_config.KubeConfigLoader):
     """kubernetes_asyncio's kubeconfig loader, the exec credential plugin run by
     `run_credential_plugin` (stdin /dev/null, killed with its group when the wait for it
@@ -194,8 +224,7 @@ class Cluster:
                 k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
             else:
                 # `load_kube_config(persist_config=False)`, with the SDK's plugin runner.
-                merged = k8s_kube_config.KubeConfigMerger(
-                    kubeconfig or "~/.kube/config")  # it expands the ~
+                merged = _Merger(kubeconfig or "~/.kube/config")
                 await _Loader(config_dict=merged.config, config_base_path=None,
                               active_context=context).load_and_set(conf)
         except (k8s_config.ConfigException, CredentialPluginFailed, OSError, ValueError,

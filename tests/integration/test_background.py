@@ -9,10 +9,21 @@ from datetime import timedelta
 import anyio
 import pytest
 
-from sandbox import IMAGE_BUSYBOX, Sandbox, SandboxConfig, SandboxNotRunning, SandboxStatus
+from sandbox import (
+    IMAGE_BUSYBOX,
+    NetworkConfig,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    SandboxNotRunning,
+    SandboxStatus,
+    SecurityPolicy,
+)
+from sandbox._lifecycle import Lifecycle
+from sandbox._workspace import Workspace
 from sandbox.docker import _background as docker_background
-from sandbox.docker import _stats
-from tests.conftest import container_exists
+from sandbox.docker import _finish, _stats
+from tests.conftest import LABEL, container_exists, docker_cli
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
 
@@ -131,3 +142,105 @@ async def test_cleanup_sends_its_delete_while_the_watcher_ends_and_waits_for_tha
         assert any("the event watcher failed" in r.getMessage() and r.exc_info and
                    "on its way out" in str(r.exc_info[1]) for r in caplog.records)
         caplog.clear()
+
+
+def own_networks(sandbox_id: str) -> list[str]:
+    return docker_cli("network", "ls", "-q", "--filter", f"label={LABEL}",
+                      "--filter", f"label=io.sandbox.id={sandbox_id}").split()
+
+
+@pytest.mark.parametrize("removal", ["works", "fails", "raises"])
+async def test_a_failing_close_of_the_host_views_stops_no_removal_and_hides_no_error(
+    monkeypatch: pytest.MonkeyPatch, removal: str,
+) -> None:
+    """Closing the container's cgroup files (the close callback the event watcher's end runs)
+    fails: the container, its own network and the workspace are removed all the same, and
+    the error says both what the removal left or raised (it leads) and what the close
+    raised. Cleanup used to raise the close's bare error from the wait for the watcher's
+    end, skipping the network and the workspace, and hiding the removal's errors."""
+    from sandbox.docker import _sandbox as docker_sandbox
+
+    real_close, real_remove = _finish.ResultFinisher.close, docker_sandbox.remove_container
+    real_workspace_remove = Workspace.remove
+    closed: list[str] = []
+    workspaces: list[str] = []
+
+    def broken_close(self: _finish.ResultFinisher) -> None:
+        real_close(self)
+        closed.append("closed")
+        raise OSError("a fake close failure")
+
+    async def leaky_remove(*args: object, **kwargs: object) -> list[str]:
+        errors = await real_remove(*args, **kwargs)  # type: ignore[arg-type]
+        if removal == "raises":
+            raise RuntimeError("a fake removal bug")
+        return [*errors, "a fake removal failure"]
+
+    async def traced_workspace_remove(self: Workspace, *args: object) -> list[str]:
+        workspaces.append("removed")
+        return await real_workspace_remove(self, *args)  # type: ignore[arg-type]
+
+    cfg = SandboxConfig(image=IMAGE_BUSYBOX, network=NetworkConfig(isolated=False),
+                        security=SecurityPolicy(allow_networking=True, isolate_network=False))
+    sb = Sandbox(cfg)
+    await sb.initialize()
+    try:
+        cid = sb.backend.container_id or ""
+        assert container_exists(cid) and len(own_networks(sb.id)) == 1
+        monkeypatch.setattr(_finish.ResultFinisher, "close", broken_close)
+        monkeypatch.setattr(Workspace, "remove", traced_workspace_remove)
+        if removal != "works":
+            monkeypatch.setattr(docker_sandbox, "remove_container", leaky_remove)
+        if removal == "raises":  # it leads; what follows it is for the retry to do
+            with pytest.raises(RuntimeError, match="a fake removal bug") as raised:
+                await sb.cleanup()
+            assert closed == ["closed"] and not container_exists(cid)
+            assert any("a fake close failure" in note for note in raised.value.__notes__)
+            assert isinstance(raised.value.__context__, OSError)
+            return
+        with pytest.raises(SandboxError) as caught:
+            await sb.cleanup()
+        err = caught.value
+        assert closed == ["closed"] and workspaces == ["removed"]
+        assert not container_exists(cid) and own_networks(sb.id) == []
+        if removal == "fails":  # the removal's error leads, the close's is attached
+            assert err.message == "cleanup could not remove everything"
+            assert "a fake removal failure" in err.details and err.retryable
+            assert any("a fake close failure" in note for note in err.__notes__)
+            assert isinstance(err.__context__, OSError)
+        else:
+            assert "could not close the host's views" in err.message
+            assert "a fake close failure" in err.details
+            assert isinstance(err.cause, OSError)
+    finally:
+        monkeypatch.undo()
+        await sb.cleanup()  # again: nothing is left to fail now
+        assert sb.status is SandboxStatus.DESTROYED and own_networks(sb.id) == []
+
+
+async def test_each_close_runs_when_another_fails_and_no_error_is_dropped() -> None:
+    """The host view's close and the close callback both run; the first error is kept with
+    the second noted on it (the first used to skip the callback: cgroup files left open)."""
+
+    class BrokenHost:
+        def close(self) -> None:
+            raise OSError("the host view would not close")
+
+    ran: list[str] = []
+
+    def broken_then() -> None:
+        ran.append("then")
+        raise RuntimeError("the cgroup files would not close")
+
+    background = docker_background.Background(
+        "x", life=Lifecycle(), audit=lambda: None,  # type: ignore[arg-type,return-value]
+        stop_commands=lambda: None)
+    background.host_health = BrokenHost()  # type: ignore[assignment]
+    async with background.ending(broken_then) as ended:
+        pass
+    assert ran == ["then"] and background.host_health is None
+    assert isinstance(ended.error, OSError)
+    assert any("the cgroup files would not close" in n for n in ended.error.__notes__)
+    with pytest.raises(SandboxError) as caught:
+        ended.check([])
+    assert caught.value.cause is ended.error

@@ -17,10 +17,12 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sandbox.kubernetes import _gc, _ps
+from sandbox.kubernetes._credential import run_credential_plugin
 from sandbox.kubernetes._gateway import Cluster
 from tests.kubernetes.conftest import Target
 
@@ -116,3 +118,57 @@ wait
         for name in ("pid", "child"):
             with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
                 os.kill(int((tmp_path / name).read_text()), signal.SIGKILL)
+
+
+def written_pid(path: Path) -> int | None:
+    """The pid the plugin wrote to ``path``, once its line is whole."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.endswith("\n") else None
+
+
+async def test_a_plugin_is_killed_when_the_wait_ends_while_asyncio_still_starts_it(
+        tmp_path: Path) -> None:
+    """The cancellation comes after the plugin runs (it has started a child) and before
+    asyncio hands its handle over (it is still connecting the pipes): asyncio then killed the
+    plugin alone, and its child ran on (the SDK never had the handle to kill the group)."""
+    plugin = tmp_path / "plugin.sh"
+    plugin.write_text('#!/bin/sh\necho $$ > "$1/pid"\nsleep 300 &\necho $! > "$1/child"\nwait\n')
+    plugin.chmod(stat.S_IRWXU)
+    loop = asyncio.get_running_loop()
+    real_connect = loop.connect_read_pipe
+    inside, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def slow_connect(*args: Any, **kwargs: Any) -> Any:
+        if not inside.is_set():  # the plugin's stdout: hold the start until it was given up
+            for _ in range(1000):  # up to 10 s: the plugin has started its child
+                if written_pid(tmp_path / "child") is not None:
+                    break
+                await asyncio.sleep(0.01)
+            inside.set()
+            await cancelled.wait()
+        return await real_connect(*args, **kwargs)
+
+    loop.connect_read_pipe = slow_connect  # type: ignore[method-assign]
+    try:
+        waiting = asyncio.ensure_future(run_credential_plugin(
+            [str(plugin), str(tmp_path)], dict(os.environ), "client.authentication.k8s.io/v1"))
+        async with asyncio.timeout(10):
+            await inside.wait()
+        waiting.cancel()
+        cancelled.set()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        pids = [written_pid(tmp_path / name) or 0 for name in ("pid", "child")]
+        for _ in range(100):  # up to 5 s: the grandchild is reaped by its new parent
+            if all(dead(pid) for pid in pids):
+                break
+            await asyncio.sleep(0.05)
+        assert all(dead(pid) for pid in pids), [left(pid) for pid in pids if not dead(pid)]
+    finally:  # leave nothing running, whatever failed
+        del loop.connect_read_pipe
+        for name in ("pid", "child"):
+            with contextlib.suppress(TypeError, ProcessLookupError):
+                os.kill(written_pid(tmp_path / name), signal.SIGKILL)  # type: ignore[arg-type]
