@@ -339,6 +339,10 @@ class Session:
                                    + (f" ({result.signal})" if result.signal else ""))
                     except SandboxError as exc:
                         why = f"the session's shell was lost: {exc}"
+                    if shell.link is not None:
+                        # A process the shell left (``sleep 9 &``, a daemon) may hold its
+                        # FIFOs open for ever: take what is written and stop reading.
+                        shell.link.end()
         finally:
             if shell.link is not None:
                 shell.link.close()
@@ -395,8 +399,8 @@ class Session:
                 log.info("session %s: its shell could not open its FIFOs; it keeps the attach "
                          "stream", self.id)
                 return True
-            log.warning("session %s: its shell did not take its FIFOs in time; replaced by "
-                        "one on the attach stream", self.id)
+            log.warning("session %s: its shell did not take its FIFOs (%s); replaced by one "
+                        "on the attach stream", self.id, handshake.error or "in time")
             return False
         shell.link = link
         assert shell.pumps is not None
@@ -489,7 +493,7 @@ class Session:
                     run.shell_ended(shell.why or "the command's stdin reader did not start "
                                     "(no free process?); the shell was replaced")
                     return run
-                run.stdin_open = True
+                run.stdin_open = run.stdin_end_due = True
                 if stdin is not None:
                     await self._send_stdin(run, stdin)
                     await self._close_stdin(run)
@@ -507,7 +511,7 @@ class Session:
 
     async def _send_stdin(self, run: Run, data: bytes) -> None:
         for line in stdin_lines(data):
-            if run.done.is_set():
+            if run.done.is_set() or not run.stdin_open:  # ended, or a kill closed it
                 break
             await run.shell.write(line)
 
@@ -523,11 +527,20 @@ class Session:
                 raise StdinClosed("cannot write to the command's stdin: the session's shell "
                                   "is gone", cause=exc) from exc
 
-    async def _close_stdin(self, run: Run) -> None:
-        async with run.stdin_lock:
-            if not run.stdin_open:
-                return
+    async def _close_stdin(self, run: Run, *, killing: bool = False) -> None:
+        """Send the line ending the command's input (once). ``killing``: not waiting for a
+        writer that holds the lock, maybe blocked on a full FIFO or pipe the command does not
+        read; it stops at its next line, and the kill sends the end line once the command's
+        processes are gone (what was in flight is drained as input or as comments)."""
+        if killing:
             run.stdin_open = False
+            if run.stdin_lock.locked():
+                return
+        async with run.stdin_lock:
+            run.stdin_open = False
+            if not run.stdin_end_due:
+                return
+            run.stdin_end_due = False
             if run.shell.alive:
                 with contextlib.suppress(SandboxError, OSError):
                     await run.shell.write(STDIN_END)
@@ -592,7 +605,7 @@ class Session:
             return
         run.kill_started = True
         with anyio.CancelScope(shield=True):
-            await self._close_stdin(run)
+            await self._close_stdin(run, killing=True)
             spec = self._spec
             assert spec is not None
             # From outside the sandbox where the backend can (nothing in it can starve that:
@@ -611,6 +624,7 @@ class Session:
                     gone = (await self._backend.run_process(sweep)).exit_code == 0
             run.kill_confirmed = bool(gone)
             with anyio.move_on_after(KILL_GRACE):
+                await self._close_stdin(run)  # if a writer held it: it lets go now
                 await run.done.wait()
             if not run.done.is_set():
                 # Stuck in the shell itself (a builtin loop), or it cleared its environment.
