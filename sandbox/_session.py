@@ -527,15 +527,8 @@ class Session:
                 raise StdinClosed("cannot write to the command's stdin: the session's shell "
                                   "is gone", cause=exc) from exc
 
-    async def _close_stdin(self, run: Run, *, killing: bool = False) -> None:
-        """Send the line ending the command's input (once). ``killing``: not waiting for a
-        writer that holds the lock, maybe blocked on a full FIFO or pipe the command does not
-        read; it stops at its next line, and the kill sends the end line once the command's
-        processes are gone (what was in flight is drained as input or as comments)."""
-        if killing:
-            run.stdin_open = False
-            if run.stdin_lock.locked():
-                return
+    async def _close_stdin(self, run: Run) -> None:
+        """Send the line ending the command's input (once), after any write under way."""
         async with run.stdin_lock:
             run.stdin_open = False
             if not run.stdin_end_due:
@@ -605,7 +598,10 @@ class Session:
             return
         run.kill_started = True
         with anyio.CancelScope(shield=True):
-            await self._close_stdin(run, killing=True)
+            # Nothing is written before the kill: a writer may hold the input's lock, blocked
+            # on a full FIFO or pipe the command does not read, and the end line itself can
+            # block so. Writers stop at their next line; the end line follows the kill.
+            run.stdin_open = False
             spec = self._spec
             assert spec is not None
             # From outside the sandbox where the backend can (nothing in it can starve that:
@@ -624,7 +620,10 @@ class Session:
                     gone = (await self._backend.run_process(sweep)).exit_code == 0
             run.kill_confirmed = bool(gone)
             with anyio.move_on_after(KILL_GRACE):
-                await self._close_stdin(run)  # if a writer held it: it lets go now
+                # The command's processes are gone: a blocked writer's input is read now (by
+                # its reader, or by the shell as comments), and the reader, should it have
+                # outlived the kill (a subshell carries no marker), ends at this line.
+                await self._close_stdin(run)
                 await run.done.wait()
             if not run.done.is_set():
                 # Stuck in the shell itself (a builtin loop), or it cleared its environment.

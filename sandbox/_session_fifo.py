@@ -55,6 +55,9 @@ ENV: Final = "SANDBOX_SESSION_FIFO"
 #: How long the shell may take to open the FIFOs before it is given up on.
 HANDSHAKE_TIMEOUT: Final = 5.0
 _READ: Final = 1 << 16
+#: What a stream may still hand on after the shell's end (`FifoLink.end`): a pipe holds at
+#: most 1 MiB unprivileged; more is a process it left, writing on.
+_DRAIN: Final = 1 << 20
 _DIR_MODE: Final = 0o311
 
 
@@ -215,7 +218,8 @@ class FifoLink:
 
     async def _read(self, name: str, feed: Callable[[Any, bytes], Awaitable[None]]) -> None:
         fd = self._fds[name]
-        while not self._closed:
+        left = _DRAIN
+        while not self._closed and left > 0:
             try:
                 data = os.read(fd, _READ)
             except BlockingIOError:
@@ -229,6 +233,8 @@ class FifoLink:
                 return
             if not data:
                 return
+            if self._ending:
+                left -= len(data)
             async with self._feed_lock:  # one chunk at a time, as from the attach stream
                 await feed(name, data)
 

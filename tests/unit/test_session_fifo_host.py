@@ -3,6 +3,7 @@ backend offers it (`sandbox.docker._session_mount`), without an engine."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from sandbox import _session_fifo as fifo
@@ -477,3 +479,42 @@ def test_remove_needs_no_lchmod(base: Path, monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(OSError):
         fifo._remove(link)
     assert base.is_dir()
+
+
+@pytest.mark.asyncio
+async def test_ending_the_link_stops_even_while_a_process_writes_on() -> None:
+    """A process the shell left writes without pause (``yes &``): the pumps take at most
+    what a pipe can hold after `end`, then stop."""
+    link, ends = pipes()
+    stop = threading.Event()
+
+    def yes() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                os.write(ends[0], b"y\n" * 4096)
+
+    writer = threading.Thread(target=yes)
+    writer.start()
+    taken = 0
+    enough = anyio.Event()
+
+    async def feed(stream: Any, data: bytes) -> None:
+        nonlocal taken
+        taken += len(data)
+        if taken >= 1 << 20:
+            enough.set()
+        await anyio.lowlevel.checkpoint()
+
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(link.pump, feed)
+                await enough.wait()
+                link.end()
+    finally:
+        stop.set()
+        link.close()  # the writer gets EPIPE
+        writer.join()
+        for fd in ends:
+            os.close(fd)
+    assert taken >= 1 << 20
