@@ -339,6 +339,7 @@ class Session:
                                    + (f" ({result.signal})" if result.signal else ""))
                     except SandboxError as exc:
                         why = f"the session's shell was lost: {exc}"
+                    shell.exited = True
                     if shell.link is not None:
                         # A process the shell left (``sleep 9 &``, a daemon) may hold its
                         # FIFOs open for ever: take what is written and stop reading.
@@ -402,9 +403,14 @@ class Session:
             log.warning("session %s: its shell did not take its FIFOs (%s); replaced by one "
                         "on the attach stream", self.id, handshake.error or "in time")
             return False
+        if shell.ended.is_set():  # it ended meanwhile: the next command finds it gone
+            link.close()
+            return True
         shell.link = link
         assert shell.pumps is not None
         shell.pumps.start_soon(link.pump, functools.partial(self._route, shell))
+        if shell.exited:
+            link.end()
         return True
 
     async def _stop_shell(self) -> None:

@@ -37,6 +37,7 @@ class Shell:
         self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
         self.pid = ""  # as it says it (in its pid namespace), when it runs from a copy
         self.stopping = False
+        self.exited = False  # its process is gone (its task may still be handing on output)
         self.link: FifoLink | None = None  # its stdio moved to FIFOs (`_session_fifo`)
         self.tap: Callable[[bytes], None] | None = None  # takes its attach stdout meanwhile
         self.pumps: TaskGroup | None = None  # where a FIFO link's reader runs

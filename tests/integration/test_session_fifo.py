@@ -395,7 +395,9 @@ async def test_an_sdk_in_a_mount_namespace_of_its_own_keeps_the_attach_stream() 
 
 async def test_a_sandbox_user_with_the_sdks_uid_cannot_reopen_the_fifos() -> None:
     """The SDK runs as uid 1000 (in the docker group), its sandbox user is 1000 too: it owns
-    the FIFOs. Mode 0 keeps even the owner from reopening them through /proc/<pid>/fd."""
+    the FIFOs. Mode 0 keeps even the owner from reopening them through /proc/<pid>/fd, and
+    the read-only mount from changing that mode back. (A non-root SDK also needs the
+    directory's ``O_PATH`` fd: its 0311 mode refuses the owner ``O_RDONLY``.)"""
     try:
         docker_gid = grp.getgrnam("docker").gr_gid
     except KeyError:
@@ -415,6 +417,8 @@ async def test_a_sandbox_user_with_the_sdks_uid_cannot_reopen_the_fifos() -> Non
                         r = await sb.execute_command(
                             f"exec 3{way}/proc/{pid}/fd/{fd} && echo opened")
                         tries.append(r.stdout.strip() or r.stderr.strip()[-40:])
+                r = await sb.execute_command(f"chmod 666 /proc/{pid}/fd/1 && echo changed")
+                tries.append(r.stdout.strip() or r.stderr.strip()[-40:])
                 print("sdk:", os.geteuid(), "stdout:", out, "tries:", tries, flush=True)
                 print("alive:", (await sh.run("echo ok")).stdout.strip(), flush=True)
         asyncio.run(main())
@@ -427,4 +431,5 @@ async def test_a_sandbox_user_with_the_sdks_uid_cannot_reopen_the_fifos() -> Non
     assert proc.returncode == 0, (said, proc.stderr.decode()[-3000:])
     assert "sdk: 1000" in said and TARGET in said and "'1000'" in said, said
     assert "opened" not in said and said.count("Permission denied") == 4, said
+    assert "changed" not in said and "Read-only" in said, said  # the owner cannot chmod back
     assert "alive: ok" in said, said
