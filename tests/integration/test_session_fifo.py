@@ -306,8 +306,10 @@ async def test_no_process_reopens_the_fifos_through_proc() -> None:
     """A command's background process holds the shell's stdout and stderr FIFOs, and its
     /proc entries are open to the sandbox user. Mode 0 once linked: no process of that
     user reopens them there, to write (forge output) or to read (steal end markers) -- also
-    where the sandbox user has the SDK's uid and owns them (see the same-uid test below)."""
-    async with box() as sb, sb.session() as sh:
+    where the sandbox user has the SDK's uid and owns them (see the same-uid test below).
+    (Python's image: busybox runs its applets from the shell's unreadable copy, which leaves
+    them closed anyway; coreutils' sleep is a readable program.)"""
+    async with box(**PLACES["python-1000-readonly"]) as sb, sb.session() as sh:  # type: ignore[arg-type]
         await fifo_paths(sh)
         pid = (await sh.run("sleep 600 & echo $!")).stdout.strip()
         assert pid.isdigit()
@@ -406,9 +408,10 @@ async def test_a_sandbox_user_with_the_sdks_uid_cannot_reopen_the_fifos() -> Non
         pytest.skip("needs root, a docker group and setpriv to run the SDK as uid 1000")
     child = textwrap.dedent("""
         import asyncio, os, sandbox
-        from sandbox import _session_fifo as fifo
         async def main():
-            async with sandbox.Sandbox() as sb, sb.session() as sh:
+            cfg = sandbox.SandboxConfig(image=sandbox.IMAGE_PYTHON,
+                                        security=sandbox.SecurityPolicy(run_as_user="1000"))
+            async with sandbox.Sandbox(cfg) as sb, sb.session() as sh:
                 out = (await sh.run("readlink /proc/self/fd/1; id -u")).stdout.split()
                 pid = (await sh.run("sleep 600 & echo $!")).stdout.strip()
                 tries = []
