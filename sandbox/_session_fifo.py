@@ -324,7 +324,8 @@ class Handshake:
                 try:
                     # The shell holds all three now. Mode 0: no process of any uid without
                     # capabilities reopens them through /proc/<pid>/fd (the sandbox user may
-                    # have the SDK's uid and own them), as runc's root-owned 0600 pipes.
+                    # have the SDK's uid and own them). Unlike the attach stream's pipes
+                    # (the exec user's, 0600): ``>/dev/stderr`` fails here, ``>&2`` works.
                     for fd in fds:
                         os.fchmod(fd, 0)
                 except OSError as exc:
