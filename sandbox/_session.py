@@ -339,6 +339,11 @@ class Session:
                                    + (f" ({result.signal})" if result.signal else ""))
                     except SandboxError as exc:
                         why = f"the session's shell was lost: {exc}"
+                    shell.exited = True
+                    if shell.link is not None:
+                        # A process the shell left (``sleep 9 &``, a daemon) may hold its
+                        # FIFOs open for ever: take what is written and stop reading.
+                        shell.link.end()
         finally:
             if shell.link is not None:
                 shell.link.close()
@@ -395,12 +400,17 @@ class Session:
                 log.info("session %s: its shell could not open its FIFOs; it keeps the attach "
                          "stream", self.id)
                 return True
-            log.warning("session %s: its shell did not take its FIFOs in time; replaced by "
-                        "one on the attach stream", self.id)
+            log.warning("session %s: its shell did not take its FIFOs (%s); replaced by one "
+                        "on the attach stream", self.id, handshake.error or "in time")
             return False
+        if shell.ended.is_set():  # it ended meanwhile: the next command finds it gone
+            link.close()
+            return True
         shell.link = link
         assert shell.pumps is not None
         shell.pumps.start_soon(link.pump, functools.partial(self._route, shell))
+        if shell.exited:
+            link.end()
         return True
 
     async def _stop_shell(self) -> None:
@@ -489,7 +499,7 @@ class Session:
                     run.shell_ended(shell.why or "the command's stdin reader did not start "
                                     "(no free process?); the shell was replaced")
                     return run
-                run.stdin_open = True
+                run.stdin_open = run.stdin_end_due = True
                 if stdin is not None:
                     await self._send_stdin(run, stdin)
                     await self._close_stdin(run)
@@ -507,7 +517,7 @@ class Session:
 
     async def _send_stdin(self, run: Run, data: bytes) -> None:
         for line in stdin_lines(data):
-            if run.done.is_set():
+            if run.done.is_set() or not run.stdin_open:  # ended, or a kill closed it
                 break
             await run.shell.write(line)
 
@@ -524,10 +534,12 @@ class Session:
                                   "is gone", cause=exc) from exc
 
     async def _close_stdin(self, run: Run) -> None:
+        """Send the line ending the command's input (once), after any write under way."""
         async with run.stdin_lock:
-            if not run.stdin_open:
-                return
             run.stdin_open = False
+            if not run.stdin_end_due:
+                return
+            run.stdin_end_due = False
             if run.shell.alive:
                 with contextlib.suppress(SandboxError, OSError):
                     await run.shell.write(STDIN_END)
@@ -592,7 +604,10 @@ class Session:
             return
         run.kill_started = True
         with anyio.CancelScope(shield=True):
-            await self._close_stdin(run)
+            # Nothing is written before the kill: a writer may hold the input's lock, blocked
+            # on a full FIFO or pipe the command does not read, and the end line itself can
+            # block so. Writers stop at their next line; the end line follows the kill.
+            run.stdin_open = False
             spec = self._spec
             assert spec is not None
             # From outside the sandbox where the backend can (nothing in it can starve that:
@@ -611,6 +626,10 @@ class Session:
                     gone = (await self._backend.run_process(sweep)).exit_code == 0
             run.kill_confirmed = bool(gone)
             with anyio.move_on_after(KILL_GRACE):
+                # The command's processes are gone: a blocked writer's input is read now (by
+                # its reader, or by the shell as comments), and the reader, should it have
+                # outlived the kill (a subshell carries no marker), ends at this line.
+                await self._close_stdin(run)
                 await run.done.wait()
             if not run.done.is_set():
                 # Stuck in the shell itself (a builtin loop), or it cleared its environment.

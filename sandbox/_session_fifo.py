@@ -8,14 +8,18 @@ attach stdin, reopens its stdin, stdout and stderr on them (``command exec``). S
 
 1. Names are 128 random bits each, sent only over the guarded shell's attach stdin; the host
    directory is mode 0311 (inside: not listable by its owner nor by a capability-less root);
-   the FIFOs are unlinked as soon as the shell holds them, before any command is sent.
+   the FIFOs are unlinked as soon as the shell holds them, before any command is sent, and
+   their mode set to 0: no process without capabilities reopens them through
+   ``/proc/<pid>/fd`` (the sandbox user may have the SDK's uid, and so own them).
 2. The directory lies under a 0700 directory of the SDK's user (``sandbox-sessions-<uid>``),
-   checked to be ours and not a link: no other host user reaches it.
+   checked to be ours and not a link: no other host user reaches it. The backend mounts it
+   only where dockerd resolves the path through the same mount as this process.
 3. The host opens only by ``openat`` on its own directory fd with ``O_NOFOLLOW`` and checks
    each fd is a FIFO with the inode it made (the sandbox cannot write the mount anyway).
 4. Whoever offers it (the backend) decides where it is safe; the handshake falls back to the
    attach stream in the same shell when the shell cannot open the FIFOs (it says so on its
-   attach stdout), and the session replaces the shell when the handshake times out.
+   attach stdout), and the session replaces the shell when the handshake times out or the
+   host cannot link it.
 5. One directory per SDK process, named ``<pid>-<start ticks>`` like the owner labels: it is
    removed at exit, and `collect` (``python -m sandbox gc``) removes those of dead owners.
 
@@ -51,6 +55,9 @@ ENV: Final = "SANDBOX_SESSION_FIFO"
 #: How long the shell may take to open the FIFOs before it is given up on.
 HANDSHAKE_TIMEOUT: Final = 5.0
 _READ: Final = 1 << 16
+#: What a stream may still hand on after the shell's end (`FifoLink.end`): a pipe holds at
+#: most 1 MiB unprivileged; more is a process it left, writing on.
+_DRAIN: Final = 1 << 20
 _DIR_MODE: Final = 0o311
 
 
@@ -102,8 +109,9 @@ class FifoDir:
     pid: int
 
     def open(self) -> int:
-        """An fd of the directory, refused unless it is still the one made (OSError)."""
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        """An ``O_PATH`` fd of the directory (its 0311 mode refuses ``O_RDONLY`` to an owner
+        that is not root), refused unless it is still the one made (OSError)."""
+        fd = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         info = os.fstat(fd)
         if (info.st_dev, info.st_ino, info.st_uid) != (self.dev, self.ino, os.geteuid()):
             os.close(fd)
@@ -159,7 +167,16 @@ def _remove_mine(found: FifoDir) -> None:
 
 
 def _remove(path: Path) -> None:
-    os.chmod(path, 0o700, follow_symlinks=False)
+    """Remove a FIFO directory (mode 0311: opened up first), never following a link.
+
+    Not ``os.chmod(follow_symlinks=False)``: glibc before 2.32 cannot, and Python raises
+    NotImplementedError there. An ``O_PATH`` fd (a 0311 directory refuses ``O_RDONLY`` to
+    its owner; ``fchmod`` refuses ``O_PATH``) is changed through its ``/proc`` link."""
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)
+    finally:
+        os.close(fd)
     shutil.rmtree(path)
 
 
@@ -170,39 +187,63 @@ class FifoLink:
         self._fds = {"stdout": out_fd, "stderr": err_fd}
         self._in = in_fd
         self._closed = False
+        self._ending = False
+        self._waits: dict[str, anyio.CancelScope] = {}
         self._feed_lock = anyio.Lock()
+        self._write_lock = anyio.Lock()
 
     async def write(self, data: bytes) -> None:
-        """Write all of ``data`` to the shell's stdin (OSError once the shell is gone)."""
+        """Write all of ``data`` to the shell's stdin: BrokenPipeError once the shell is gone
+        or the link was closed meanwhile (writers take turns: one waits on the fd at once)."""
         view = memoryview(data)
-        while view:
-            if self._closed:
-                raise BrokenPipeError(errno.EPIPE, "the session's FIFO is closed")
-            try:
-                view = view[os.write(self._in, view):]
-            except BlockingIOError:
-                await anyio.wait_writable(self._in)
+        async with self._write_lock:
+            while view:
+                if self._closed:
+                    raise BrokenPipeError(errno.EPIPE, "the session's FIFO is closed")
+                try:
+                    view = view[os.write(self._in, view):]
+                except BlockingIOError:
+                    try:
+                        await anyio.wait_writable(self._in)
+                    except (anyio.ClosedResourceError, anyio.BusyResourceError) as exc:
+                        raise BrokenPipeError(errno.EPIPE,
+                                              "the session's FIFO was closed") from exc
 
     async def pump(self, feed: Callable[[Any, bytes], Awaitable[None]]) -> None:
-        """Hand the shell's output to ``feed`` (stream name, bytes) until both streams end."""
+        """Hand the shell's output to ``feed`` (stream name, bytes) until both streams end,
+        or, after `end`, until nothing more is readable at once."""
         async with anyio.create_task_group() as tg:
             for name in self._fds:
                 tg.start_soon(self._read, name, feed)
 
     async def _read(self, name: str, feed: Callable[[Any, bytes], Awaitable[None]]) -> None:
         fd = self._fds[name]
-        while not self._closed:
+        left = _DRAIN
+        while not self._closed and left > 0:
             try:
                 data = os.read(fd, _READ)
             except BlockingIOError:
-                await anyio.wait_readable(fd)
+                if self._ending:
+                    return
+                with anyio.CancelScope() as scope:  # `end` wakes it to read what is left
+                    self._waits[name] = scope
+                    await anyio.wait_readable(fd)
                 continue
             except OSError:  # as good as its end: the shell's end is told by its exec
                 return
             if not data:
                 return
+            if self._ending:
+                left -= len(data)
             async with self._feed_lock:  # one chunk at a time, as from the attach stream
                 await feed(name, data)
+
+    def end(self) -> None:
+        """The shell has exited: the pumps hand on what is readable now and stop. A process
+        it left behind may hold its stdout open for ever, so end-of-file may never come."""
+        self._ending = True
+        for scope in self._waits.values():
+            scope.cancel()
 
     def close(self) -> None:
         if self._closed:
@@ -224,6 +265,7 @@ class Handshake:
         self._names = {key: secrets.token_hex(16) for key in ("out", "err", "in")}
         self._inodes: dict[str, int] = {}
         self._fds: dict[str, int] = {}
+        self.error: OSError | None = None  # why the link could not be made, if it failed
         path = {key: f"{target}/{name}" for key, name in self._names.items()}
         # The shell opens stdout and stderr (the host reads both already), then blocks on
         # stdin until the host opens it for writing. A failure leaves the first redirection
@@ -260,8 +302,8 @@ class Handshake:
     async def wait_shell(self, failed: anyio.Event, limit: float = HANDSHAKE_TIMEOUT
                          ) -> FifoLink | None:
         """Wait for the shell to hold the three FIFOs: their link, or None when the shell
-        said it could not (``failed``) or took longer than ``limit`` seconds. The FIFOs are
-        unlinked on every way out."""
+        said it could not (``failed``), took longer than ``limit`` seconds, or the host could
+        not open or lock down its end (`error`). The FIFOs are unlinked on every way out."""
         deadline = time.monotonic() + limit
         delay = 0.0002
         try:
@@ -270,13 +312,28 @@ class Handshake:
                     in_fd = self._open("in", os.O_WRONLY)
                 except OSError as exc:
                     if exc.errno != errno.ENXIO:  # ENXIO: the shell has not opened it yet
-                        raise
+                        # EMFILE, a planted inode...: the shell's state is unknown, as
+                        # after a timeout (the caller replaces it).
+                        self.error = exc
+                        return None
                     with anyio.move_on_after(delay):
                         await failed.wait()
                     delay = min(delay * 2, 0.01)
                     continue
-                link = FifoLink(self._fds.pop("out"), self._fds.pop("err"), in_fd)
-                return link
+                fds = (self._fds["out"], self._fds["err"], in_fd)
+                try:
+                    # The shell holds all three now. Mode 0: no process of any uid without
+                    # capabilities reopens them through /proc/<pid>/fd (the sandbox user may
+                    # have the SDK's uid and own them). Unlike the attach stream's pipes
+                    # (the exec user's, 0600): ``>/dev/stderr`` fails here, ``>&2`` works.
+                    for fd in fds:
+                        os.fchmod(fd, 0)
+                except OSError as exc:
+                    os.close(in_fd)
+                    self.error = exc
+                    return None
+                del self._fds["out"], self._fds["err"]
+                return FifoLink(*fds)
             return None
         finally:
             self.discard()

@@ -37,6 +37,7 @@ class Shell:
         self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
         self.pid = ""  # as it says it (in its pid namespace), when it runs from a copy
         self.stopping = False
+        self.exited = False  # its process is gone (its task may still be handing on output)
         self.link: FifoLink | None = None  # its stdio moved to FIFOs (`_session_fifo`)
         self.tap: Callable[[bytes], None] | None = None  # takes its attach stdout meanwhile
         self.pumps: TaskGroup | None = None  # where a FIFO link's reader runs
@@ -90,7 +91,8 @@ class Run:
         self.kill_reason = ""
         self.killed = False
         self.shell_lost = ""  # why the shell is gone, when it went during this command
-        self.stdin_open = False
+        self.stdin_open = False  # input may be written (its reader runs, not closed yet)
+        self.stdin_end_due = False  # its reader runs and was not sent the end line yet
         self.stdin_lock = anyio.Lock()
         self.keep_chars = keep_chars
         self.recent: list[bytes] = []  # combined output since the last look (SessionJob)

@@ -59,7 +59,7 @@ from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
 from ._session_mount import TARGET as FIFO_TARGET
-from ._session_mount import add_fifo_mount
+from ._session_mount import add_fifo_mount, create_dropping_fifo
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
@@ -356,7 +356,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
                                     address=engine_address() if self._owns_docker else "")
 
         async def create() -> None:
-            self._container_id = await create_container(engine, self._name, plan.params, body)
+            self._container_id, self._fifo = await create_dropping_fifo(
+                lambda b: create_container(engine, self._name, plan.params, b), body, self._fifo)
 
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)

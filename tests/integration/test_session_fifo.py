@@ -5,7 +5,10 @@ directory; a handshake that fails falls back to the attach stream."""
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +29,8 @@ from sandbox import (
     SandboxConfig,
     SandboxPool,
     SecurityPolicy,
+    SessionJob,
+    StdinClosed,
 )
 from sandbox import _session_fifo as fifo
 from sandbox._session import Session
@@ -295,3 +300,139 @@ async def test_an_sdk_process_removes_its_directory_at_exit() -> None:
     path = await anyio.to_thread.run_sync(run_child, env, "exit")
     assert path.startswith(str(fifo._base()))
     assert not await anyio.Path(path).exists()
+
+
+async def test_no_process_reopens_the_fifos_through_proc() -> None:
+    """A command's background process holds the shell's stdout and stderr FIFOs, and its
+    /proc entries are open to the sandbox user. Mode 0 once linked: no process of that
+    user reopens them there, to write (forge output) or to read (steal end markers) -- also
+    where the sandbox user has the SDK's uid and owns them (see the same-uid test below).
+    (Python's image: busybox runs its applets from the shell's unreadable copy, which leaves
+    them closed anyway; coreutils' sleep is a readable program.)"""
+    async with box(**PLACES["python-1000-readonly"]) as sb, sb.session() as sh:  # type: ignore[arg-type]
+        await fifo_paths(sh)
+        pid = (await sh.run("sleep 600 & echo $!")).stdout.strip()
+        assert pid.isdigit()
+        for fd in ("1", "2"):
+            held = await sb.execute_command(f"readlink /proc/{pid}/fd/{fd}")
+            assert held.stdout.startswith(TARGET + "/"), held
+            for redirect in (">", "<"):
+                r = await sb.execute_command(f"exec 3{redirect}/proc/{pid}/fd/{fd} && echo opened")
+                assert "opened" not in r.stdout and "Permission denied" in r.stderr, (
+                    fd, redirect, r)
+        assert (await sh.run("echo alive")).stdout == "alive\n"
+
+
+@pytest.mark.parametrize("how", ["kill -9 $$", "exec sleep 0"])
+async def test_a_dying_shell_ends_its_command_while_a_background_job_holds_the_fifos(
+        how: str) -> None:
+    """No end-of-file comes on the FIFOs while ``sleep 600 &`` holds them: the end of the
+    shell's exec ends the running command (it waited for ever with no time limit)."""
+    async with box() as sb, sb.session() as sh:
+        await fifo_paths(sh)
+        assert (await sh.run("sleep 600 &")).success
+        with anyio.fail_after(60):
+            r = await sh.run(f"echo before; {how}")
+        assert not r.success and r.metadata.get("shell_ended") == "true", r
+        assert r.stdout == "before\n", r
+        with anyio.fail_after(60):
+            again = await sh.run("echo again")
+        assert again.stdout == "again\n" and again.metadata["shell"] == "2"
+
+
+async def test_a_time_limit_acts_while_a_writer_waits_on_a_full_stdin() -> None:
+    """A job's writer blocked on the shell's full stdin FIFO (the command reads none) held
+    the lock the kill waited on: the time limit could not act."""
+    async with box() as sb, sb.session() as sh:
+        await fifo_paths(sh)
+        await sh.run("export KEEP=1")
+        job = await sh.start("sleep 600", yield_after=0, timeout=3)
+        assert isinstance(job, SessionJob)
+        wrote = anyio.Event()
+
+        async def write() -> None:
+            with contextlib.suppress(StdinClosed):
+                await job.write(b"x" * (1 << 20))
+            wrote.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            with anyio.fail_after(60):
+                r = await job.wait()
+                await wrote.wait()
+        assert r.timed_out and not r.success, r
+        r = await sh.run("echo $KEEP")
+        assert r.stdout == "1\n" and r.metadata["shell"] == "1", r  # the same shell
+
+
+#: A child SDK process: runs a session and says what its command's stdout is.
+OWN_STDOUT = textwrap.dedent("""
+    import asyncio, sandbox
+    async def main():
+        async with sandbox.Sandbox() as sb, sb.session() as sh:
+            print("stdout:", (await sh.run("readlink /proc/self/fd/1")).stdout.strip(),
+                  "guarded:", sh.guarded, flush=True)
+    asyncio.run(main())
+""")
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+
+
+async def test_an_sdk_in_a_mount_namespace_of_its_own_keeps_the_attach_stream() -> None:
+    """systemd's PrivateTmp: the SDK's /tmp is a mount dockerd's namespace lacks. The FIFO
+    directory is not offered (every create failed: "bind source path does not exist"; and
+    whatever another host user planted at that path in the host's /tmp was mounted)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to give the SDK a private /tmp")
+    script = 'mount -t tmpfs tmpfs /tmp && exec "$@"'
+    proc = await anyio.run_process(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+         sys.executable, "-c", OWN_STDOUT], check=False, env=child_env())
+    said = proc.stdout.decode()
+    assert proc.returncode == 0, (said, proc.stderr.decode()[-3000:])
+    assert "guarded: True" in said and TARGET not in said, said
+
+
+async def test_a_sandbox_user_with_the_sdks_uid_cannot_reopen_the_fifos() -> None:
+    """The SDK runs as uid 1000 (in the docker group), its sandbox user is 1000 too: it owns
+    the FIFOs. Mode 0 keeps even the owner from reopening them through /proc/<pid>/fd, and
+    the read-only mount from changing that mode back. (A non-root SDK also needs the
+    directory's ``O_PATH`` fd: its 0311 mode refuses the owner ``O_RDONLY``.)"""
+    try:
+        docker_gid = grp.getgrnam("docker").gr_gid
+    except KeyError:
+        docker_gid = -1
+    if os.geteuid() != 0 or docker_gid < 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root, a docker group and setpriv to run the SDK as uid 1000")
+    child = textwrap.dedent("""
+        import asyncio, os, sandbox
+        async def main():
+            cfg = sandbox.SandboxConfig(image=sandbox.IMAGE_PYTHON,
+                                        security=sandbox.SecurityPolicy(run_as_user="1000"))
+            async with sandbox.Sandbox(cfg) as sb, sb.session() as sh:
+                out = (await sh.run("readlink /proc/self/fd/1; id -u")).stdout.split()
+                pid = (await sh.run("sleep 600 & echo $!")).stdout.strip()
+                tries = []
+                for fd in ("1", "2"):
+                    for way in (">", "<"):
+                        r = await sb.execute_command(
+                            f"exec 3{way}/proc/{pid}/fd/{fd} && echo opened")
+                        tries.append(r.stdout.strip() or r.stderr.strip()[-40:])
+                r = await sb.execute_command(f"chmod 666 /proc/{pid}/fd/1 && echo changed")
+                tries.append(r.stdout.strip() or r.stderr.strip()[-40:])
+                print("sdk:", os.geteuid(), "stdout:", out, "tries:", tries, flush=True)
+                print("alive:", (await sh.run("echo ok")).stdout.strip(), flush=True)
+        asyncio.run(main())
+    """)
+    env = {**child_env(), "HOME": "/tmp", "TMPDIR": "/tmp"}
+    proc = await anyio.run_process(
+        ["setpriv", "--reuid", "1000", "--regid", "1000", "--groups", str(docker_gid),
+         sys.executable, "-c", child], check=False, env=env)
+    said = proc.stdout.decode()
+    assert proc.returncode == 0, (said, proc.stderr.decode()[-3000:])
+    assert "sdk: 1000" in said and TARGET in said and "'1000'" in said, said
+    assert "opened" not in said and said.count("Permission denied") == 4, said
+    assert "changed" not in said and "Read-only" in said, said  # the owner cannot chmod back
+    assert "alive: ok" in said, said
