@@ -380,16 +380,22 @@ def child_env() -> dict[str, str]:
     return {**os.environ, fifo.ENV: "1", "PYTHONPATH": str(Path(__file__).parents[2])}
 
 
-async def test_an_sdk_in_a_mount_namespace_of_its_own_keeps_the_attach_stream() -> None:
-    """systemd's PrivateTmp: the SDK's /tmp is a mount dockerd's namespace lacks. The FIFO
+async def test_an_sdk_in_a_mount_namespace_of_its_own_keeps_the_attach_stream(
+        tmp_path: Path) -> None:
+    """systemd's PrivateTmp: the SDK's temp dir is a mount dockerd's namespace lacks. The FIFO
     directory is not offered (every create failed: "bind source path does not exist"; and
-    whatever another host user planted at that path in the host's /tmp was mounted)."""
+    whatever another host user planted at that path in the host's /tmp was mounted). The
+    private tmpfs goes on the SDK's TMPDIR, not /tmp: the interpreter may live under /tmp
+    (a CI clone), and a mount over it would hide it."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare to give the SDK a private /tmp")
-    script = 'mount -t tmpfs tmpfs /tmp && exec "$@"'
+        pytest.skip("needs root and unshare to give the SDK a private temp dir")
+    private = tmp_path / "private-tmp"
+    private.mkdir()
+    script = 'mount -t tmpfs tmpfs "$TMPDIR" && exec "$@"'
     proc = await anyio.run_process(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-         sys.executable, "-c", OWN_STDOUT], check=False, env=child_env())
+         sys.executable, "-c", OWN_STDOUT], check=False,
+        env={**child_env(), "TMPDIR": str(private)})
     said = proc.stdout.decode()
     assert proc.returncode == 0, (said, proc.stderr.decode()[-3000:])
     assert "guarded: True" in said and TARGET not in said, said
