@@ -71,6 +71,15 @@ def dead(pid: int) -> bool:
 def left(pid: int) -> tuple[int, bytes]:
     return pid, Path(f"/proc/{pid}/cmdline").read_bytes()
 
+async def assert_all_gone(pids: list[int]) -> None:
+    """Every pid is gone within 5 s (a grandchild is reaped by its new parent meanwhile)."""
+    for _ in range(100):
+        if all(dead(pid) for pid in pids):
+            break
+        await asyncio.sleep(0.05)
+    assert all(dead(pid) for pid in pids), [left(pid) for pid in pids if not dead(pid)]
+
+
 
 @pytest.mark.usefixtures("piped_stdin")
 async def test_a_plugins_token_is_used_and_it_reads_dev_null(fake_kube: Target,
@@ -109,11 +118,7 @@ wait
         assert await _ps._pods_in({"kubeconfig": str(kubeconfig)}, "default") == []
         assert time.monotonic() - started < 10
         pids = [int((tmp_path / name).read_text()) for name in ("pid", "child")]
-        for _ in range(100):  # up to 5 s: the grandchild is reaped by its new parent
-            if all(dead(pid) for pid in pids):
-                break
-            await asyncio.sleep(0.05)
-        assert all(dead(pid) for pid in pids), [left(pid) for pid in pids if not dead(pid)]
+        await assert_all_gone(pids)
     finally:  # leave nothing running, whatever failed
         for name in ("pid", "child"):
             with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
@@ -162,11 +167,7 @@ async def test_a_plugin_is_killed_when_the_wait_ends_while_asyncio_still_starts_
         with pytest.raises(asyncio.CancelledError):
             await waiting
         pids = [written_pid(tmp_path / name) or 0 for name in ("pid", "child")]
-        for _ in range(100):  # up to 5 s: the grandchild is reaped by its new parent
-            if all(dead(pid) for pid in pids):
-                break
-            await asyncio.sleep(0.05)
-        assert all(dead(pid) for pid in pids), [left(pid) for pid in pids if not dead(pid)]
+        await assert_all_gone(pids)
     finally:  # leave nothing running, whatever failed
         del loop.connect_read_pipe
         for name in ("pid", "child"):
