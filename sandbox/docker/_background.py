@@ -72,8 +72,7 @@ class Ending:
 
 
 class Background:
-    """Watches one container for its sandbox; `ending` (the cleanup's) or `aclose` ends the
-    watching."""
+    """Watches one container for its sandbox; `ending` (the cleanup's) ends the watching."""
 
     def __init__(self, owner: str, *, life: Lifecycle, audit: Callable[[], Auditor],
                  stop_commands: Callable[[], None]) -> None:
@@ -98,7 +97,7 @@ class Background:
         self._main_pid: MainPid | None = None
         self._host_until = 0.0
         self._then: Callable[[], None] | None = None  # what `cancel` runs at the end
-        self._close_error: Exception | None = None  # from that, for `aclose` to raise
+        self._close_error: Exception | None = None  # from that, for `ending` to keep
 
     @property
     def task(self) -> object:
@@ -134,8 +133,8 @@ class Background:
     def cancel(self, then: Callable[[], None]) -> None:
         """Ask the background work to end, not waiting: its streams close while the engine
         removes the container. Once it has ended the host view closes, then ``then`` runs
-        (in the shadow of the removal, not after it); `aclose` waits for all that and
-        raises what they raised."""
+        (in the shadow of the removal, not after it); `ending` waits for all that and
+        keeps what they raised."""
         self._init_pid, self._host_until = 0, -1.0  # closing: no new host view
         self._then = then
         self._supervisor.cancel(self._ended)
@@ -172,12 +171,6 @@ class Background:
                 _attach(exc, close)
             raise
         ended.error = await self._end()
-
-    async def aclose(self) -> None:
-        """End all background work and wait for it; idempotent. Raises what closing the
-        host's views raised."""
-        if (error := await self._end()) is not None:
-            raise error
 
     async def _end(self) -> Exception | None:
         """End all background work and wait for it; return what closing the host's views
