@@ -242,7 +242,7 @@ class Bench:
         dockerd every create's while the same daemon answers. Each row's note has the median of the
         per-round ratios to raw with its spread (`paired_ratios`), which `targets.py` reads.
         """
-        reps = self.reps(30, 10)
+        reps = self.reps(30, 16)
         ready: dict[str, list[float]] = {i.name: [] for i in self.impls}
         gone: dict[str, list[float]] = {i.name: [] for i in self.impls}
 
@@ -290,7 +290,7 @@ class Bench:
     async def s_exec(self) -> None:
         [box] = await self.open_boxes(IMAGE_BUSYBOX, 1)
         try:
-            await self.interleaved("exec `true` round trip", self.reps(60, 20),
+            await self.interleaved("exec `true` round trip", self.reps(60, 30),
                                    lambda impl: impl.exec_true(box), warmup=3, paired=True)
         finally:
             await self.close_boxes([box])

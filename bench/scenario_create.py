@@ -105,7 +105,7 @@ async def copy_as_user(bench: Any) -> None:
 async def cleanup_after_command(bench: Any) -> None:
     sdk, raw = bench.impls[0], bench.impls[1]
     gone: dict[str, list[float]] = {sdk.name: [], raw.name: []}
-    for rep in range(bench.reps(30, 10) + 1):  # the first round warms caches
+    for rep in range(bench.reps(30, 16) + 1):  # the first round warms caches
         took: dict[str, float] = {}
         for impl in ((sdk, raw) if rep % 2 == 0 else (raw, sdk)):
             handle = await impl.create(IMAGE_BUSYBOX)
