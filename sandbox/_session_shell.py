@@ -23,7 +23,7 @@ import attrs
 from ._backend import Backend, ProcessSpec
 from ._errors import SandboxError
 
-__all__ = ["GUARDED", "GUARD_PROBE", "ShellCopy", "guarded_shell", "shell_argv"]
+__all__ = ["CLOSE_OUTPUT", "GUARDED", "GUARD_PROBE", "ShellCopy", "guarded_shell", "shell_argv"]
 
 log = logging.getLogger("sandbox.session")
 
@@ -50,6 +50,19 @@ GUARD_PROBE: Final = (
     "printf :guarded; fi"
 )
 GUARDED: Final = ":guarded"
+
+#: Appended to a sealed shell's probe: mode 0 on the pipes behind its stdout and stderr. On
+#: the attach stream they are the engine's, owned by the sandbox user with mode 0600, and every
+#: command's child holds them (``sleep 600 &``, a daemon): any process of that user could
+#: reopen ``/proc/<child>/fd/1`` for reading, or have a ptraced child reopen its own, and take
+#: later commands' output and end markers. With mode 0 neither reopen is allowed (that user has
+#: no CAP_DAC_OVERRIDE); open descriptors are unaffected. ``chmod`` gets them at 3 and 4 as
+#: every command's programs hold them (its stdin is /dev/null, never the command channel); its
+#: own stdout and stderr go to /dev/null, so a ``chmod`` that fails says nothing. (The shell's
+#: stdin is held by no readable process, so it is left as it is: chmod would have to hold it.)
+CLOSE_OUTPUT: Final = (
+    "; chmod 0 /proc/self/fd/3 /proc/self/fd/4 3>&1 4>&2 >/dev/null 2>&1 </dev/null"
+)
 
 #: Per sandbox: the path of its root-owned shell copy.
 _copies: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
