@@ -41,7 +41,14 @@ from ._process_base import make_result, overdue, unconfirmed_kill
 from ._session_fifo import Handshake, SupportsSessionFifo
 from ._session_fifo import enabled as fifo_enabled
 from ._session_run import Callback, Run, Shell
-from ._session_shell import CLOSE_OUTPUT, GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
+from ._session_shell import (
+    GUARD_PROBE,
+    GUARDED,
+    ShellCopy,
+    close_stdio,
+    guarded_shell,
+    shell_argv,
+)
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
@@ -286,10 +293,9 @@ class Session:
         await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
-        await shell.write(SETUP + exit_trap(shell.nonce))
+        await shell.write(SETUP + exit_trap(shell.nonce)
+                          + (close_stdio(copy.path) if sealed else ""))
         probe_cmd = 'printf %s:%s "${BASH_VERSION:+bash}" "$$"' + GUARD_PROBE
-        if sealed:
-            probe_cmd += CLOSE_OUTPUT
         if copy.path and not copy.by_root:  # made for this shell alone: it runs, remove it
             probe_cmd += f"; rm -rf {quote(copy.path.rsplit('/', 1)[0])}"
         probe = await self._begin_on(shell, probe_cmd, measure=False)
