@@ -293,8 +293,7 @@ class Session:
         await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
-        await shell.write(SETUP + exit_trap(shell.nonce)
-                          + (close_stdio(copy.path) if sealed else ""))
+        await shell.write(SETUP + exit_trap(shell.nonce))
         probe_cmd = 'printf %s:%s "${BASH_VERSION:+bash}" "$$"' + GUARD_PROBE
         if copy.path and not copy.by_root:  # made for this shell alone: it runs, remove it
             probe_cmd += f"; rm -rf {quote(copy.path.rsplit('/', 1)[0])}"
@@ -312,6 +311,8 @@ class Session:
         self._kind = "bash" if kind == "bash" else "sh"
         shell.pid = pid if pid.isdigit() and copy.path else ""
         closed = ":" + guard == GUARDED
+        if sealed and closed:  # no reopen of its stdio through a command's child, then
+            await shell.write(close_stdio(copy.path))
         if sealed and closed and not await self._to_fifo(shell):
             await self._stop_shell()
             self._lost = ""

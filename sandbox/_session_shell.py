@@ -59,7 +59,7 @@ GUARD_PROBE: Final = (
 GUARDED: Final = ":guarded"
 
 def close_stdio(path: str) -> str:
-    """A line for a sealed shell, sent with its set-up: mode 0 on the pipes behind its stdio.
+    """A line for a guarded shell, sent after its probe: mode 0 on the pipes behind its stdio.
 
     On the attach stream they are the engine's, owned by the sandbox user with mode 0600, and
     every command's child (``sleep 600 &``, a daemon) holds the stdout and stderr: any process
