@@ -25,6 +25,7 @@ import pytest
 from sandbox import IMAGE_BUSYBOX, IMAGE_PYTHON, Sandbox, SandboxConfig
 from sandbox import _session_fifo as fifo
 from sandbox._session import Session
+from sandbox._session_shell import _copies
 from sandbox.docker._session_mount import TARGET
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -297,3 +298,30 @@ async def test_execute_command_output_is_its_own() -> None:
         assert "opened" in said, said  # the earlier exec's pipe is open to the user ...
         assert secret not in said, said  # ... and carries nothing of the later one
         assert r.exit_code == 1 and r.stdout == secret + "\n" and "42" not in r.combined, r
+
+
+#: ``sh -c PEEK <chmod>``: run <chmod> so it blocks (its errors fill a pipe nobody reads),
+#: then try to list its descriptors from another process: "fds:" and the listing, or why not.
+PEEK = r"""c=$1
+"$c" 0 $(seq -f /nonexistent/%g 30000) 2>&1 | sleep 60 &
+for _ in $(seq 100); do
+  for d in /proc/[0-9]*; do
+    case $(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) in "$c 0 "*) pid=${d#/proc/};; esac
+  done
+  [ -n "${pid:-}" ] && break; sleep 0.05
+done
+ls "/proc/$pid/fd" >/dev/null 2>&1 && echo "fds: open" || echo "fds: refused"
+kill "$pid"
+"""
+
+
+async def test_the_chmod_that_holds_the_stdin_is_not_dumpable() -> None:
+    """The ``chmod`` that closes the shell's stdin holds it while it runs: it must be as closed
+    as the shell. The copy beside the shell's (unreadable) is; the image's is not."""
+    async with box() as sb, sb.session() as sh:
+        assert sh.guarded
+        copy = _copies[sh._backend]  # type: ignore[attr-defined]
+        own = copy.rsplit("/", 1)[0] + "/chmod"
+        for prog, said in ((own, "fds: refused"), ("/usr/bin/chmod", "fds: open")):
+            r = await sb.execute_command(["/bin/sh", "-c", PEEK, "peek", prog])
+            assert r.stdout.strip() == said, (prog, r)
