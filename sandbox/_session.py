@@ -41,7 +41,14 @@ from ._process_base import make_result, overdue, unconfirmed_kill
 from ._session_fifo import Handshake, SupportsSessionFifo
 from ._session_fifo import enabled as fifo_enabled
 from ._session_run import Callback, Run, Shell
-from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
+from ._session_shell import (
+    GUARD_PROBE,
+    GUARDED,
+    ShellCopy,
+    close_stdio,
+    guarded_shell,
+    shell_argv,
+)
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
@@ -304,6 +311,8 @@ class Session:
         self._kind = "bash" if kind == "bash" else "sh"
         shell.pid = pid if pid.isdigit() and copy.path else ""
         closed = ":" + guard == GUARDED
+        if sealed and closed:  # no reopen of its stdio through a command's child, then
+            await shell.write(close_stdio(copy.path))
         if sealed and closed and not await self._to_fifo(shell):
             await self._stop_shell()
             self._lost = ""
