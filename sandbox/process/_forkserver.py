@@ -163,6 +163,13 @@ def _fds_of(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
+def close_all(fds: list[int]) -> None:
+    """Close every descriptor of ``fds`` and empty it (closing it again closes none)."""
+    for fd in fds:
+        os.close(fd)
+    fds.clear()
+
+
 def _command(req: dict[str, Any], fds: list[int], errpipe: int) -> None:
     """In a forked command (the slow path, for rlimits or a terminal): take its stdio,
     working directory, controlling terminal and rlimits, exec (never returns). A failure is
@@ -254,6 +261,11 @@ class _Zygote:
                 os.close(write_end)
             else:
                 pid = self.fast(req, fds)
+            # The command has its own: ours are closed before anything is reported. A write
+            # end of its pipes still open here would hide their end of file from the SDK,
+            # which reads them when the end comes with the pid (it would watch them on its
+            # loop instead: two more wake-ups per command).
+            close_all(fds)
             pidfd = os.pidfd_open(pid)
         except OSError as exc:  # posix_spawnp could not exec: no pid, the request ends here
             send_message(self.sock, {"id": ident, "exec": exc.errno or 0, "step": "exec",
@@ -348,8 +360,7 @@ class _Zygote:
                         self.spawn(parse_message(buffer[:size], fds), fds)
                     except Exception as exc:
                         send_message(sock, {"id": None, "error": repr(exc)})
-                    for passed in fds:
-                        os.close(passed)
+                    close_all(fds)
                 elif fd in errpipes:
                     self.started(fd)
                 elif fd in pidfds:
