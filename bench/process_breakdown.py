@@ -6,9 +6,9 @@ repetition:
 
 * wall time right after a Docker exec (the row of issue 29), after 30 ms of idling (no Docker
   work: caches gone cold), and back to back;
-* CPU per command of the SDK (``time.process_time``) and of the sandbox's zygote (its own
-  ``/proc`` utime and stime: its Python, its syscalls, the vfork up to the command's
-  ``execve``), back to back.
+* CPU per command, back to back: the SDK's (``time.process_time``), the sandbox's zygote's
+  (its own ``/proc`` utime and stime: its Python and syscalls) and the command's (the
+  zygote's reaped children's: the vfork child up to ``execve``, then busybox's run).
 
 Comparing trees: run it alternately with ``PYTHONPATH`` pointing at each, and compare the
 medians of several runs; the wall rows are noisy on a shared host, the CPU rows much less.
@@ -54,10 +54,12 @@ def _zygote() -> int:
     return zygotes[0]
 
 
-def _cpu(pid: int) -> float:
+def _cpu(pid: int, *, children: bool = False) -> float:
+    """Seconds of CPU of ``pid`` itself, or of its children it reaped."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    first = 13 if children else 11
+    return (int(fields[first]) + int(fields[first + 1])) / _TICK
 
 
 async def main() -> None:
@@ -84,16 +86,17 @@ async def main() -> None:
                 await box.execute_command(["true"])
                 rows.setdefault(before, []).append(time.perf_counter() - t0)
         count = args.reps * 10
-        z0, c0 = _cpu(zygote), time.process_time()
+        z0, k0, c0 = _cpu(zygote), _cpu(zygote, children=True), time.process_time()
         for _ in range(count):
             await box.execute_command(["true"])
-        z1, c1 = _cpu(zygote), time.process_time()
+        z1, k1, c1 = _cpu(zygote), _cpu(zygote, children=True), time.process_time()
     finally:
         await box.cleanup()
         await docker.cleanup()
     out = {f"round trip {k}, p50 ms": statistics.median(v) * 1e3 for k, v in rows.items()}
     out["SDK CPU per command, us"] = (c1 - c0) / count * 1e6
     out["zygote CPU per command, us"] = (z1 - z0) / count * 1e6
+    out["command CPU per command, us"] = (k1 - k0) / count * 1e6
     print(json.dumps(out, indent=1))
 
 
