@@ -105,7 +105,7 @@ class Session:
         self._restart = restart
         self.id = secrets.token_hex(6)
         self._cwd = host.working_directory()
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
         self._shell: Shell | None = None
         self._shells = 0
         self._tg: TaskGroup | None = None

@@ -189,8 +189,8 @@ class FifoLink:
         self._closed = False
         self._ending = False
         self._waits: dict[str, anyio.CancelScope] = {}
-        self._feed_lock = anyio.Lock()
-        self._write_lock = anyio.Lock()
+        self._feed_lock = anyio.Lock(fast_acquire=True)
+        self._write_lock = anyio.Lock(fast_acquire=True)
 
     async def write(self, data: bytes) -> None:
         """Write all of ``data`` to the shell's stdin: BrokenPipeError once the shell is gone

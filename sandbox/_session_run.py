@@ -93,7 +93,7 @@ class Run:
         self.shell_lost = ""  # why the shell is gone, when it went during this command
         self.stdin_open = False  # input may be written (its reader runs, not closed yet)
         self.stdin_end_due = False  # its reader runs and was not sent the end line yet
-        self.stdin_lock = anyio.Lock()
+        self.stdin_lock = anyio.Lock(fast_acquire=True)
         self.keep_chars = keep_chars
         self.recent: list[bytes] = []  # combined output since the last look (SessionJob)
         self.recent_size = 0
