@@ -225,9 +225,7 @@ class FifoLink:
             except BlockingIOError:
                 if self._ending:
                     return
-                with anyio.CancelScope() as scope:  # `end` wakes it to read what is left
-                    self._waits[name] = scope
-                    await anyio.wait_readable(fd)
+                await self._readable(name, fd)
                 continue
             except OSError:  # as good as its end: the shell's end is told by its exec
                 return
@@ -237,6 +235,15 @@ class FifoLink:
                 left -= len(data)
             async with self._feed_lock:  # one chunk at a time, as from the attach stream
                 await feed(name, data)
+            if len(data) < _READ and not (self._ending or self._closed):
+                # A short read emptied the FIFO: wait for more, without the read that would
+                # say so (a system call and an exception per chunk).
+                await self._readable(name, fd)
+
+    async def _readable(self, name: str, fd: int) -> None:
+        with anyio.CancelScope() as scope:  # `end` wakes it to read what is left
+            self._waits[name] = scope
+            await anyio.wait_readable(fd)
 
     def end(self) -> None:
         """The shell has exited: the pumps hand on what is readable now and stop. A process
