@@ -584,6 +584,9 @@ async def overdue(
             if now >= idle_at:
                 return f"command produced no output for {idle_timeout:g} s (idle timeout)"
             wake_at = min(wake_at, idle_at)
+        if wake_at == math.inf:  # no limit: no cancel scope to set up and leave
+            await wake.wait()
+            break
         with anyio.move_on_after(max(wake_at - now, floor)):
             await wake.wait()
     return ""

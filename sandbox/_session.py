@@ -112,7 +112,7 @@ class Session:
         self._restart = restart
         self.id = secrets.token_hex(6)
         self._cwd = host.working_directory()
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
         self._shell: Shell | None = None
         self._shells = 0
         self._tg: TaskGroup | None = None
@@ -544,14 +544,20 @@ class Session:
 
     async def _close_stdin(self, run: Run) -> None:
         """Send the line ending the command's input (once), after any write under way."""
+        if not (run.stdin_open or run.stdin_end_due):
+            return  # no reader ran, or its end line went: no write can be under way
         async with run.stdin_lock:
             run.stdin_open = False
             if not run.stdin_end_due:
                 return
-            run.stdin_end_due = False
-            if run.shell.alive:
-                with contextlib.suppress(SandboxError, OSError):
-                    await run.shell.write(STDIN_END)
+            try:
+                if run.shell.alive:
+                    with contextlib.suppress(SandboxError, OSError):
+                        await run.shell.write(STDIN_END)
+            finally:
+                # Only once it went: a second caller waits on the lock for this one's write
+                # (a command line written meanwhile would be read as the input's end).
+                run.stdin_end_due = False
 
     # -- ending a command ------------------------------------------------------------------
 

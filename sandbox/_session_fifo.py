@@ -28,6 +28,7 @@ On where the backend offers it; ``SANDBOX_SESSION_FIFO=0`` turns it off (see `en
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import errno
@@ -37,6 +38,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -58,6 +60,8 @@ _READ: Final = 1 << 16
 #: What a stream may still hand on after the shell's end (`FifoLink.end`): a pipe holds at
 #: most 1 MiB unprivileged; more is a process it left, writing on.
 _DRAIN: Final = 1 << 20
+#: Output read and not yet handed on above which the FIFOs are not read (a slow callback).
+_QUEUE: Final = 1 << 20
 _DIR_MODE: Final = 0o311
 
 
@@ -181,16 +185,25 @@ def _remove(path: Path) -> None:
 
 
 class FifoLink:
-    """The host's ends of one shell's FIFOs once the shell holds them."""
+    """The host's ends of one shell's FIFOs once the shell holds them.
+
+    Its output is read by callbacks the event loop runs as each FIFO becomes readable (each
+    registered once: no ``epoll_ctl`` pair, cancel scope and task wake-up per chunk), into a
+    queue that one task, `pump`, hands on in order. A round trip's reply is then a loop
+    callback per stream and one wake-up of that task."""
 
     def __init__(self, out_fd: int, err_fd: int, in_fd: int) -> None:
         self._fds = {"stdout": out_fd, "stderr": err_fd}
         self._in = in_fd
         self._closed = False
         self._ending = False
-        self._waits: dict[str, anyio.CancelScope] = {}
-        self._feed_lock = anyio.Lock()
-        self._write_lock = anyio.Lock()
+        self._chunks: deque[tuple[str, bytes]] = deque()
+        self._queued = 0
+        self._open = set(self._fds)  # streams not at their end yet
+        self._watched: set[str] = set()  # streams the loop watches for us
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._write_lock = anyio.Lock(fast_acquire=True)
 
     async def write(self, data: bytes) -> None:
         """Write all of ``data`` to the shell's stdin: BrokenPipeError once the shell is gone
@@ -210,45 +223,101 @@ class FifoLink:
                                               "the session's FIFO was closed") from exc
 
     async def pump(self, feed: Callable[[Any, bytes], Awaitable[None]]) -> None:
-        """Hand the shell's output to ``feed`` (stream name, bytes) until both streams end,
-        or, after `end`, until nothing more is readable at once."""
-        async with anyio.create_task_group() as tg:
-            for name in self._fds:
-                tg.start_soon(self._read, name, feed)
-
-    async def _read(self, name: str, feed: Callable[[Any, bytes], Awaitable[None]]) -> None:
-        fd = self._fds[name]
-        left = _DRAIN
-        while not self._closed and left > 0:
-            try:
-                data = os.read(fd, _READ)
-            except BlockingIOError:
-                if self._ending:
+        """Hand the shell's output to ``feed`` (stream name, bytes; one chunk at a time, as
+        from the attach stream) until both streams end, or, after `end`, until nothing more
+        is readable at once. One pump per link."""
+        if self._loop is not None:
+            raise RuntimeError("the link is pumped already")
+        loop = self._loop = asyncio.get_running_loop()
+        try:
+            self._watch()
+            while not self._closed:
+                if self._chunks:
+                    name, data = self._chunks.popleft()
+                    self._queued -= len(data)
+                    if self._queued < _QUEUE:
+                        self._watch()
+                    await feed(name, data)
+                elif self._ending:
+                    await self._drain(feed)
                     return
-                with anyio.CancelScope() as scope:  # `end` wakes it to read what is left
-                    self._waits[name] = scope
-                    await anyio.wait_readable(fd)
-                continue
-            except OSError:  # as good as its end: the shell's end is told by its exec
-                return
-            if not data:
-                return
-            if self._ending:
+                elif not self._open:
+                    return
+                else:
+                    self._waiter = loop.create_future()
+                    try:
+                        await self._waiter
+                    finally:
+                        self._waiter = None
+        finally:
+            self._unwatch()
+
+    def _watch(self) -> None:
+        assert self._loop is not None
+        if self._closed or self._ending:
+            return
+        for name in self._open - self._watched:
+            self._loop.add_reader(self._fds[name], self._readable, name)
+            self._watched.add(name)
+
+    def _unwatch(self) -> None:
+        for name in self._watched:
+            assert self._loop is not None
+            self._loop.remove_reader(self._fds[name])
+        self._watched.clear()
+
+    def _readable(self, name: str) -> None:
+        try:
+            data = os.read(self._fds[name], _READ)
+        except BlockingIOError:
+            return
+        except OSError:  # as good as its end: the shell's end is told by its exec
+            data = b""
+        if data:
+            self._chunks.append((name, data))
+            self._queued += len(data)
+            if self._queued >= _QUEUE:  # the pump is behind (a slow callback): wait for it
+                self._unwatch()
+        else:
+            self._open.discard(name)
+            self._watched.discard(name)
+            assert self._loop is not None
+            self._loop.remove_reader(self._fds[name])
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _drain(self, feed: Callable[[Any, bytes], Awaitable[None]]) -> None:
+        """After `end`: hand on what each stream holds now, at most `_DRAIN` bytes each."""
+        for name in [n for n in self._fds if n in self._open]:
+            left = _DRAIN
+            while left > 0 and not self._closed:
+                try:
+                    data = os.read(self._fds[name], _READ)
+                except OSError:  # BlockingIOError: nothing more now
+                    break
+                if not data:
+                    break
                 left -= len(data)
-            async with self._feed_lock:  # one chunk at a time, as from the attach stream
                 await feed(name, data)
 
     def end(self) -> None:
-        """The shell has exited: the pumps hand on what is readable now and stop. A process
+        """The shell has exited: the pump hands on what is readable now and stops. A process
         it left behind may hold its stdout open for ever, so end-of-file may never come."""
         self._ending = True
-        for scope in self._waits.values():
-            scope.cancel()
+        if self._loop is not None:
+            self._unwatch()
+        self._wake()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._loop is not None:
+            self._unwatch()  # before the fds go: a number reused must not call us
+        self._wake()
         for fd in (*self._fds.values(), self._in):
             anyio.notify_closing(fd)
             os.close(fd)

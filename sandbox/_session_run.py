@@ -3,6 +3,8 @@ watcher share (markers seen, output captured, how the command or the shell ended
 
 from __future__ import annotations
 
+import functools
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -13,6 +15,7 @@ from anyio.abc import TaskGroup
 
 from ._backend import Process
 from ._errors import SandboxError
+from ._flag import Flag
 from ._models import CommandResult
 from ._output import OutputCapture, StreamName, deliver
 from ._session_fifo import FifoLink
@@ -62,9 +65,12 @@ class Run:
                  on_stdout: Callback | None, on_stderr: Callback | None,
                  keep_chars: int) -> None:
         self.shell = shell
-        self.nonce = secrets.token_hex(NONCE_LEN // 2)
-        self.token = secrets.token_hex(NONCE_LEN // 2)  # says status 0 (see _session_wire)
-        self.command_id = secrets.token_hex(12)
+        # The nonce, the token saying status 0 (see _session_wire) and the command's id: as
+        # random as three ``secrets.token_hex``, from one read of the system's random source.
+        secret = os.urandom(NONCE_LEN + 12).hex()
+        self.nonce = secret[:NONCE_LEN]
+        self.token = secret[NONCE_LEN : 2 * NONCE_LEN]
+        self.command_id = secret[2 * NONCE_LEN :]
         stale = (stale_nonce,)  # the previous command's markers may still come, printed twice
         self.scanners: dict[StreamName, MarkerScanner] = {
             name: MarkerScanner(self.nonce, stale, shell.nonce) for name in ("stdout", "stderr")
@@ -74,9 +80,11 @@ class Run:
         self.callbacks: dict[StreamName, Callback | None] = {
             "stdout": on_stdout, "stderr": on_stderr,
         }
-        self.ready = anyio.Event()  # the stdin reader runs: input lines may be sent
-        self.done = anyio.Event()  # both end markers came, or the shell ended
-        self.wake = anyio.Event()  # done, or a callback raised: the watcher has work
+        # Flags, not events: most are never waited on, and an event per moment was set-up
+        # every command paid (each asks anyio which backend runs).
+        self.ready = Flag()  # the stdin reader runs: input lines may be sent
+        self.done = Flag()  # both end markers came, or the shell ended
+        self.wake = Flag()  # done, or a callback raised: the watcher has work
         self.finalize: Callable[[CommandResult], Awaitable[CommandResult]] | None = None
         self.timed_out = False
         self.kill_started = False
@@ -93,13 +101,18 @@ class Run:
         self.shell_lost = ""  # why the shell is gone, when it went during this command
         self.stdin_open = False  # input may be written (its reader runs, not closed yet)
         self.stdin_end_due = False  # its reader runs and was not sent the end line yet
-        self.stdin_lock = anyio.Lock()
         self.keep_chars = keep_chars
         self.recent: list[bytes] = []  # combined output since the last look (SessionJob)
         self.recent_size = 0
         self.recent_dropped = 0
         self.start_time = datetime.now(UTC)
         self.t0 = time.monotonic()
+
+    @functools.cached_property
+    def stdin_lock(self) -> anyio.Lock:
+        """Taken by whoever writes the command's input or its end line (made on first use:
+        a command without input never needs it)."""
+        return anyio.Lock(fast_acquire=True)
 
     async def feed(self, stream: StreamName, data: bytes) -> None:
         out, marks = self.scanners[stream].feed(data)

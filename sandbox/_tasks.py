@@ -11,11 +11,13 @@ from typing import Any
 
 import anyio
 
+from ._flag import Flag
 
-async def first_of(*events: anyio.Event) -> None:
+
+async def first_of(*events: anyio.Event | Flag) -> None:
     """Wait until any one of ``events`` is set."""
     async with anyio.create_task_group() as tg:
-        async def wait(event: anyio.Event) -> None:
+        async def wait(event: anyio.Event | Flag) -> None:
             await event.wait()
             tg.cancel_scope.cancel()
         for event in events:

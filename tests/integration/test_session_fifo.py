@@ -5,6 +5,7 @@ directory; a handshake that fails falls back to the attach stream."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import grp
 import os
@@ -442,3 +443,26 @@ async def test_a_sandbox_user_with_the_sdks_uid_cannot_reopen_the_fifos() -> Non
     assert "opened" not in said and said.count("Permission denied") == 4, said
     assert "changed" not in said and "Read-only" in said, said  # the owner cannot chmod back
     assert "alive: ok" in said, said
+
+
+async def test_a_command_goes_to_the_shell_before_other_ready_work_runs() -> None:
+    """`run` writes its command without first yielding to the event loop (its locks take
+    the fast path when free): right after an exec, whatever else is ready (another task,
+    the engine connection's callbacks) runs after the command is on its way, in the time the
+    shell runs it, not before."""
+    async with box() as sb, sb.session() as sh:
+        await sh.run("true")
+        shell = sh._shell
+        assert shell is not None and shell.link is not None
+        link = shell.link
+        order: list[str] = []
+        write = link.write
+
+        async def spy(data: bytes) -> None:
+            await write(data)
+            order.append("written")
+
+        link.write = spy  # type: ignore[method-assign]
+        asyncio.get_running_loop().call_soon(order.append, "other ready work")
+        assert (await sh.run("true")).success
+        assert order == ["written", "other ready work"]

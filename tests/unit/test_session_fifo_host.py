@@ -3,6 +3,7 @@ backend offers it (`sandbox.docker._session_mount`), without an engine."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -518,3 +519,78 @@ async def test_ending_the_link_stops_even_while_a_process_writes_on() -> None:
         for fd in ends:
             os.close(fd)
     assert taken >= 1 << 20
+
+
+@pytest.mark.asyncio
+async def test_a_slow_feed_stops_the_reading_at_the_queue_bound() -> None:
+    """The FIFOs are read by loop callbacks into a queue: while the feed is stuck (a slow
+    output callback), reading stops once `_QUEUE` bytes wait, so the shell's writes block on
+    a full FIFO instead of filling the SDK's memory; the rest comes once the feed goes on."""
+    link, ends = pipes()
+    os.set_blocking(ends[0], False)
+    release = anyio.Event()
+    all_in = anyio.Event()
+    got = 0
+    written = 0
+    total = 4 * fifo._QUEUE
+
+    async def feed(stream: Any, data: bytes) -> None:
+        nonlocal got
+        await release.wait()
+        got += len(data)
+        if got >= total:
+            all_in.set()
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(link.pump, feed)
+                stalled = 0
+                while stalled < 20 and written < total:  # until the link reads no more
+                    try:
+                        written += os.write(ends[0], b"x" * min(1 << 16, total - written))
+                        stalled = 0
+                    except BlockingIOError:
+                        stalled += 1
+                    await anyio.sleep(0.01 if stalled else 0)
+                # The pipe's own buffer and a chunk in the feed's hands beyond the bound.
+                assert written <= fifo._QUEUE + 2 * fifo._READ + (1 << 20), written
+                assert written < total
+                release.set()
+                os.set_blocking(ends[0], True)
+                await anyio.to_thread.run_sync(os.write, ends[0], b"y" * (total - written))
+                os.close(ends[0])
+                ends[0] = os.open("/dev/null", os.O_WRONLY)  # closed below, like the rest
+                await all_in.wait()
+                link.end()
+    finally:
+        link.close()
+        for fd in ends:
+            os.close(fd)
+    assert got == total
+
+
+@pytest.mark.asyncio
+async def test_closing_the_link_unwatches_its_fifos_first() -> None:
+    """Its FIFOs are watched by the loop for the link's life: `close` takes them off before
+    closing the fds (a number reused by another file must not call the link), and the pump
+    stops."""
+    link, ends = pipes()
+    loop = asyncio.get_running_loop()
+    fds = list(link._fds.values())
+
+    async def feed(stream: Any, data: bytes) -> None:
+        pass
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(link.pump, feed)
+                await anyio.wait_all_tasks_blocked()
+                assert all(loop._selector.get_key(fd) for fd in fds)  # type: ignore[attr-defined]
+                link.close()
+                for fd in fds:  # at once, before the pump has run again
+                    with pytest.raises(KeyError):
+                        loop._selector.get_key(fd)  # type: ignore[attr-defined]
+    finally:
+        for fd in ends:
+            os.close(fd)

@@ -107,3 +107,43 @@ async def test_a_model_sees_the_head_and_tail_of_what_came_since_its_last_look()
     text = run.take_recent()
     assert text.startswith("line 00\n") and "line 49" in text and "omitted" in text
     assert run.take_recent() == ""
+
+
+async def test_a_second_closer_of_stdin_waits_for_the_first_ones_end_line() -> None:
+    """The end line of a command's input goes once; whoever else closes the input meanwhile
+    (the result's own close, a kill) returns only once it went, else the next command's
+    line could reach the shell first and be read as the input's end. A command that never
+    had a reader has nothing to wait for."""
+    from sandbox._session import Session
+    from sandbox._session_wire import STDIN_END
+
+    run = new_run()
+    sent: list[bytes | str] = []
+    let_go = anyio.Event()
+
+    async def write(data: bytes | str) -> None:
+        sent.append(data)
+        await let_go.wait()  # a full FIFO: the first closer blocks in its write
+
+    run.shell.write = write  # type: ignore[method-assign]
+    run.shell.proc = object()  # type: ignore[assignment]  # alive
+    session = Session.__new__(Session)
+    await session._close_stdin(run)  # no reader ran: returns at once, nothing written
+    assert sent == []
+    run.stdin_open = run.stdin_end_due = True
+    second_done = anyio.Event()
+
+    async def second() -> None:
+        await session._close_stdin(run)
+        second_done.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session._close_stdin, run)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(second)
+            await anyio.wait_all_tasks_blocked()
+            assert sent == [STDIN_END] and not second_done.is_set()
+            let_go.set()
+            await second_done.wait()
+    assert sent == [STDIN_END] and not run.stdin_open and not run.stdin_end_due
