@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -280,8 +281,9 @@ async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> di
     """
     # The first look bounded by its own call's deadline: no scope around it for the usual
     # case, where the exit is already recorded.
-    # The loop's clock, which is anyio's on asyncio, read without asking which backend runs.
-    give_up = asyncio.get_running_loop().time() + EXIT_PATIENCE
+    # Its start on the monotonic clock: the running loop is looked up (on Python 3.11 a
+    # getpid system call) only when the exit is not there at the first look.
+    t0 = time.monotonic()
     try:
         info = await engine.inspect_exec(exec_id, deadline=EXIT_PATIENCE)
     except EngineTimeout:
@@ -289,6 +291,9 @@ async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> di
     if not info.get("Running") and info.get("ExitCode") is not None:
         return info
     if not abandoned:  # it did not end when killed: waiting longer tells nothing new
+        # 5 s from the first look, on the loop's clock (anyio's on asyncio), read without
+        # asking which backend runs.
+        give_up = asyncio.get_running_loop().time() + EXIT_PATIENCE - (time.monotonic() - t0)
         with anyio.CancelScope(deadline=give_up):
             for attempt in itertools.count():
                 await anyio.sleep(EXIT_RETRY[min(attempt, len(EXIT_RETRY) - 1)])
@@ -437,7 +442,8 @@ class _OpenExec:
                     "the sandbox's container is not running", details=exc.details, cause=exc
                 ) from exc
             # Closes itself if attaching fails; from here on it is closed in `_close`.
-            stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
+            stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty,
+                                              stdin=attach_stdin)
         except BaseException as exc:
             gate.started(None)  # before the kill: it closes the gate, which waits for starts
             if exec_id and not isinstance(exc, EngineError):

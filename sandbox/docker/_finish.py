@@ -55,6 +55,11 @@ class CommandFinalizer:
         return self._usage
 
     async def __call__(self, result: CommandResult) -> CommandResult:
+        if self._measured and result.exit_code == 0:
+            # Measured, and nothing else to add: the OOM, gVisor and SIGXCPU news all need a
+            # non-zero exit (a signal a zero exit carries is a kill's SIGKILL). No coroutine
+            # of `_finish` for most commands.
+            return result
         usage = None if self._measured else self.measure()
         return await self._finisher._finish(result, usage, self._ooms)
 
@@ -156,9 +161,10 @@ class ResultFinisher:
                 changes["oom_killed"] = True
                 changes["error"] = _join_errors(
                     "killed by the out-of-memory killer (memory limit reached)", result.error)
-        cpu_time = self._resources.cpu_time_limit.total_seconds()
-        if result.signal == "SIGXCPU" and cpu_time and not result.error:
-            changes["error"] = f"killed by SIGXCPU: cpu_time_limit of {cpu_time:g} s reached"
+        if result.signal == "SIGXCPU" and not result.error:
+            cpu_time = self._resources.cpu_time_limit.total_seconds()
+            if cpu_time:
+                changes["error"] = f"killed by SIGXCPU: cpu_time_limit of {cpu_time:g} s reached"
         return attrs.evolve(result, **changes) if changes else result
 
     async def _raise_if_container_died(self, patience: float) -> None:
