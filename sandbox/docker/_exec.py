@@ -64,6 +64,8 @@ class ExecProcess(ProcessBase):
     """A command running in the sandbox's container (see `sandbox.Process`)."""
 
     INLINE = True
+    _first = True  # the next output is the first (class attributes: see ProcessBase's)
+    _stopped: SandboxError | None = None  # why the container stopped under us
 
     def __init__(
         self, *, engine: Engine, container_id: str, exec_id: str, stream: ExecStream, marker: str,
@@ -83,8 +85,6 @@ class ExecProcess(ProcessBase):
         self._stream = stream
         self._marker = marker
         self._user = user
-        self._first = True
-        self._stopped: SandboxError | None = None  # why the container stopped under us
         # The output ended or the container stopped: one event for the finisher to wait on
         # (waiting for the first of two took a task group and two tasks per command).
         self._wake = Flag()

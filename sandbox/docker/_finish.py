@@ -10,12 +10,19 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import attrs
 
-from .._cgroup_usage import Counters, HostCgroup, lazy_command_usage
+from .._cgroup_usage import (
+    Counters,
+    HostCgroup,
+    RawCounters,
+    lazy_command_usage,
+    raw_command_usage,
+)
 from .._errors import SandboxError
 from .._lazy_usage import LazyUsage
 from .._lifecycle import Lifecycle
@@ -40,7 +47,7 @@ class CommandFinalizer:
     (and the usage, when nobody measured it: a session's result)."""
 
     def __init__(self, finisher: ResultFinisher, cgroup: HostCgroup | None,
-                 before: Counters | None, start: float, ooms: int) -> None:
+                 before: Counters | RawCounters | None, start: float, ooms: int) -> None:
         self._finisher, self._cgroup, self._before = finisher, cgroup, before
         self._start, self._ooms = start, ooms
         self._measured = False
@@ -114,7 +121,10 @@ class ResultFinisher:
         """`finalizer` without an await, once the cgroup was looked up (every command of a
         local container but the first; a coroutine per command cost more than its work)."""
         cgroup = self._cgroup
-        before = cgroup.read(limit=False) if cgroup is not None else None
+        before: Counters | RawCounters | None = None
+        if cgroup is not None:
+            # Read now, parsed when the usage is (see `_usage`).
+            before = cgroup.read_raw(limit=False) or cgroup.read(limit=False)
         return CommandFinalizer(self, cgroup if before is not None else None, before,
                                 time.monotonic(), self.oom_events)
 
@@ -123,7 +133,7 @@ class ResultFinisher:
         """Whether `finalizer_now` has what `finalizer` would look up."""
         return self._cgroup_looked_up
 
-    def _usage(self, cgroup: HostCgroup | None, before: Counters | None,
+    def _usage(self, cgroup: HostCgroup | None, before: Counters | RawCounters | None,
                start: float) -> ResourceUsage | LazyUsage | None:
         """The sandbox's usage from ``start`` until now: the sampler's window, made exact by
         the cgroup's counters where the SDK reads them (``before``: at the start), then built
@@ -131,12 +141,25 @@ class ResultFinisher:
         end = time.monotonic()
         sampler = self._sampler()
         window = sampler.window(start, end) if sampler else None
-        after = cgroup.read() if cgroup is not None and before is not None else None
-        if before is not None and after is not None:
+        if cgroup is None or before is None:
+            after = None
+        elif type(before) is RawCounters and (window is not None or sampler is None):
+            raw = cgroup.read_raw()
+            if raw is not None:
+                # Read now, parsed and built on first read: whatever the bytes hold, the
+                # build gives what the eager path below gives with them.
+                return LazyUsage(raw_command_usage, (
+                    None if window is None else window[0], before, raw, end - start,
+                    None if window is None else window[1], datetime.now(UTC)))
+            after = cgroup.read()
+        else:
+            after = cgroup.read()
+        counted = before.parse() if isinstance(before, RawCounters) else before
+        if counted is not None and after is not None:
             # One build: the window's changes and the counters' together.
             if window is None:
-                return lazy_command_usage(None, before, after, end - start)
-            return lazy_command_usage(window[0], before, after, end - start, window[1])
+                return lazy_command_usage(None, counted, after, end - start)
+            return lazy_command_usage(window[0], counted, after, end - start, window[1])
         if window is not None:
             return attrs.evolve(window[0], **window[1])
         return sampler.usage_between(start, end) if sampler else None
