@@ -328,3 +328,62 @@ def test_a_kept_file_longer_than_its_one_read_is_read_to_its_end(tmp_path: Path)
         assert counters is not None and counters.memory == 7000
     finally:
         cg.close()
+
+
+def _v2_tree(tmp: Path) -> tuple[Path, Path]:
+    proc, root = tmp / "proc", tmp / "cgroup"
+    write(proc / "7" / "cgroup", f"0::/system.slice/docker-{CID}.scope\n")
+    write(root / "cgroup.controllers", "cpu io memory pids\n")
+    d = root / "system.slice" / f"docker-{CID}.scope"
+    write(d / "cpu.stat", "usage_usec 2500\nuser_usec 2000\n")
+    write(d / "memory.current", "8000\n")
+    write(d / "memory.stat", "anon 100\ninactive_file 1000\n")
+    write(d / "io.stat", "8:0 rbytes=10 wbytes=20 rios=1 wios=2\n")
+    write(d / "memory.max", "1048576\n")
+    return proc, root
+
+
+@pytest.mark.parametrize("tree", [v1_tree, _v2_tree])
+def test_raw_reads_parse_to_what_read_gives(tmp_path: Path, tree: Any) -> None:
+    # A command's counters are read unparsed (`read_raw`) and parsed when its usage is
+    # first read: the same numbers, limit or not, as `read` gives at the same moment.
+    proc, root = tree(tmp_path)
+    cg = HostCgroup.find(42 if tree is v1_tree else 7, CID, proc=proc, root=root)
+    assert cg is not None
+    assert cg.read_raw() is None  # nothing kept: the caller reads the paths (`read`)
+    assert cg.keep_open()
+    for limit in (False, True):
+        raw = cg.read_raw(limit=limit)
+        assert raw is not None and raw.parse() == cg.read(limit=limit) is not None
+    cg.close()
+
+
+def test_raw_usage_is_the_eager_usage_and_falls_back_as_the_eager_path(
+        tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from sandbox._cgroup_usage import RawCounters, raw_command_usage
+
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None and cg.keep_open()
+    before = cg.read_raw(limit=False)
+    write(root / "cpu,cpuacct" / "docker" / CID / "cpuacct.usage", "2500000000\n")
+    after = cg.read_raw()
+    assert before is not None and after is not None
+    window = ResourceUsage(memory_usage=300, memory_percent=3.0, network_in=70)
+    pending = {"network_in": 7, "memory_peak": 900}
+    stamp = datetime.now(UTC)
+    counted_before, counted_after = before.parse(), after.parse()
+    assert counted_before is not None and counted_after is not None
+    assert raw_command_usage(window, before, after, 0.5, pending, stamp) == command_usage(
+        window, counted_before, counted_after, 0.5, pending, stamp)
+    assert raw_command_usage(None, before, after, 0.5, None, stamp) == command_usage(
+        None, counted_before, counted_after, 0.5, None, stamp)
+    # Counters that do not parse: what the eager path gives without counters.
+    broken = RawCounters((b"x\n", b"", b"Total 0\n", b"1\n", b"1\n", None), False)
+    assert broken.parse() is None
+    assert raw_command_usage(window, broken, after, 0.5, pending, stamp) == attrs.evolve(
+        window, **pending)
+    assert raw_command_usage(None, before, broken, 0.5, None, stamp) == ResourceUsage()
+    cg.close()
