@@ -30,6 +30,7 @@ from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatu
 from ._gateway import Engine
 from ._main_pid import MainPid
 from ._stats import StatsSampler
+from ._usage import quiet_changes
 
 __all__ = ["CommandFinalizer", "ResultFinisher"]
 
@@ -69,6 +70,14 @@ class CommandFinalizer:
             return result
         usage = None if self._measured else self.measure()
         return await self._finisher._finish(result, usage, self._ooms)
+
+
+def _raw_usage(last: ResourceUsage | None, before: RawCounters, after: RawCounters,
+               seconds: float, timestamp: datetime) -> ResourceUsage:
+    """`raw_command_usage` over the window of ``last`` alone (`quiet_changes`; None: no
+    sampler), for `LazyUsage`: the value `_usage`'s eager path gives."""
+    pending = None if last is None else quiet_changes(last, seconds)
+    return raw_command_usage(last, before, after, seconds, pending, timestamp)
 
 
 class ResultFinisher:
@@ -140,20 +149,19 @@ class ResultFinisher:
         on first read."""
         end = time.monotonic()
         sampler = self._sampler()
+        if type(before) is RawCounters and cgroup is not None:
+            # The usual case, no sample since the command started: the window is the last
+            # sample, its changes made in the build.
+            last = sampler.quiet_last(start) if sampler else None
+            if last is not None or sampler is None:
+                raw = cgroup.read_raw()
+                if raw is not None:
+                    # Read now, parsed and built on first read: whatever the bytes hold,
+                    # the build gives what the eager path below gives with them.
+                    return LazyUsage(_raw_usage, (last, before, raw, end - start,
+                                                  datetime.now(UTC)))
         window = sampler.window(start, end) if sampler else None
-        if cgroup is None or before is None:
-            after = None
-        elif type(before) is RawCounters and (window is not None or sampler is None):
-            raw = cgroup.read_raw()
-            if raw is not None:
-                # Read now, parsed and built on first read: whatever the bytes hold, the
-                # build gives what the eager path below gives with them.
-                return LazyUsage(raw_command_usage, (
-                    None if window is None else window[0], before, raw, end - start,
-                    None if window is None else window[1], datetime.now(UTC)))
-            after = cgroup.read()
-        else:
-            after = cgroup.read()
+        after = cgroup.read() if cgroup is not None and before is not None else None
         counted = before.parse() if isinstance(before, RawCounters) else before
         if counted is not None and after is not None:
             # One build: the window's changes and the counters' together.

@@ -387,3 +387,62 @@ def test_raw_usage_is_the_eager_usage_and_falls_back_as_the_eager_path(
         window, **pending)
     assert raw_command_usage(None, before, broken, 0.5, None, stamp) == ResourceUsage()
     cg.close()
+
+
+class _Sampler:
+    """The two looks `ResultFinisher._usage` takes at a sampler, over plain records."""
+
+    def __init__(self, records: list[tuple[float, ResourceUsage]]) -> None:
+        self.records = records
+
+    def window(self, start: float, end: float) -> Any:
+        from sandbox.docker._usage import window_over
+
+        return window_over(self.records, start, end)
+
+    def quiet_last(self, start: float) -> ResourceUsage | None:
+        from sandbox.docker._usage import quiet_last
+
+        return quiet_last(self.records, start)
+
+
+@pytest.mark.parametrize("sample_since_start", [False, True])
+def test_a_commands_usage_read_raw_is_the_eager_one(tmp_path: Path, monkeypatch: Any,
+                                                      sample_since_start: bool) -> None:
+    # The finisher reads a command's counters unparsed and builds its usage on first read
+    # (no sample since its start: the usual case); the value is what parsing them at once
+    # and building with the sampler's window gives.
+    import types
+    from datetime import UTC, datetime
+
+    from sandbox._lazy_usage import LazyUsage
+    from sandbox._models import ResourceLimits
+    from sandbox.docker import _finish
+
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None and cg.keep_open()
+    sample = ResourceUsage(memory_usage=300, memory_percent=3.0, network_in=70,
+                           cpu_time=timedelta(seconds=2), timestamp=datetime.now(UTC))
+    records = [(5.0, sample)] + ([(12.0, attrs.evolve(sample, network_in=90))]
+                                 if sample_since_start else [])
+    finisher = _finish.ResultFinisher(
+        Any, CID, life=Any, resources=ResourceLimits(), gvisor=False,  # type: ignore[arg-type]
+        sampler=lambda: _Sampler(records),  # type: ignore[arg-type,return-value]
+        on_stop=lambda *_: None)
+    before = cg.read_raw(limit=False)
+    assert before is not None
+    counted_before = before.parse()
+    write(root / "cpu,cpuacct" / "docker" / CID / "cpuacct.usage", "2500000000\n")
+    write(root / "memory" / "docker" / CID / "memory.usage_in_bytes", "50000\n")
+    monkeypatch.setattr(_finish, "time", types.SimpleNamespace(monotonic=lambda: 13.5))
+    usage = finisher._usage(cg, before, 10.0)
+    assert isinstance(usage, LazyUsage) and not usage.built
+    after = cg.read()
+    window = _Sampler(records).window(10.0, 13.5)
+    assert counted_before is not None and after is not None and window is not None
+    value = usage.get()
+    eager = command_usage(window[0], counted_before, after, 3.5, window[1], value.timestamp)
+    assert value == eager
+    assert value.cpu_time == timedelta(seconds=1) and value.memory_usage == 47000
+    cg.close()
