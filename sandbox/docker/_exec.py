@@ -485,6 +485,8 @@ class _OpenExec:
         self._gate.confirmed(self._exec_id)
         # stdin the engine never took is dropped, or the socket would linger until taken.
         # Without an await: nothing to shield from a cancellation.
-        with contextlib.suppress(Exception):
+        try:
             assert self._stream is not None
             self._stream.close_now()
+        except Exception:  # closing what may be broken already
+            pass
