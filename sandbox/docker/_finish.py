@@ -30,7 +30,7 @@ from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatu
 from ._gateway import Engine
 from ._main_pid import MainPid
 from ._stats import StatsSampler
-from ._usage import quiet_changes
+from ._usage import quiet_changes, quiet_last
 
 __all__ = ["CommandFinalizer", "ResultFinisher"]
 
@@ -152,7 +152,9 @@ class ResultFinisher:
         if type(before) is RawCounters and cgroup is not None:
             # The usual case, no sample since the command started: the window is the last
             # sample, its changes made in the build.
-            last = sampler.quiet_last(start) if sampler else None
+            # (Its records read in place: a method for it would take _stats.py past its
+            # bound; this module is the sampler's sibling.)
+            last = quiet_last(sampler._records, start) if sampler else None
             if last is not None or sampler is None:
                 raw = cgroup.read_raw()
                 if raw is not None:

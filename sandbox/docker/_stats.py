@@ -32,7 +32,6 @@ from ._main_pid import MainPid
 from ._usage import (
     PROC_SCRIPT,
     parse_proc_counts,
-    quiet_last,
     read_time,
     sample_is_live,
     usage_from_stats,
@@ -196,11 +195,6 @@ class StatsSampler:
         """`usage_between` as the closing sample and the changes to make to it (a caller
         that changes more makes the result once); None without samples."""
         return window_over(self._records, start, end)
-
-    def quiet_last(self, start: float) -> ResourceUsage | None:
-        """The last sample if none was taken since ``start`` (then `window` is it with
-        `quiet_changes`, which a caller may make later), else None."""
-        return quiet_last(self._records, start)
 
     def _keep(self, stamp: float, usage: ResourceUsage) -> None:
         """Keep a record; in stamp order (the windows bisect them), as they come by

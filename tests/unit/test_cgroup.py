@@ -390,20 +390,15 @@ def test_raw_usage_is_the_eager_usage_and_falls_back_as_the_eager_path(
 
 
 class _Sampler:
-    """The two looks `ResultFinisher._usage` takes at a sampler, over plain records."""
+    """What `ResultFinisher._usage` reads of a sampler, over plain records."""
 
     def __init__(self, records: list[tuple[float, ResourceUsage]]) -> None:
-        self.records = records
+        self._records = records
 
     def window(self, start: float, end: float) -> Any:
         from sandbox.docker._usage import window_over
 
-        return window_over(self.records, start, end)
-
-    def quiet_last(self, start: float) -> ResourceUsage | None:
-        from sandbox.docker._usage import quiet_last
-
-        return quiet_last(self.records, start)
+        return window_over(self._records, start, end)
 
 
 @pytest.mark.parametrize("sample_since_start", [False, True])
