@@ -623,7 +623,7 @@ def make_result(
     """
     # Nothing came (`true`, most file operations): plain empty texts, nothing to decode later.
     out = capture.output() if capture.total_bytes else None
-    error = "; ".join(e for e in errors if e)
+    error = "; ".join(filter(None, errors))  # the non-empty ones; no generator frame
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
     ran_ok = exit_code == 0 and not timed_out
