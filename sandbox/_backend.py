@@ -27,6 +27,7 @@ from ._models import (
     ResourceUsage,
     SandboxConfig,
     SandboxInfo,
+    slot_setters,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "SupportsKillMarked",
     "backend_name",
     "checkpoints_of",
+    "plain_spec",
     "supports",
 ]
 
@@ -84,6 +86,31 @@ class ProcessSpec:
     time_limit: float | None = None
     idle_timeout: float | None = None
     tty: bool = False
+
+
+_SPEC_SETTERS = slot_setters(ProcessSpec, (
+    "argv", "env", "workdir", "user", "stdin", "max_output_bytes", "time_limit",
+    "idle_timeout", "tty"), "plain_spec")
+
+
+def plain_spec(argv: tuple[str, ...], env: dict[str, str], workdir: str, user: str,
+               max_output_bytes: int, time_limit: float | None) -> ProcessSpec:
+    """A `ProcessSpec` with no stdin, idle timeout or terminal, built field by field
+    through its slots (see `_models.slot_setters`): the policy's plan of a plain argv
+    (`_policy.plan_argv`), once per command, whose values are its own and of their types
+    already (``argv`` a tuple); attrs' generated ``__init__`` cost more than the plan."""
+    spec = object.__new__(ProcessSpec)
+    s_argv, s_env, s_workdir, s_user, s_stdin, s_max, s_limit, s_idle, s_tty = _SPEC_SETTERS
+    s_argv(spec, argv)
+    s_env(spec, env)
+    s_workdir(spec, workdir)
+    s_user(spec, user)
+    s_stdin(spec, None)
+    s_max(spec, max_output_bytes)
+    s_limit(spec, time_limit)
+    s_idle(spec, None)
+    s_tty(spec, False)
+    return spec
 
 
 @runtime_checkable

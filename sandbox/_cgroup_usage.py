@@ -339,6 +339,41 @@ class HostCgroup:
             return None  # one of them reads on: the general path does
         return (_parse_v2 if self.v2 else _parse_v1)(used, stat, io, cpu, high, lim)
 
+    def read_raw(self, *, limit: bool = True) -> RawCounters | None:
+        """The kept files' bytes now, not parsed (`RawCounters.parse` does that), for a
+        caller that may never need the numbers: a command's usage, built on first read. The
+        reads are `_read_kept`'s, system call for system call; None where it would give up
+        (no kept files, a file absent or longer than its one read, an error): `read` then.
+        Parsing both ends of a command was most of the Python of its usage (cold caches
+        after an exec make each line dearer than a loop of them shows)."""
+        kept = self._kept
+        if kept is None or len(kept.fds) != 6:
+            return None
+        pread = os.pread
+        f_cpu, f_used, f_stat, f_io, f_high, f_limit = kept.fds
+        v2 = self.v2
+        if f_cpu < 0 or f_used < 0 or f_stat < 0 or f_io < 0 or (f_high < 0 and not v2):
+            return None
+        s_cpu, s_used, s_stat, s_io, s_high, s_limit = _KEPT_READ_SIZES
+        try:
+            used = pread(f_used, s_used, 0)
+            stat = pread(f_stat, s_stat, 0)
+            io = pread(f_io, s_io, 0)
+            if v2:
+                high = pread(f_high, s_high, 0) if f_high >= 0 else None
+                cpu = pread(f_cpu, s_cpu, 0)
+            else:
+                cpu = pread(f_cpu, s_cpu, 0)
+                high = pread(f_high, s_high, 0)
+            lim = pread(f_limit, s_limit, 0) if limit and f_limit >= 0 else None
+        except OSError:
+            return None
+        if (len(used) >= s_used or len(stat) >= s_stat or len(io) >= s_io
+                or len(cpu) >= s_cpu or (high is not None and len(high) >= s_high)
+                or (lim is not None and len(lim) >= s_limit)):
+            return None
+        return RawCounters((used, stat, io, cpu, high, lim), v2)
+
     def _read_v1(self, limit: bool) -> Counters:
         text = self._text
         used, stat, io = text(1), text(2), text(3)
@@ -362,6 +397,24 @@ class HostCgroup:
         except FileNotFoundError:
             return None
 
+
+
+class RawCounters:
+    """`HostCgroup.read_raw`'s bytes: the counters as the kernel wrote them, parsed on
+    demand (`parse`) as `HostCgroup.read` parses them."""
+
+    __slots__ = ("texts", "v2")
+
+    def __init__(self, texts: tuple[bytes, bytes, bytes, bytes, bytes | None, bytes | None],
+                 v2: bool) -> None:
+        self.texts, self.v2 = texts, v2
+
+    def parse(self) -> Counters | None:
+        """The counters; None where `HostCgroup.read` would find them unreadable."""
+        try:
+            return (_parse_v2 if self.v2 else _parse_v1)(*self.texts)
+        except ValueError:
+            return None
 
 
 #: At or above this a v1 ``memory.limit_in_bytes`` means no limit (it reads 2**63 - 4096).
@@ -426,6 +479,22 @@ def lazy_command_usage(window: ResourceUsage | None, before: Counters, after: Co
         return LazyUsage(command_usage, (window, before, after, seconds, pending,
                                          datetime.now(UTC)))
     return command_usage(window, before, after, seconds, pending)
+
+
+def raw_command_usage(window: ResourceUsage | None, before: RawCounters, after: RawCounters,
+                      seconds: float, pending: Mapping[str, Any] | None,
+                      timestamp: datetime) -> ResourceUsage:
+    """`command_usage` of counters read but not parsed (`HostCgroup.read_raw`), for
+    `LazyUsage`: parsed here, on first read. Counters that do not parse give what the eager
+    path gives without counters (the window, else no usage); counters out of a kernel
+    counter's range are built checked, as `lazy_command_usage` builds them (the checks then
+    fail here, where the usage is read, not where the command ended)."""
+    start, end = before.parse(), after.parse()
+    if start is None or end is None:
+        if window is None:
+            return _EMPTY
+        return attrs.evolve(window, **pending) if pending else window
+    return command_usage(window, start, end, seconds, pending, timestamp)
 
 
 def command_usage(window: ResourceUsage | None, before: Counters, after: Counters,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from ._audit import Auditor
-from ._backend import ProcessSpec
+from ._backend import ProcessSpec, plain_spec
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, NetworkAccessDenied, SecurityViolation
 from ._ids import Identity, names_root, narrow_user, split_spec
@@ -133,11 +133,8 @@ def plan_argv(argv: object, *, config: SandboxConfig, user: str, cwd: str,
     for item in argv:
         if type(item) is not str or "\0" in item:
             return None
-    return ProcessSpec(
-        argv=tuple(argv), env=dict(env), workdir=cwd, user=user, stdin=None,
-        max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, time_limit=seconds(config.timeout),
-        idle_timeout=None,
-    )
+    return plain_spec(tuple(argv), dict(env), cwd, user, DEFAULT_MAX_OUTPUT_BYTES,
+                      seconds(config.timeout))
 
 
 def merge_environment(current: Mapping[str, str], changes: Mapping[str, str | None]

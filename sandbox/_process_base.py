@@ -84,6 +84,33 @@ class ProcessBase:
     #: two tasks per command. The backend then implements `_output_cut`.
     INLINE: ClassVar[bool] = False
 
+    # The state that starts the same for every command, as class attributes: an instance
+    # sets its own only when one changes. Set in ``__init__``, they made a handle's attributes
+    # too many for the instances of a class to share one table of names, so each built a
+    # dict of its own, resized as it grew (once per command).
+    #: The channel to an iterating reader; none when nobody iterates (`execute_command`).
+    _send: MemoryObjectSendStream[OutputChunk] | None = None
+    _receive: MemoryObjectReceiveStream[OutputChunk] | None = None
+    _readers = 0
+    _drained = False  # a source ended normally: the command closed its output
+    #: Set when the command could not start; raised instead of a result.
+    _start_failed: CommandStartFailed | None = None
+    _kill_reason = ""
+    _killed = False
+    #: The last KILL was seen to leave none of the command's processes.
+    _kill_confirmed = False
+    _abandoned = False  # its output did not end after a KILL; we stopped reading
+    _closed = False  # aclose() ran
+    _error: BaseException | None = None
+    _result: CommandResult | None = None
+    _stdin_closed = False
+    _stdin_ended = False  # the command ended or was abandoned: writes cannot be read
+    _stdin_lock_made: anyio.Lock | None = None  # see `_stdin_lock`
+    _inline = False  # `wait` runs the command (see INLINE)
+    _inline_started = False
+    _cut_at = math.inf  # when an inline read gives up (see `_cut_after`)
+    _inline_scope: asyncio.Timeout | None = None
+
     def __init__(
         self, argv: Sequence[str], *, max_output_bytes: int, timeout: float | None,
         idle_timeout: float | None, on_stdout: Callback | None = None,
@@ -100,9 +127,6 @@ class ProcessBase:
         self._finalize = finalize
         self._measure: Callable[[], ResourceUsage | LazyUsage | None] | None = getattr(
             finalize, "measure", None)
-        # The channel to an iterating reader; none when nobody iterates (`execute_command`).
-        self._send: MemoryObjectSendStream[OutputChunk] | None = None
-        self._receive: MemoryObjectReceiveStream[OutputChunk] | None = None
         if iterate:
             self._send, self._receive = anyio.create_memory_object_stream[OutputChunk](
                 ITER_BUFFER)
@@ -111,30 +135,11 @@ class ProcessBase:
         # The command is over: the end of its output, unless the backend knows it apart.
         self._ended = self._eof if self.OUTPUT_ENDS_COMMAND else Flag()
         self._done = Flag()  # the result (or the error) is there
-        self._readers = 0
-        self._drained = False  # a source ended normally: the command closed its output
         self._last_output = time.monotonic()
-        #: Set when the command could not start; raised instead of a result.
-        self._start_failed: CommandStartFailed | None = None
-        self._kill_reason = ""
-        self._killed = False
-        #: The last KILL was seen to leave none of the command's processes.
-        self._kill_confirmed = False
-        self._abandoned = False  # its output did not end after a KILL; we stopped reading
-        self._closed = False  # aclose() ran
-        self._error: BaseException | None = None
-        self._result: CommandResult | None = None
-        self._stdin_closed = False
-        self._stdin_ended = False  # the command ended or was abandoned: writes cannot be read
-        self._stdin_lock_made: anyio.Lock | None = None  # see `_stdin_lock`
         # Writers and the feeder; cancelled once the command ends (see _stop_stdin).
         self._stdin_scopes: set[anyio.CancelScope] = set()
         self.start_time = datetime.now(UTC)
         self._t0 = time.monotonic()
-        self._inline = False  # `wait` runs the command (see INLINE)
-        self._inline_started = False
-        self._cut_at = math.inf  # when an inline read gives up (see `_cut_after`)
-        self._inline_scope: asyncio.Timeout | None = None
 
     @property
     def _stdin_lock(self) -> anyio.Lock:
@@ -621,7 +626,7 @@ def make_result(
     """
     # Nothing came (`true`, most file operations): plain empty texts, nothing to decode later.
     out = capture.output() if capture.total_bytes else None
-    error = "; ".join(e for e in errors if e)
+    error = "; ".join(filter(None, errors))  # the non-empty ones; no generator frame
     if capture.truncated:
         error = (error + "; " if error else "") + "output truncated at max_output_bytes"
     ran_ok = exit_code == 0 and not timed_out

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -63,6 +64,8 @@ class ExecProcess(ProcessBase):
     """A command running in the sandbox's container (see `sandbox.Process`)."""
 
     INLINE = True
+    _first = True  # the next output is the first (class attributes: see ProcessBase's)
+    _stopped: SandboxError | None = None  # why the container stopped under us
 
     def __init__(
         self, *, engine: Engine, container_id: str, exec_id: str, stream: ExecStream, marker: str,
@@ -82,8 +85,6 @@ class ExecProcess(ProcessBase):
         self._stream = stream
         self._marker = marker
         self._user = user
-        self._first = True
-        self._stopped: SandboxError | None = None  # why the container stopped under us
         # The output ended or the container stopped: one event for the finisher to wait on
         # (waiting for the first of two took a task group and two tasks per command).
         self._wake = Flag()
@@ -280,8 +281,9 @@ async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> di
     """
     # The first look bounded by its own call's deadline: no scope around it for the usual
     # case, where the exit is already recorded.
-    # The loop's clock, which is anyio's on asyncio, read without asking which backend runs.
-    give_up = asyncio.get_running_loop().time() + EXIT_PATIENCE
+    # Its start on the monotonic clock: the running loop is looked up (on Python 3.11 a
+    # getpid system call) only when the exit is not there at the first look.
+    t0 = time.monotonic()
     try:
         info = await engine.inspect_exec(exec_id, deadline=EXIT_PATIENCE)
     except EngineTimeout:
@@ -289,6 +291,9 @@ async def read_exit_info(engine: Engine, exec_id: str, *, abandoned: bool) -> di
     if not info.get("Running") and info.get("ExitCode") is not None:
         return info
     if not abandoned:  # it did not end when killed: waiting longer tells nothing new
+        # 5 s from the first look, on the loop's clock (anyio's on asyncio), read without
+        # asking which backend runs.
+        give_up = asyncio.get_running_loop().time() + EXIT_PATIENCE - (time.monotonic() - t0)
         with anyio.CancelScope(deadline=give_up):
             for attempt in itertools.count():
                 await anyio.sleep(EXIT_RETRY[min(attempt, len(EXIT_RETRY) - 1)])
@@ -437,7 +442,8 @@ class _OpenExec:
                     "the sandbox's container is not running", details=exc.details, cause=exc
                 ) from exc
             # Closes itself if attaching fails; from here on it is closed in `_close`.
-            stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty)
+            stream = await engine.attach_exec("attach to the command", exec_id, tty=spec.tty,
+                                              stdin=attach_stdin)
         except BaseException as exc:
             gate.started(None)  # before the kill: it closes the gate, which waits for starts
             if exec_id and not isinstance(exc, EngineError):
@@ -479,6 +485,8 @@ class _OpenExec:
         self._gate.confirmed(self._exec_id)
         # stdin the engine never took is dropped, or the socket would linger until taken.
         # Without an await: nothing to shield from a cancellation.
-        with contextlib.suppress(Exception):
+        try:
             assert self._stream is not None
             self._stream.close_now()
+        except Exception:  # closing what may be broken already
+            pass

@@ -10,12 +10,19 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import attrs
 
-from .._cgroup_usage import Counters, HostCgroup, lazy_command_usage
+from .._cgroup_usage import (
+    Counters,
+    HostCgroup,
+    RawCounters,
+    lazy_command_usage,
+    raw_command_usage,
+)
 from .._errors import SandboxError
 from .._lazy_usage import LazyUsage
 from .._lifecycle import Lifecycle
@@ -23,6 +30,7 @@ from .._models import CommandResult, ResourceLimits, ResourceUsage, SandboxStatu
 from ._gateway import Engine
 from ._main_pid import MainPid
 from ._stats import StatsSampler
+from ._usage import quiet_changes, quiet_last
 
 __all__ = ["CommandFinalizer", "ResultFinisher"]
 
@@ -40,7 +48,7 @@ class CommandFinalizer:
     (and the usage, when nobody measured it: a session's result)."""
 
     def __init__(self, finisher: ResultFinisher, cgroup: HostCgroup | None,
-                 before: Counters | None, start: float, ooms: int) -> None:
+                 before: Counters | RawCounters | None, start: float, ooms: int) -> None:
         self._finisher, self._cgroup, self._before = finisher, cgroup, before
         self._start, self._ooms = start, ooms
         self._measured = False
@@ -55,8 +63,21 @@ class CommandFinalizer:
         return self._usage
 
     async def __call__(self, result: CommandResult) -> CommandResult:
+        if self._measured and result.exit_code == 0:
+            # Measured, and nothing else to add: the OOM, gVisor and SIGXCPU news all need a
+            # non-zero exit (a signal a zero exit carries is a kill's SIGKILL). No coroutine
+            # of `_finish` for most commands.
+            return result
         usage = None if self._measured else self.measure()
         return await self._finisher._finish(result, usage, self._ooms)
+
+
+def _raw_usage(last: ResourceUsage | None, before: RawCounters, after: RawCounters,
+               seconds: float, timestamp: datetime) -> ResourceUsage:
+    """`raw_command_usage` over the window of ``last`` alone (`quiet_changes`; None: no
+    sampler), for `LazyUsage`: the value `_usage`'s eager path gives."""
+    pending = None if last is None else quiet_changes(last, seconds)
+    return raw_command_usage(last, before, after, seconds, pending, timestamp)
 
 
 class ResultFinisher:
@@ -109,7 +130,10 @@ class ResultFinisher:
         """`finalizer` without an await, once the cgroup was looked up (every command of a
         local container but the first; a coroutine per command cost more than its work)."""
         cgroup = self._cgroup
-        before = cgroup.read(limit=False) if cgroup is not None else None
+        before: Counters | RawCounters | None = None
+        if cgroup is not None:
+            # Read now, parsed when the usage is (see `_usage`).
+            before = cgroup.read_raw(limit=False) or cgroup.read(limit=False)
         return CommandFinalizer(self, cgroup if before is not None else None, before,
                                 time.monotonic(), self.oom_events)
 
@@ -118,20 +142,34 @@ class ResultFinisher:
         """Whether `finalizer_now` has what `finalizer` would look up."""
         return self._cgroup_looked_up
 
-    def _usage(self, cgroup: HostCgroup | None, before: Counters | None,
+    def _usage(self, cgroup: HostCgroup | None, before: Counters | RawCounters | None,
                start: float) -> ResourceUsage | LazyUsage | None:
         """The sandbox's usage from ``start`` until now: the sampler's window, made exact by
         the cgroup's counters where the SDK reads them (``before``: at the start), then built
         on first read."""
         end = time.monotonic()
         sampler = self._sampler()
+        if type(before) is RawCounters and cgroup is not None:
+            # The usual case, no sample since the command started: the window is the last
+            # sample, its changes made in the build.
+            # (Its records read in place: a method for it would take _stats.py past its
+            # bound; this module is the sampler's sibling.)
+            last = quiet_last(sampler._records, start) if sampler else None
+            if last is not None or sampler is None:
+                raw = cgroup.read_raw()
+                if raw is not None:
+                    # Read now, parsed and built on first read: whatever the bytes hold,
+                    # the build gives what the eager path below gives with them.
+                    return LazyUsage(_raw_usage, (last, before, raw, end - start,
+                                                  datetime.now(UTC)))
         window = sampler.window(start, end) if sampler else None
         after = cgroup.read() if cgroup is not None and before is not None else None
-        if before is not None and after is not None:
+        counted = before.parse() if isinstance(before, RawCounters) else before
+        if counted is not None and after is not None:
             # One build: the window's changes and the counters' together.
             if window is None:
-                return lazy_command_usage(None, before, after, end - start)
-            return lazy_command_usage(window[0], before, after, end - start, window[1])
+                return lazy_command_usage(None, counted, after, end - start)
+            return lazy_command_usage(window[0], counted, after, end - start, window[1])
         if window is not None:
             return attrs.evolve(window[0], **window[1])
         return sampler.usage_between(start, end) if sampler else None
@@ -156,9 +194,10 @@ class ResultFinisher:
                 changes["oom_killed"] = True
                 changes["error"] = _join_errors(
                     "killed by the out-of-memory killer (memory limit reached)", result.error)
-        cpu_time = self._resources.cpu_time_limit.total_seconds()
-        if result.signal == "SIGXCPU" and cpu_time and not result.error:
-            changes["error"] = f"killed by SIGXCPU: cpu_time_limit of {cpu_time:g} s reached"
+        if result.signal == "SIGXCPU" and not result.error:
+            cpu_time = self._resources.cpu_time_limit.total_seconds()
+            if cpu_time:
+                changes["error"] = f"killed by SIGXCPU: cpu_time_limit of {cpu_time:g} s reached"
         return attrs.evolve(result, **changes) if changes else result
 
     async def _raise_if_container_died(self, patience: float) -> None:

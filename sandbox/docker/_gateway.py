@@ -488,8 +488,10 @@ class Engine:
                                         data=dict(body))
         return str(created["Id"])
 
-    async def attach_exec(self, action: str, exec_id: str, *, tty: bool = False) -> ExecStream:
-        """Start an exec attached: output (raw terminal bytes with ``tty``) and stdin."""
+    async def attach_exec(self, action: str, exec_id: str, *, tty: bool = False,
+                          stdin: bool = True) -> ExecStream:
+        """Start an exec attached: output (raw terminal bytes with ``tty``) and stdin
+        (``stdin``: the exec attaches it, and so may leave unread input in the socket)."""
         stream = ExecStream(Exec(self.docker, exec_id, tty=tty).start(detach=False))
         try:
             async with self._call(action):
@@ -498,7 +500,8 @@ class Engine:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await stream.close()
             raise
-        stream._end_output_on_eof()
+        if stdin:  # without stdin nothing is written: the close follows the EOF at once
+            stream._end_output_on_eof()
         return stream
 
     async def inspect_exec(self, exec_id: str, *, deadline: float | None = None) -> \

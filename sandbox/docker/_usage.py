@@ -190,6 +190,28 @@ def _stamp(record: tuple[float, ResourceUsage]) -> float:
     return record[0]
 
 
+def quiet_last(recs: Sequence[tuple[float, ResourceUsage]], start: float,
+               ) -> ResourceUsage | None:
+    """The last sample when none was taken since ``start`` (`window_over`'s usual case:
+    its window is that sample with `quiet_changes`), else None."""
+    if not recs:
+        return None
+    last_at, last = recs[-1]
+    if last_at <= start and (len(recs) == 1 or recs[-2][0] < last_at):
+        return last
+    return None
+
+
+def quiet_changes(last: ResourceUsage, seconds: float) -> dict[str, Any]:
+    """The changes `window_over` makes to ``last``, the only sample of a window of
+    ``seconds`` in which no sample was taken: nothing counted, the peak is its reading."""
+    return {
+        "cpu_usage": 0.0, "cpu_time": _NO_TIME, "memory_peak": last.memory_usage,
+        "disk_reads": 0, "disk_writes": 0, "network_in": 0, "network_out": 0,
+        "uptime": timedelta(seconds=max(seconds, 0.0)),
+    }
+
+
 def window_over(recs: Sequence[tuple[float, ResourceUsage]], start: float,
                 end: float) -> tuple[ResourceUsage, dict[str, Any]] | None:
     """`usage_over` of records already in stamp order, found by bisection (a command reads it
@@ -202,11 +224,7 @@ def window_over(recs: Sequence[tuple[float, ResourceUsage]], start: float,
     if last_at <= start and (n == 1 or recs[-2][0] < last_at):
         # No sample since the command started (a short command, samples a second apart):
         # the window is the last sample alone, what the bisections below find, without them.
-        return last, {
-            "cpu_usage": 0.0, "cpu_time": _NO_TIME, "memory_peak": last.memory_usage,
-            "disk_reads": 0, "disk_writes": 0, "network_in": 0, "network_out": 0,
-            "uptime": timedelta(seconds=max(end - start, 0.0)),
-        }
+        return last, quiet_changes(last, end - start)
     i = bisect.bisect_right(recs, start, key=_stamp)
     t0, u0 = recs[i - 1] if i else recs[0]
     j = bisect.bisect_left(recs, end, key=_stamp)

@@ -328,3 +328,116 @@ def test_a_kept_file_longer_than_its_one_read_is_read_to_its_end(tmp_path: Path)
         assert counters is not None and counters.memory == 7000
     finally:
         cg.close()
+
+
+def _v2_tree(tmp: Path) -> tuple[Path, Path]:
+    proc, root = tmp / "proc", tmp / "cgroup"
+    write(proc / "7" / "cgroup", f"0::/system.slice/docker-{CID}.scope\n")
+    write(root / "cgroup.controllers", "cpu io memory pids\n")
+    d = root / "system.slice" / f"docker-{CID}.scope"
+    write(d / "cpu.stat", "usage_usec 2500\nuser_usec 2000\n")
+    write(d / "memory.current", "8000\n")
+    write(d / "memory.stat", "anon 100\ninactive_file 1000\n")
+    write(d / "io.stat", "8:0 rbytes=10 wbytes=20 rios=1 wios=2\n")
+    write(d / "memory.max", "1048576\n")
+    return proc, root
+
+
+@pytest.mark.parametrize("tree", [v1_tree, _v2_tree])
+def test_raw_reads_parse_to_what_read_gives(tmp_path: Path, tree: Any) -> None:
+    # A command's counters are read unparsed (`read_raw`) and parsed when its usage is
+    # first read: the same numbers, limit or not, as `read` gives at the same moment.
+    proc, root = tree(tmp_path)
+    cg = HostCgroup.find(42 if tree is v1_tree else 7, CID, proc=proc, root=root)
+    assert cg is not None
+    assert cg.read_raw() is None  # nothing kept: the caller reads the paths (`read`)
+    assert cg.keep_open()
+    for limit in (False, True):
+        raw = cg.read_raw(limit=limit)
+        assert raw is not None and raw.parse() == cg.read(limit=limit) is not None
+    cg.close()
+
+
+def test_raw_usage_is_the_eager_usage_and_falls_back_as_the_eager_path(
+        tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from sandbox._cgroup_usage import RawCounters, raw_command_usage
+
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None and cg.keep_open()
+    before = cg.read_raw(limit=False)
+    write(root / "cpu,cpuacct" / "docker" / CID / "cpuacct.usage", "2500000000\n")
+    after = cg.read_raw()
+    assert before is not None and after is not None
+    window = ResourceUsage(memory_usage=300, memory_percent=3.0, network_in=70)
+    pending = {"network_in": 7, "memory_peak": 900}
+    stamp = datetime.now(UTC)
+    counted_before, counted_after = before.parse(), after.parse()
+    assert counted_before is not None and counted_after is not None
+    assert raw_command_usage(window, before, after, 0.5, pending, stamp) == command_usage(
+        window, counted_before, counted_after, 0.5, pending, stamp)
+    assert raw_command_usage(None, before, after, 0.5, None, stamp) == command_usage(
+        None, counted_before, counted_after, 0.5, None, stamp)
+    # Counters that do not parse: what the eager path gives without counters.
+    broken = RawCounters((b"x\n", b"", b"Total 0\n", b"1\n", b"1\n", None), False)
+    assert broken.parse() is None
+    assert raw_command_usage(window, broken, after, 0.5, pending, stamp) == attrs.evolve(
+        window, **pending)
+    assert raw_command_usage(None, before, broken, 0.5, None, stamp) == ResourceUsage()
+    cg.close()
+
+
+class _Sampler:
+    """What `ResultFinisher._usage` reads of a sampler, over plain records."""
+
+    def __init__(self, records: list[tuple[float, ResourceUsage]]) -> None:
+        self._records = records
+
+    def window(self, start: float, end: float) -> Any:
+        from sandbox.docker._usage import window_over
+
+        return window_over(self._records, start, end)
+
+
+@pytest.mark.parametrize("sample_since_start", [False, True])
+def test_a_commands_usage_read_raw_is_the_eager_one(tmp_path: Path, monkeypatch: Any,
+                                                      sample_since_start: bool) -> None:
+    # The finisher reads a command's counters unparsed and builds its usage on first read
+    # (no sample since its start: the usual case); the value is what parsing them at once
+    # and building with the sampler's window gives.
+    import types
+    from datetime import UTC, datetime
+
+    from sandbox._lazy_usage import LazyUsage
+    from sandbox._models import ResourceLimits
+    from sandbox.docker import _finish
+
+    proc, root = v1_tree(tmp_path)
+    cg = HostCgroup.find(42, CID, proc=proc, root=root)
+    assert cg is not None and cg.keep_open()
+    sample = ResourceUsage(memory_usage=300, memory_percent=3.0, network_in=70,
+                           cpu_time=timedelta(seconds=2), timestamp=datetime.now(UTC))
+    records = [(5.0, sample)] + ([(12.0, attrs.evolve(sample, network_in=90))]
+                                 if sample_since_start else [])
+    finisher = _finish.ResultFinisher(
+        Any, CID, life=Any, resources=ResourceLimits(), gvisor=False,  # type: ignore[arg-type]
+        sampler=lambda: _Sampler(records),  # type: ignore[arg-type,return-value]
+        on_stop=lambda *_: None)
+    before = cg.read_raw(limit=False)
+    assert before is not None
+    counted_before = before.parse()
+    write(root / "cpu,cpuacct" / "docker" / CID / "cpuacct.usage", "2500000000\n")
+    write(root / "memory" / "docker" / CID / "memory.usage_in_bytes", "50000\n")
+    monkeypatch.setattr(_finish, "time", types.SimpleNamespace(monotonic=lambda: 13.5))
+    usage = finisher._usage(cg, before, 10.0)
+    assert isinstance(usage, LazyUsage) and not usage.built
+    after = cg.read()
+    window = _Sampler(records).window(10.0, 13.5)
+    assert counted_before is not None and after is not None and window is not None
+    value = usage.get()
+    eager = command_usage(window[0], counted_before, after, 3.5, window[1], value.timestamp)
+    assert value == eager
+    assert value.cpu_time == timedelta(seconds=1) and value.memory_usage == 47000
+    cg.close()
