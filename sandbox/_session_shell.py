@@ -30,7 +30,8 @@ log = logging.getLogger("sandbox.session")
 # POSIX sh, run as root where the backend can (else as the sandbox user): copy bash (else
 # /bin/sh, following its link: busybox picks the applet by name) to a fresh directory, mode
 # 0111 in 0711, where a program may run; print its path. Its own PATH: the image's may hold a
-# directory the user can write, and what is found there would run as root. Run as root it
+# directory the user can write, and what is found there would run as root (so would a file
+# BASH_ENV names, once the copy of bash is tried; CDPATH could move a relative cd). As root it
 # takes only a base whose path nobody else can change: every directory along it (symlinks
 # resolved) owned by root and sticky or writable by root alone. A base its owner (or a group,
 # or anyone) may write without the sticky bit would let them rename root's directory and put
@@ -38,6 +39,7 @@ log = logging.getLogger("sandbox.session")
 # path is kept per sandbox). As the sandbox user it changes nothing: that copy is the user's
 # anyway, and never said to be guarded.
 _PREPARE: Final = r"""PATH=/usr/sbin:/usr/bin:/sbin:/bin
+unset BASH_ENV ENV CDPATH
 set -f
 safe() {
   p=$1

@@ -25,12 +25,13 @@ SHELLS = [s for s in (("/bin/sh",), ("busybox", "sh")) if shutil.which(s[0])]
 USER = 1000
 
 
-def prepare(shell: tuple[str, ...], tmpdir: Path, path: str = "/usr/bin:/bin") -> str | None:
+def prepare(shell: tuple[str, ...], tmpdir: Path, path: str = "/usr/bin:/bin",
+            **env: str) -> str | None:
     """Run the script with ``tmpdir`` as its only base: the copy's path, or None if refused."""
     assert BASES in _PREPARE  # the one line changed here, so the rest runs as in a sandbox
     script = _PREPARE.replace(BASES, '"${TMPDIR:-/tmp}"')
     done = subprocess.run([*shell, "-c", script, "sandbox-session-prepare"], cwd="/",
-                          env={"PATH": path, "TMPDIR": str(tmpdir)}, capture_output=True,
+                          env={"PATH": path, "TMPDIR": str(tmpdir), **env}, capture_output=True,
                           text=True, timeout=60, check=False)
     if done.returncode != 0:
         assert done.stdout == "", done
@@ -86,10 +87,11 @@ def test_a_symlink_is_followed_to_where_it_points(shell: tuple[str, ...], root_d
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=" ".join)
-def test_the_images_path_is_not_used(shell: tuple[str, ...], root_dir: Path,
-                                     tmp_path: Path) -> None:
+def test_the_images_path_and_bash_env_are_not_used(shell: tuple[str, ...], root_dir: Path,
+                                                   tmp_path: Path) -> None:
     """Programs planted in a PATH directory first (as a sandbox user could, in a directory of
-    theirs the image's PATH names) never run: the script sets its own PATH."""
+    theirs the image's PATH names) never run, nor does a file BASH_ENV names when the copy of
+    bash is tried: the script sets its own PATH and unsets BASH_ENV."""
     planted = tmp_path / "planted"
     planted.mkdir()
     ran = tmp_path / "ran"
@@ -97,6 +99,8 @@ def test_the_images_path_is_not_used(shell: tuple[str, ...], root_dir: Path,
         prog = planted / name
         prog.write_text(f"#!/bin/sh\necho {name} >> {ran}\nexec /usr/bin/{name} \"$@\"\n")
         prog.chmod(0o755)
-    made = prepare(shell, root_dir, path=f"{planted}:/usr/bin:/bin")
+    bash_env = tmp_path / "bash_env"
+    bash_env.write_text(f"echo BASH_ENV >> {ran}\n")
+    made = prepare(shell, root_dir, path=f"{planted}:/usr/bin:/bin", BASH_ENV=str(bash_env))
     assert made is not None and made.startswith(f"{root_dir}/.sandbox-session-"), made
     assert not ran.exists(), ran.read_text()
