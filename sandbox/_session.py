@@ -28,6 +28,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
+import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
@@ -41,14 +42,7 @@ from ._process_base import make_result, overdue, unconfirmed_kill
 from ._session_fifo import Handshake, SupportsSessionFifo
 from ._session_fifo import enabled as fifo_enabled
 from ._session_run import Callback, Run, Shell
-from ._session_shell import (
-    GUARD_PROBE,
-    GUARDED,
-    ShellCopy,
-    close_stdio,
-    guarded_shell,
-    shell_argv,
-)
+from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shell_argv
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
@@ -311,8 +305,6 @@ class Session:
         self._kind = "bash" if kind == "bash" else "sh"
         shell.pid = pid if pid.isdigit() and copy.path else ""
         closed = ":" + guard == GUARDED
-        if sealed and closed:  # no reopen of its stdio through a command's child, then
-            await shell.write(close_stdio(copy.path))
         if sealed and closed and not await self._to_fifo(shell):
             await self._stop_shell()
             self._lost = ""
@@ -545,7 +537,10 @@ class Session:
     async def _close_stdin(self, run: Run) -> None:
         """Send the line ending the command's input (once), after any write under way."""
         if not (run.stdin_open or run.stdin_end_due):
-            return  # no reader ran, or its end line went: no write can be under way
+            # No reader ran, or its end line went: no write can be under way. A cancelled
+            # caller is still interrupted here, as the lock's acquire would have.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return
         async with run.stdin_lock:
             run.stdin_open = False
             if not run.stdin_end_due:

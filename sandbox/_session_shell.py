@@ -22,26 +22,44 @@ import attrs
 
 from ._backend import Backend, ProcessSpec
 from ._errors import SandboxError
-from ._session_wire import quote
 
-__all__ = ["GUARDED", "GUARD_PROBE", "ShellCopy", "close_stdio", "guarded_shell", "shell_argv"]
+__all__ = ["GUARDED", "GUARD_PROBE", "ShellCopy", "guarded_shell", "shell_argv"]
 
 log = logging.getLogger("sandbox.session")
 
-# POSIX sh: copy bash (else /bin/sh, following its link: busybox picks the applet by name) to
-# a fresh directory, mode 0111 in 0711, where a program may run; print its path. Beside it,
-# where it can, an unreadable ``chmod`` (a link to the copy when chmod is the same busybox, whose
-# ash names an applet rather than a path).
-_PREPARE: Final = r"""src=$(command -v bash 2>/dev/null) || src=/bin/sh
+# POSIX sh, run as root where the backend can (else as the sandbox user): copy bash (else
+# /bin/sh, following its link: busybox picks the applet by name) to a fresh directory, mode
+# 0111 in 0711, where a program may run; print its path. Its own PATH: the image's may hold a
+# directory the user can write, and what is found there would run as root (so would a file
+# BASH_ENV names, once the copy of bash is tried; CDPATH could move a relative cd). As root it
+# takes only a base whose path nobody else can change: every directory along it (symlinks
+# resolved) owned by root and sticky or writable by root alone. A base its owner (or a group,
+# or anyone) may write without the sticky bit would let them rename root's directory and put
+# their own in its place, a shell of theirs that every later session of the sandbox runs (the
+# path is kept per sandbox). As the sandbox user it changes nothing: that copy is the user's
+# anyway, and never said to be guarded.
+_PREPARE: Final = r"""PATH=/usr/sbin:/usr/bin:/sbin:/bin
+unset BASH_ENV ENV CDPATH
+set -f
+safe() {
+  p=$1
+  while :; do
+    set -- $(ls -ldn "$p" 2>/dev/null)
+    case ${1:-} in d????????[tT]*|d????[!w]??[!w]?|d????[!w]??[!w]?.) ;; *) return 1;; esac
+    [ "${3:-}" = 0 ] || return 1
+    [ "$p" = / ] && return 0
+    p=${p%/*}; p=${p:-/}
+  done
+}
+src=$(command -v bash 2>/dev/null) || src=/bin/sh
 case $src in /*) ;; *) src=/bin/sh;; esac
 name=${src##*/}
+me=$(id -u 2>/dev/null)
 for base in /dev "${TMPDIR:-/tmp}" /tmp /var/tmp; do
+  base=$(cd -P "$base" 2>/dev/null && pwd -P) || continue
+  [ "${me:-0}" != 0 ] || safe "$base" || continue
   d=$(mktemp -d "$base/.sandbox-session-XXXXXXXX" 2>/dev/null) || continue
-  if cp "$src" "$d/$name" 2>/dev/null && chmod 0111 "$d/$name" && {
-       c=$(command -v chmod); case $c in /*) ;; *) c=/bin/chmod;; esac  # busybox: "chmod"
-       if [ "$c" -ef "$src" ]; then ln "$d/$name" "$d/chmod"; else
-         cp "$c" "$d/chmod" && chmod 0111 "$d/chmod"; fi || rm -f "$d/chmod"; true
-     } 2>/dev/null && chmod 0711 "$d" &&
+  if cp "$src" "$d/$name" 2>/dev/null && chmod 0111 "$d/$name" && chmod 0711 "$d" &&
      "$d/$name" -c : </dev/null >/dev/null 2>&1; then
     printf %s "$d/$name"; exit 0
   fi
@@ -57,26 +75,6 @@ GUARD_PROBE: Final = (
     "printf :guarded; fi"
 )
 GUARDED: Final = ":guarded"
-
-def close_stdio(path: str) -> str:
-    """A line for a guarded shell, sent after its probe: mode 0 on the pipes behind its stdio.
-
-    On the attach stream they are the engine's, owned by the sandbox user with mode 0600, and
-    every command's child (``sleep 600 &``, a daemon) holds the stdout and stderr: any process
-    of that user could reopen ``/proc/<child>/fd/1`` for reading, or have a ptraced child reopen
-    its own, and take later commands' output and end markers; a descriptor leaked to a program
-    (bash's fd 255 once) would have given the stdin, every command and its nonces. With mode 0
-    neither reopen is allowed (that user has no CAP_DAC_OVERRIDE); open descriptors are
-    unaffected. The unreadable ``chmod`` beside the shell's copy (``path``) may hold the stdin:
-    it is not dumpable, as the shell. Without it the image's ``chmod`` gets only the stdout and
-    stderr (its stdin is /dev/null), as every command's programs do. The line runs in the shell
-    itself (not as a command, whose stdin is /dev/null); the stdout and stderr sit at 3 and 4,
-    and chmod's own output goes to /dev/null.
-    """
-    own = path.rsplit("/", 1)[0] + "/chmod"
-    fds = "/proc/self/fd/3 /proc/self/fd/4 3>&1 4>&2 >/dev/null 2>&1"
-    return f"{quote(own)} 0 /proc/self/fd/0 {fds} || chmod 0 {fds} </dev/null\n"
-
 
 #: Per sandbox: the path of its root-owned shell copy.
 _copies: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()

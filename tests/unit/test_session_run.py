@@ -147,3 +147,19 @@ async def test_a_second_closer_of_stdin_waits_for_the_first_ones_end_line() -> N
             let_go.set()
             await second_done.wait()
     assert sent == [STDIN_END] and not run.stdin_open and not run.stdin_end_due
+
+
+async def test_closing_stdin_with_nothing_to_send_still_stops_a_cancelled_caller() -> None:
+    """`SessionJob.close_stdin` on a command whose input is closed already (or never had a
+    reader) writes nothing, yet it is a checkpoint: a cancelled caller is interrupted there,
+    as it was when the lock's acquire was the first step."""
+    from sandbox._session import Session
+
+    run = new_run()
+    session = Session.__new__(Session)
+    reached = False
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await session._close_stdin(run)
+        reached = True
+    assert scope.cancelled_caught and not reached
