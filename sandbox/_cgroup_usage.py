@@ -128,6 +128,8 @@ _FD_BUDGET = _fd_budget()
 #: lines) but for memory.stat and the io counters. Each read allocates what it asks for, and
 #: 64 KiB per file (then shrunk) was a sixth of a read's cost; a longer file is read on.
 _KEPT_READ_SIZES = (512, 512, 8192, 4096, 512, 512)
+#: The kept files' bytes as read: memory used, memory.stat, io, cpu, the high mark, the limit.
+_Texts = tuple[bytes, bytes, bytes, bytes, bytes | None, bytes | None]
 
 
 class _KeptFiles:
@@ -311,22 +313,43 @@ class HostCgroup:
             return None
 
     def _read_kept(self, fds: list[int], limit: bool) -> Counters | None:
-        """`read` from the kept files in one pass: one pread each, in `_read_v1`'s /
-        `_read_v2`'s order, parsed as they parse; None (read them the general way) when a
-        file the reading needs is absent or longer than its one read. A `_text` call per
-        file and a generated ``__init__`` were a sixth of a command's two reads (callgrind:
-        88k -> 74k instructions for the pair; the system calls are the kernel's)."""
+        """`read` from the kept files in one pass (`_kept_bytes`), parsed as `_read_v1` /
+        `_read_v2` parse; None (read them the general way) where `_kept_bytes` gives up. A
+        `_text` call per file and a generated ``__init__`` were a sixth of a command's two reads
+        (callgrind: 88k -> 74k instructions for the pair; the system calls are the kernel's)."""
+        texts = self._kept_bytes(fds, limit)
+        return None if texts is None else (_parse_v2 if self.v2 else _parse_v1)(*texts)
+
+    def read_raw(self, *, limit: bool = True) -> RawCounters | None:
+        """The kept files' bytes now, not parsed (`RawCounters.parse` does that), for a
+        caller that may never need the numbers: a command's usage, built on first read. The
+        reads are `_read_kept`'s; None where it would give up or on an error: `read` then.
+        Parsing both ends of a command was most of the Python of its usage (cold caches
+        after an exec make each line dearer than a loop of them shows)."""
+        kept = self._kept
+        if kept is None:
+            return None
+        try:
+            texts = self._kept_bytes(kept.fds, limit)
+        except OSError:
+            return None
+        return None if texts is None else RawCounters(texts, self.v2)
+
+    def _kept_bytes(self, fds: list[int], limit: bool) -> _Texts | None:
+        """One pread per kept file, in `_read_v1`'s / `_read_v2`'s order; None when a file
+        the reading needs is absent (closed meanwhile) or longer than its one read."""
         if len(fds) != 6:
             return None  # closed meanwhile: the general path opens the paths
         pread = os.pread
         f_cpu, f_used, f_stat, f_io, f_high, f_limit = fds
-        if f_cpu < 0 or f_used < 0 or f_stat < 0 or f_io < 0 or (f_high < 0 and not self.v2):
+        v2 = self.v2
+        if f_cpu < 0 or f_used < 0 or f_stat < 0 or f_io < 0 or (f_high < 0 and not v2):
             return None
         s_cpu, s_used, s_stat, s_io, s_high, s_limit = _KEPT_READ_SIZES
         used = pread(f_used, s_used, 0)
         stat = pread(f_stat, s_stat, 0)
         io = pread(f_io, s_io, 0)
-        if self.v2:
+        if v2:
             high = pread(f_high, s_high, 0) if f_high >= 0 else None
             cpu = pread(f_cpu, s_cpu, 0)
         else:
@@ -337,42 +360,7 @@ class HostCgroup:
                 or len(cpu) >= s_cpu or (high is not None and len(high) >= s_high)
                 or (lim is not None and len(lim) >= s_limit)):
             return None  # one of them reads on: the general path does
-        return (_parse_v2 if self.v2 else _parse_v1)(used, stat, io, cpu, high, lim)
-
-    def read_raw(self, *, limit: bool = True) -> RawCounters | None:
-        """The kept files' bytes now, not parsed (`RawCounters.parse` does that), for a
-        caller that may never need the numbers: a command's usage, built on first read. The
-        reads are `_read_kept`'s, system call for system call; None where it would give up
-        (no kept files, a file absent or longer than its one read, an error): `read` then.
-        Parsing both ends of a command was most of the Python of its usage (cold caches
-        after an exec make each line dearer than a loop of them shows)."""
-        kept = self._kept
-        if kept is None or len(kept.fds) != 6:
-            return None
-        pread = os.pread
-        f_cpu, f_used, f_stat, f_io, f_high, f_limit = kept.fds
-        v2 = self.v2
-        if f_cpu < 0 or f_used < 0 or f_stat < 0 or f_io < 0 or (f_high < 0 and not v2):
-            return None
-        s_cpu, s_used, s_stat, s_io, s_high, s_limit = _KEPT_READ_SIZES
-        try:
-            used = pread(f_used, s_used, 0)
-            stat = pread(f_stat, s_stat, 0)
-            io = pread(f_io, s_io, 0)
-            if v2:
-                high = pread(f_high, s_high, 0) if f_high >= 0 else None
-                cpu = pread(f_cpu, s_cpu, 0)
-            else:
-                cpu = pread(f_cpu, s_cpu, 0)
-                high = pread(f_high, s_high, 0)
-            lim = pread(f_limit, s_limit, 0) if limit and f_limit >= 0 else None
-        except OSError:
-            return None
-        if (len(used) >= s_used or len(stat) >= s_stat or len(io) >= s_io
-                or len(cpu) >= s_cpu or (high is not None and len(high) >= s_high)
-                or (lim is not None and len(lim) >= s_limit)):
-            return None
-        return RawCounters((used, stat, io, cpu, high, lim), v2)
+        return used, stat, io, cpu, high, lim
 
     def _read_v1(self, limit: bool) -> Counters:
         text = self._text
@@ -405,8 +393,7 @@ class RawCounters:
 
     __slots__ = ("texts", "v2")
 
-    def __init__(self, texts: tuple[bytes, bytes, bytes, bytes, bytes | None, bytes | None],
-                 v2: bool) -> None:
+    def __init__(self, texts: _Texts, v2: bool) -> None:
         self.texts, self.v2 = texts, v2
 
     def parse(self) -> Counters | None:

@@ -231,20 +231,17 @@ class Sandbox:
     ) -> CommandResult:
         """Run a command to its end; exit codes, signals and timeouts come back as results."""
         self._life.require_ready()
-        # `_execute`'s steps, spelled out: a coroutine more per command cost more than them.
-        spec = self._plan(cmd)
-        try:
-            result = await self._impl.run_process(spec, on_stdout=on_stdout, on_stderr=on_stderr)
-        except Exception as exc:
-            self._audit_command(spec, error=exc)
-            raise
-        self._audit_command(spec, result=result)
-        return result
+        return await self._run_planned(cmd, on_stdout, on_stderr)
 
     async def _execute(self, cmd: CommandLike, on_stdout: OutputCallback | None = None,
                        on_stderr: OutputCallback | None = None) -> CommandResult:
         """`execute_command` as the create's own steps use it (before `Lifecycle.ready`)."""
         self._life.require_running()
+        return await self._run_planned(cmd, on_stdout, on_stderr)
+
+    async def _run_planned(self, cmd: CommandLike, on_stdout: OutputCallback | None,
+                           on_stderr: OutputCallback | None) -> CommandResult:
+        """Plan the command, run it to its end, audit what came of it."""
         spec = self._plan(cmd)
         try:
             result = await self._impl.run_process(spec, on_stdout=on_stdout, on_stderr=on_stderr)
