@@ -219,12 +219,12 @@ def window_over(recs: Sequence[tuple[float, ResourceUsage]], start: float,
     caller in one build, with its own); None without records."""
     if not recs:
         return None
-    n = len(recs)
-    last_at, last = recs[-1]
-    if last_at <= start and (n == 1 or recs[-2][0] < last_at):
+    last = quiet_last(recs, start)
+    if last is not None:
         # No sample since the command started (a short command, samples a second apart):
         # the window is the last sample alone, what the bisections below find, without them.
         return last, quiet_changes(last, end - start)
+    n = len(recs)
     i = bisect.bisect_right(recs, start, key=_stamp)
     t0, u0 = recs[i - 1] if i else recs[0]
     j = bisect.bisect_left(recs, end, key=_stamp)
