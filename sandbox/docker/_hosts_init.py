@@ -10,7 +10,7 @@ exec calls).
 
 Here the container's main process does it: the keepalive shell, root without capabilities
 like the exec's (the same image's shell, with the container's privileges and no more), runs
-the same script (`_netless._WRITE_SH`: a new file renamed over /etc/hosts, never written
+the same script (`_netless.WRITE_SH`: a new file renamed over /etc/hosts, never written
 through a symlink a hostile checkpoint left, tools from the system's directories only) in a
 subshell before its loop, and prints a marker holding a random token of this create. The SDK
 attaches to its stdout before start and reads the marker before the create returns, so no
@@ -32,11 +32,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
-from aiodocker.stream import Stream
-from yarl import URL
 
-from ._gateway import Engine, mapped_errors
-from ._netless import _WRITE_SH, HOSTS, write_hosts
+from ._gateway import Engine, ExecStream
+from ._netless import HOSTS, WRITE_SH, write_hosts
 from ._workdir import root_main
 
 __all__ = ["MARKER_TIMEOUT", "InitHosts"]
@@ -54,22 +52,23 @@ class InitHosts:
     def __init__(self, keepalive: tuple[str, ...]) -> None:
         self._token = secrets.token_hex(8)
         shell, flag, loop = keepalive
-        # $1 the hosts, $2 the temporary name's suffix (`_WRITE_SH`'s arguments); the
+        # $1 the hosts, $2 the temporary name's suffix (`WRITE_SH`'s arguments); the
         # subshell's exit (a failed write) never ends the keepalive. Its loop's `sleep` comes
         # from the system's directories first: a PATH entry the sandbox user could write
         # (a conda prefix) must not put its program in this root process.
-        script = (f"if ( {_WRITE_SH.strip()}\n) >/dev/null 2>&1; then r=ok; else r=failed; fi; "
+        script = (f"if ( {WRITE_SH.strip()}\n) >/dev/null 2>&1; then r=ok; else r=failed; fi; "
                   f"printf 'sandbox-hosts %s %s\\n' \"$r\" \"$2\"; exec >/dev/null 2>&1; "
                   f"PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH; {loop}")
         self.command: tuple[str, ...] = (shell, flag, script, "sandbox-init", HOSTS.decode(),
                                          self._token)
-        self._stream: Stream | None = None
+        self._stream: ExecStream | None = None
 
     @classmethod
     def child(cls, body: MutableMapping[str, Any], *, netless: bool, image_id: str, user: str,
               cwd: str, mounts: str | None) -> InitHosts | None:
         """For a bare-namespace create of a checkpoint settled for this user, working dir and
-        mounts (`settled`): one whose keepalive, now ``body``'s command, writes /etc/hosts."""
+        mounts, whose source's main process ran as root (`_workdir.root_main`): one whose
+        keepalive, now ``body``'s command, writes /etc/hosts (else None)."""
         if not netless or not root_main(image_id, user, posixpath.normpath(cwd or "/"),
                                         mounts or ""):
             return None
@@ -82,19 +81,8 @@ class InitHosts:
 
     async def attach(self, engine: Engine, container_id: str) -> None:
         """Attach to the created container's stdout (before start, so nothing is missed)."""
-        async def setup() -> tuple[URL, bytes | None, bool]:
-            return (URL(f"containers/{container_id}/attach").with_query(
-                {"stream": 1, "stdout": 1, "stderr": 0, "stdin": 0, "logs": 0}), None, False)
-
-        stream = Stream(engine.docker, setup)
-        try:
-            with mapped_errors("attach to the sandbox's keepalive"), anyio.fail_after(10):
-                await stream._init()
-        except BaseException:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await stream.close()
-            raise
-        self._stream = stream
+        self._stream = await engine.attach_output("attach to the sandbox's keepalive",
+                                                  container_id)
 
     async def _marker(self) -> bool:
         """Whether the keepalive said it wrote /etc/hosts (within `MARKER_TIMEOUT`)."""
@@ -105,10 +93,10 @@ class InitHosts:
         seen = b""
         with anyio.move_on_after(MARKER_TIMEOUT):
             while len(seen) < MAX_MARKER_BYTES and b"\n" not in seen:
-                message = await stream.read_out()
-                if message is None:
+                frame = await stream.read_out("read the sandbox keepalive's word")
+                if frame is None:
                     break
-                seen += message.data[:MAX_MARKER_BYTES]
+                seen += frame[1][:MAX_MARKER_BYTES]
         return seen.partition(b"\n")[0] + b"\n" == want
 
     async def start(self, engine: Engine, container_id: str,
@@ -124,13 +112,12 @@ class InitHosts:
             except Exception:  # the engine's, aiodocker's or aiohttp's: the PUT then
                 done = False
         finally:
-            await self.close()
+            self.close()
         if not done:
             await write_hosts(engine, container_id)
 
-    async def close(self) -> None:
+    def close(self) -> None:
         """Drop the attach (idempotent; the container runs on)."""
         stream, self._stream = self._stream, None
         if stream is not None:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await stream.close()
+            stream.close_now()

@@ -49,8 +49,8 @@ from .._errors import SandboxError, SandboxInitFailed
 from ._gateway import Engine
 from ._workdir import Runner, entries_tar
 
-__all__ = ["HOSTS", "SYSCTLS", "applies", "disable_network", "hosts_entry", "hosts_tar",
-           "write_hosts", "write_hosts_by_exec"]
+__all__ = ["HOSTS", "SYSCTLS", "WRITE_SH", "applies", "disable_network", "hosts_entry",
+           "hosts_tar", "write_hosts", "write_hosts_by_exec"]
 
 #: What Docker 20.10 writes to /etc/hosts for a ``NetworkMode: none`` container.
 HOSTS = (
@@ -145,7 +145,7 @@ async def write_hosts(engine: Engine, container_id: str) -> None:
 #: PUT does: a symlink put there is replaced, never written through, and ``mv -T`` never
 #: moves the file into a directory put there. Fails (and the PUT follows) where that leaves
 #: no regular file.
-_WRITE_SH = r"""umask 022; PATH=/usr/sbin:/usr/bin:/sbin:/bin; set -C
+WRITE_SH = r"""umask 022; PATH=/usr/sbin:/usr/bin:/sbin:/bin; set -C
 t="/etc/.sandbox-hosts.$2"; rm -f -- "$t" || exit 1
 printf '%s' "$1" > "$t" && [ -f "$t" ] && [ ! -L "$t" ] || { rm -f -- "$t"; exit 1; }
 mv -fT -- "$t" /etc/hosts || { rm -f -- "$t"; exit 1; }
@@ -164,7 +164,7 @@ async def write_hosts_by_exec(run: Runner, engine: Engine, container_id: str) ->
     which its root could rewrite at any time anyway.
     """
     try:
-        done = await run(["/bin/sh", "-c", _WRITE_SH, "sandbox-init", HOSTS.decode(),
+        done = await run(["/bin/sh", "-c", WRITE_SH, "sandbox-init", HOSTS.decode(),
                           secrets.token_hex(8)],
                          user="0:0", what="write the sandbox's /etc/hosts")
         if done.success:

@@ -63,7 +63,7 @@ async def test_hosts_are_right_before_a_childs_first_command_however_slow_the_wr
         prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The create waits for the keepalive's word: a slow write delays it, never the file.
     never_seen(monkeypatch)
-    monkeypatch.setattr(_hosts_init, "_WRITE_SH", "sleep 1.5\n" + _hosts_init._WRITE_SH)
+    monkeypatch.setattr(_hosts_init, "WRITE_SH", "sleep 1.5\n" + _hosts_init.WRITE_SH)
     async with Sandbox(CONFIG) as source:
         calls = Calls(monkeypatch)
         for text in await fork_and_show(source, f"{prefix}-slow"):
@@ -90,7 +90,7 @@ async def test_the_keepalive_gives_up_in_time_and_the_put_writes_hosts(
     # create goes on.
     never_seen(monkeypatch)
     monkeypatch.setattr(_hosts_init, "MARKER_TIMEOUT", 0.5)
-    monkeypatch.setattr(_hosts_init, "_WRITE_SH", "sleep 30\n" + _hosts_init._WRITE_SH)
+    monkeypatch.setattr(_hosts_init, "WRITE_SH", "sleep 30\n" + _hosts_init.WRITE_SH)
     async with Sandbox(CONFIG) as source:
         calls = Calls(monkeypatch)
         for text in await fork_and_show(source, f"{prefix}-stall"):
