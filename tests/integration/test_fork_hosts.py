@@ -147,3 +147,20 @@ async def test_a_sleep_planted_in_a_path_directory_is_not_what_the_root_keepaliv
         for text in await fork_and_show(source, f"{prefix}-planted",
                                         "sleep 0.2; cat /tmp/ran; echo end"):
             assert text == "1000\n1000\nend\n", text  # the child's own call, and no root one
+
+
+async def test_the_host_sees_a_childs_keepalive_as_it_sees_its_sources(
+        prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The keepalive keeps its command line (no exec): the host's views of the container
+    # (a pool's reset, `health` without the engine) find docker-init and it as expected.
+    never_seen(monkeypatch)
+    async with Sandbox(CONFIG) as source:
+        seen = await source.backend.host_inspector()  # type: ignore[attr-defined]
+        children = await source.fork(1, name=f"{prefix}-view")
+        try:
+            child = children[0]
+            view = await child.backend.host_inspector()  # type: ignore[attr-defined]
+            assert type(view) is type(seen), (view, seen)
+            assert await child.backend.health() == ""  # type: ignore[attr-defined]
+        finally:
+            await children[0].cleanup()
