@@ -12,14 +12,16 @@ What libnetwork did for a ``none`` container, done here so a command sees the sa
 - ``/etc/hosts``: Docker's file for ``none`` (localhost and the ip6 names; no hostname line).
   Without it the container reads the empty placeholder the engine's init layer puts over
   the image's own /etc/hosts (whatever the image holds, a symlink too: measured), and
-  ``localhost`` does not resolve. It rides in the working dir's archive PUT before start
-  where there is one. Else, where the create runs a user probe after start anyway (or
-  waits for another create's: the children of a fork, a new image each time), one root
-  exec writes it beside that probe (`write_hosts_by_exec`), before the create returns, so
-  no command of the caller's runs before it: an archive PUT makes dockerd re-run itself
-  to unpack (57 ms of engine CPU here, against 37 ms for the exec: ten at once, medians of
-  8 under load). Else (the probe's answer kept: no exec after start at all) its own
-  archive PUT before start, which is also the exec's fallback;
+  ``localhost`` does not resolve. A child of a checkpoint this process committed from a
+  sandbox alike (a fork's children) has its own keepalive write it, seen done before the
+  create returns (`_hosts_init`: no exec at all). Else it rides in the working dir's
+  archive PUT before start where there is one. Else, where the create runs a user probe
+  after start anyway (or waits for another create's), one root exec writes it beside that
+  probe (`write_hosts_by_exec`), before the create returns, so no command of the caller's
+  runs before it: an archive PUT makes dockerd re-run itself to unpack (57 ms of engine
+  CPU here, against 37 ms for the exec: ten at once, medians of 8 under load). Else (the
+  probe's answer kept: no exec after start at all) its own archive PUT before start, which
+  is also the fallback of the exec and of the keepalive's write;
 - IPv6 off in the namespace (``disable_ipv6`` on all, default and lo): with it on, ``::1``
   would sort before 127.0.0.1 for ``localhost`` and a client trying only the first address
   would miss a server on 127.0.0.1;
