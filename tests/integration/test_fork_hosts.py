@@ -164,3 +164,16 @@ async def test_the_host_sees_a_childs_keepalive_as_it_sees_its_sources(
             assert await child.backend.health() == ""  # type: ignore[attr-defined]
         finally:
             await children[0].cleanup()
+
+
+async def test_a_childs_user_cannot_kill_its_keepalive_as_in_its_source(
+        prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The attacker: the sandbox user signals the main process's child (the keepalive). It
+    # runs as root in the source, so that fails; a child whose main process ran as the
+    # checkpoint's user (the commit's) was stopped by it.
+    never_seen(monkeypatch)
+    kill = "kill -9 $(cat /proc/1/task/1/children) 2>/dev/null; echo $?"
+    async with Sandbox(CONFIG) as source:
+        assert await sh(source, kill) == "1\n"
+        for text in await fork_and_show(source, f"{prefix}-kill", kill + "; sleep 0.3; echo alive"):
+            assert text == "1\nalive\n", text
