@@ -31,6 +31,7 @@ import anyio
 from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 from aiodocker.utils import parse_result
+from yarl import URL
 
 from .._constants import DEFAULT_ENGINE_TIMEOUT
 from .._deadlines import Deadline, DeadlineKeeper
@@ -502,6 +503,21 @@ class Engine:
             raise
         if stdin:  # without stdin nothing is written: the close follows the EOF at once
             stream._end_output_on_eof()
+        return stream
+
+    async def attach_output(self, action: str, container_id: str) -> ExecStream:
+        """Attach to a container's stdout: before its start, nothing it prints is missed."""
+        async def setup() -> tuple[URL, bytes | None, bool]:
+            return URL(f"containers/{container_id}/attach").with_query(
+                {"stream": 1, "stdout": 1, "stderr": 0, "stdin": 0, "logs": 0}), None, False
+
+        stream = ExecStream(Stream(self.docker, setup))
+        try:
+            async with self._call(action):
+                await stream._stream._init()
+        except BaseException:
+            stream.close_now()
+            raise
         return stream
 
     async def inspect_exec(self, exec_id: str, *, deadline: float | None = None) -> \

@@ -12,14 +12,16 @@ What libnetwork did for a ``none`` container, done here so a command sees the sa
 - ``/etc/hosts``: Docker's file for ``none`` (localhost and the ip6 names; no hostname line).
   Without it the container reads the empty placeholder the engine's init layer puts over
   the image's own /etc/hosts (whatever the image holds, a symlink too: measured), and
-  ``localhost`` does not resolve. It rides in the working dir's archive PUT before start
-  where there is one. Else, where the create runs a user probe after start anyway (or
-  waits for another create's: the children of a fork, a new image each time), one root
-  exec writes it beside that probe (`write_hosts_by_exec`), before the create returns, so
-  no command of the caller's runs before it: an archive PUT makes dockerd re-run itself
-  to unpack (57 ms of engine CPU here, against 37 ms for the exec: ten at once, medians of
-  8 under load). Else (the probe's answer kept: no exec after start at all) its own
-  archive PUT before start, which is also the exec's fallback;
+  ``localhost`` does not resolve. A child of a checkpoint this process committed from a
+  sandbox alike (a fork's children) has its own keepalive write it, seen done before the
+  create returns (`_hosts_init`: no exec at all). Else it rides in the working dir's
+  archive PUT before start where there is one. Else, where the create runs a user probe
+  after start anyway (or waits for another create's), one root exec writes it beside that
+  probe (`write_hosts_by_exec`), before the create returns, so no command of the caller's
+  runs before it: an archive PUT makes dockerd re-run itself to unpack (57 ms of engine
+  CPU here, against 37 ms for the exec: ten at once, medians of 8 under load). Else (the
+  probe's answer kept: no exec after start at all) its own archive PUT before start, which
+  is also the fallback of the exec and of the keepalive's write;
 - IPv6 off in the namespace (``disable_ipv6`` on all, default and lo): with it on, ``::1``
   would sort before 127.0.0.1 for ``localhost`` and a client trying only the first address
   would miss a server on 127.0.0.1;
@@ -49,8 +51,8 @@ from .._errors import SandboxError, SandboxInitFailed
 from ._gateway import Engine
 from ._workdir import Runner, entries_tar
 
-__all__ = ["HOSTS", "SYSCTLS", "applies", "disable_network", "hosts_entry", "hosts_tar",
-           "write_hosts", "write_hosts_by_exec"]
+__all__ = ["HOSTS", "SYSCTLS", "WRITE_SH", "applies", "disable_network", "hosts_entry",
+           "hosts_tar", "write_hosts", "write_hosts_by_exec"]
 
 #: What Docker 20.10 writes to /etc/hosts for a ``NetworkMode: none`` container.
 HOSTS = (
@@ -145,7 +147,7 @@ async def write_hosts(engine: Engine, container_id: str) -> None:
 #: PUT does: a symlink put there is replaced, never written through, and ``mv -T`` never
 #: moves the file into a directory put there. Fails (and the PUT follows) where that leaves
 #: no regular file.
-_WRITE_SH = r"""umask 022; PATH=/usr/sbin:/usr/bin:/sbin:/bin; set -C
+WRITE_SH = r"""umask 022; PATH=/usr/sbin:/usr/bin:/sbin:/bin; set -C
 t="/etc/.sandbox-hosts.$2"; rm -f -- "$t" || exit 1
 printf '%s' "$1" > "$t" && [ -f "$t" ] && [ ! -L "$t" ] || { rm -f -- "$t"; exit 1; }
 mv -fT -- "$t" /etc/hosts || { rm -f -- "$t"; exit 1; }
@@ -164,7 +166,7 @@ async def write_hosts_by_exec(run: Runner, engine: Engine, container_id: str) ->
     which its root could rewrite at any time anyway.
     """
     try:
-        done = await run(["/bin/sh", "-c", _WRITE_SH, "sandbox-init", HOSTS.decode(),
+        done = await run(["/bin/sh", "-c", WRITE_SH, "sandbox-init", HOSTS.decode(),
                           secrets.token_hex(8)],
                          user="0:0", what="write the sandbox's /etc/hosts")
         if done.success:

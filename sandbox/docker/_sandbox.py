@@ -8,6 +8,7 @@ import posixpath
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 
 import anyio
@@ -52,6 +53,7 @@ from ._facts import EngineFacts
 from ._finish import ResultFinisher
 from ._gateway import DockerClient, Engine, client_like, engine_address, new_client
 from ._helpers import HelperRunner, Helpers
+from ._hosts_init import InitHosts
 from ._images import ensure_image
 from ._main_pid import MainPid
 from ._netless import applies as netless_applies
@@ -78,7 +80,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
     ``Sandbox(backend=DockerBackend(config, docker=...))`` for Docker-specific options).
     """
 
-    keepalive = KEEPALIVE
+    keepalive: tuple[str, ...] = KEEPALIVE
     stdin_stops_at_exit = True  # an exec's stdin feed ends with it (copy in: one exec)
 
     def __init__(
@@ -279,14 +281,9 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         the facts (forgotten for ``address``) first this time."""
         _facts_cache.forget(address)
         await self.remove()
-        self._container_id = None
-        self._created_resources = False
-        self._network = None
-        self._workspace = Workspace(None)
-        self._workdir_given = False
-        self._config = self._given_config
-        self._replanned = True
-        self._pin_runc = False
+        self._container_id, self._created_resources, self._network = None, False, None
+        self._workspace, self._workdir_given = Workspace(None), False
+        self._config, self._replanned, self._pin_runc = self._given_config, True, False
         await self._create()
 
     async def _build(self, engine: Engine, ref: ImageRef,
@@ -347,6 +344,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         if netless:
             disable_network(body)
         self._mounts_key = mounts_key(body)  # what the user probe's answer depends on
+        init = InitHosts.child(body, netless=netless, image_id=self._image_id, user=self._user,
+                               cwd=self._cwd, mounts=self._mounts_key)  # its keepalive: hosts
 
         if self._pin_runc:
             # Planned for runc from facts not read during this create (`_facts_cache.trusted`):
@@ -362,9 +361,9 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         await finish_despite_cancel(create())
         self._created_at = datetime.now(UTC)
         assert self._container_id is not None
-        # /etc/hosts rides in the working dir's hand-over where there is one; else one root
-        # exec writes it after start beside the user probe (or the wait for another create's:
-        # a fork's children), where there is one, and the archive PUT before start where not.
+        # /etc/hosts: by a settled checkpoint's child's keepalive (`_hosts_init`), else in the
+        # working dir's hand-over, else by a root exec beside the user probe, else a PUT.
+        netless, self.keepalive = netless and init is None, init.command if init else KEEPALIVE
         hosts_due = not await self._give_workdir([hosts_entry()] if netless else []) and netless
         if hosts_due and (not self._user or probe_kept(  # `_prepare_workdir` makes no exec
                 self._image_id, self._user, self._cwd, self._mounts_key,
@@ -374,8 +373,9 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         if await self._facts_changed(fresh):
             return False
         self._life.advance(SandboxStatus.STARTING)
-        await engine.request("start the sandbox container",
-                             f"containers/{self._container_id}/start", "POST")
+        start = partial(engine.request, "start the sandbox container",
+                        f"containers/{self._container_id}/start", "POST")
+        await (init.start(engine, self._container_id, start) if init else start())
         self._started_at = datetime.now(UTC)
         await self._network.shape(self._container_id)  # before any command runs
         self._life.advance(SandboxStatus.RUNNING)

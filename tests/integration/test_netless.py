@@ -247,7 +247,7 @@ async def test_hosts_are_right_before_the_first_command_however_slow_the_write(
     from sandbox.docker import _netless
 
     never_seen(monkeypatch)
-    monkeypatch.setattr(_netless, "_WRITE_SH", "sleep 1.5\n" + _netless._WRITE_SH)
+    monkeypatch.setattr(_netless, "WRITE_SH", "sleep 1.5\n" + _netless.WRITE_SH)
     execs = Execs(monkeypatch)
     async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX)) as sb:
         assert_hosts(await sh(sb, SHOW_HOSTS))
@@ -262,7 +262,7 @@ async def test_another_tasks_command_waits_for_the_end_of_a_new_images_create(
     from sandbox.docker import _netless
 
     never_seen(monkeypatch)  # a new image: the probe and the exec run after start
-    monkeypatch.setattr(_netless, "_WRITE_SH", "sleep 1\n" + _netless._WRITE_SH)
+    monkeypatch.setattr(_netless, "WRITE_SH", "sleep 1\n" + _netless.WRITE_SH)
     sb = Sandbox(SandboxConfig(image=IMAGE_BUSYBOX))
     init = asyncio.ensure_future(sb.initialize())
     refused: list[str] = []
