@@ -17,8 +17,9 @@ median of each stage:
 * ``exit to report``: the command's exit, the zygote woken, ``waitpid``, its last ``sendmsg``;
 * ``sdk after report``: that ``sendmsg``, to ``execute_command`` returning.
 
-with the number of context switches of the three processes per round trip. Needs root and
-tracefs (``/sys/kernel/tracing``); it clears the trace buffer. It measures; it asserts
+with the number of context switches into or out of the SDK and the zygote per round
+trip. Needs root and tracefs (``/sys/kernel/tracing``); it clears the trace buffer (its size
+and ``tracing_on`` are put back). It measures; it asserts
 nothing. Round 10 (30 ms idle before each, 60 round trips, medians): the SDK ~0.55 ms
 (before send, after report, and the zygote waiting for the SDK's core), the zygote's Python
 ~0.34 ms, the vfork child to ``execve`` ~0.24 ms and busybox ``true`` itself ~0.4 ms (its
@@ -94,9 +95,15 @@ def _stages(lines: list[str], sdk: int, zygote: int) -> dict[str, float] | None:
     if send is None:
         return None
     run = _first(events, send, None, "sched_switch", f"next_pid={zygote} ")
-    clone = _first(events, send, zygote, "sched_wakeup_new")
-    execd = _first(events, send, None, "sched_process_exec")
-    exited = _first(events, send, None, "sched_process_exit", "comm=true ")
+    born = next(((ts, rest) for p, ts, ev, rest in events
+                 if ts >= send and p == zygote and ev == "sched_wakeup_new"), None)
+    if born is None:
+        return None
+    clone, child = born[0], re.search(r" pid=(\d+)", born[1])
+    if child is None:
+        return None
+    execd = _first(events, send, int(child[1]), "sched_process_exec")
+    exited = _first(events, send, int(child[1]), "sched_process_exit")
     last = max((ts for p, ts, ev, rest in events
                 if p == zygote and ev == "sys_enter" and rest.startswith("NR 46 ")),
                default=None)
@@ -131,6 +138,9 @@ async def main() -> None:
         for _ in range(5):
             await box.execute_command(["true"])
         zygote = _zygote()
+        was_on = (TRACE / "tracing_on").read_text().strip()
+        was_size = (TRACE / "buffer_size_kb").read_text().split()[0]
+        _write("buffer_size_kb", "16384")  # per cpu: every process's switches are recorded
         _write("trace", "")
         _write("events/raw_syscalls/sys_enter/filter", "id == 46")
         for event in EVENTS:
@@ -147,6 +157,9 @@ async def main() -> None:
             marker.write(f"RT-END {i}\n")
             marker.flush()
         _write("tracing_on", "0")
+        text = (TRACE / "trace").read_text().splitlines()
+        _write("tracing_on", was_on)  # as it was: someone else may be tracing too
+        _write("buffer_size_kb", was_size)
     finally:
         for event in EVENTS:
             _write(f"events/{event}/enable", "0")
@@ -155,7 +168,6 @@ async def main() -> None:
         await box.cleanup()
         if docker is not None:
             await docker.cleanup()
-    text = (TRACE / "trace").read_text().splitlines()
     for i in range(args.reps):
         try:
             start = next(n for n, line in enumerate(text) if f"RT-START {i}\n" in line + "\n")
