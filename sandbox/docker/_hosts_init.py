@@ -53,12 +53,12 @@ class InitHosts:
         self._token = secrets.token_hex(8)
         shell, flag, loop = keepalive
         # $1 the hosts, $2 the temporary name's suffix (`WRITE_SH`'s arguments); the
-        # subshell's exit (a failed write) never ends the keepalive. Its loop's `sleep` comes
-        # from the system's directories first: a PATH entry the sandbox user could write
-        # (a conda prefix) must not put its program in this root process.
+        # subshell's exit (a failed write) never ends the keepalive. The loop (`KEEPALIVE`)
+        # pins its PATH first: a PATH entry the sandbox user could write (a conda prefix)
+        # must not put its program in this root process.
         script = (f"if ( {WRITE_SH.strip()}\n) >/dev/null 2>&1; then r=ok; else r=failed; fi; "
                   f"printf 'sandbox-hosts %s %s\\n' \"$r\" \"$2\"; exec >/dev/null 2>&1; "
-                  f"PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH; {loop}")
+                  f"{loop}")
         self.command: tuple[str, ...] = (shell, flag, script, "sandbox-init", HOSTS.decode(),
                                          self._token)
         self._stream: ExecStream | None = None

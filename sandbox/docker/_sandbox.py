@@ -67,8 +67,10 @@ from ._vm import pick_vm_runtime
 from ._wire import container_view
 from ._workdir import Extra, give_workdir_before_start, mounts_key, probe_kept, settle_user
 
-#: The container's main process: waits forever and ends on SIGTERM (docker-init forwards it).
-KEEPALIVE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
+#: The container's main process (root): waits forever and ends on SIGTERM (docker-init forwards
+#: it); its `sleep` comes from the system's directories first, never a user-writable PATH entry.
+KEEPALIVE = ("/bin/sh", "-c", "PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH; trap 'exit 0' TERM; "
+             "while :; do sleep 3600 & wait $!; done")
 
 PullProgress = Callable[[Mapping[str, Any]], object]
 

@@ -391,3 +391,32 @@ async def test_root_command_in_non_root_sandbox_is_refused() -> None:
         assert (await sb.execute_command(Command.shell("id -g", user="1000:0"))).stdout == "0\n"
         with pytest.raises(SecurityViolation, match="root"):
             await sb.execute_command(Command.shell("id -u", user="root"))
+
+
+async def test_the_root_keepalive_never_runs_a_sleep_planted_in_a_path_directory() -> None:
+    # The attacker: the sandbox user can write a PATH directory ahead of the system's (as
+    # with a conda prefix it owns; here /usr/local/bin opened to all by root) and plants a
+    # `sleep` there that notes who ran it. The container's main process is root and loops
+    # on `sleep 3600`: once its sleep ends (killed here to skip the hour) the loop must take
+    # the system's `sleep`.
+    # (Debian's dash looks `sleep` up in PATH; busybox's shell runs its applet whatever PATH.)
+    planted = '#!/bin/sh\nid -u >> /tmp/ran\nexec /bin/sleep "$@"\n'
+    each_keepalive_sleep = ("for d in /proc/[0-9]*; do [ \"$(tr '\\0' ' ' < $d/cmdline "
+                            "2>/dev/null)\" = 'sleep 3600 ' ] && {}; done; true")
+    async with Sandbox(SandboxConfig(image=IMAGE_PYTHON, stats_interval=0)) as sb:
+        cid = sb.backend.container_id  # type: ignore[attr-defined]
+        docker_cli("exec", "-u", "0", cid, "sh", "-c",
+                   "mkdir -p /usr/local/bin && chmod 777 /usr/local/bin && "
+                   ": > /tmp/ran && chmod 666 /tmp/ran")
+        await sb.write_file("/usr/local/bin/sleep", planted, mode=0o755)
+        found = await sb.execute_command(Command(
+            executable="sh", args=("-c", "sleep 0; cat /tmp/ran; echo $PATH")))
+        assert found.stdout.startswith("1000\n") and "/usr/local/bin" in found.stdout, found
+        docker_cli("exec", "-u", "0", cid, "sh", "-c",
+                   each_keepalive_sleep.format("kill ${d#/proc/}"))
+        ran = await sb.execute_command(Command(
+            executable="sh",
+            args=("-c", "sleep 0.3; cat /tmp/ran; " + each_keepalive_sleep.format("echo slept"))))
+    lines = ran.stdout.splitlines()
+    # The user's own two calls and no root one; the loop sleeps again (the system's sleep).
+    assert lines == ["1000", "1000", "slept"], ran
