@@ -318,11 +318,11 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
             # A setting this engine cannot enforce, refused: "resources.x: why".
             self._audit.refused(exc.message.split(":", 1)[0], "initialize", exc)
             raise
-        # The main process stays root; every command runs as the sandbox user instead. On this
-        # engine a container whose User is non-root gives even root execs no capabilities,
-        # which would leave the SDK unable to prepare the workspace or kill another uid's tree.
+        # The main process is root (whatever the image's USER, a checkpoint's too); every
+        # command runs as the sandbox user instead. On this engine a container whose User is
+        # non-root gives even root execs no capabilities, and its user could kill the keepalive.
         body = dict(plan.body)
-        self._user = body.pop("User", "") or ""
+        self._user, body["User"] = body.pop("User", "") or "", "0:0"
         # The config's variables reach every command through its exec (self._env), not the
         # container's environment, which an exec cannot unset: so set_environment can.
         own = {f"{key}={value}" for key, value in cfg.environment.items()}

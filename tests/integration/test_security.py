@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from sandbox import (
 from sandbox._constants import DEFAULT_PROCESS_LIMIT, LABEL_SANDBOX_ID
 from sandbox.docker._facts import EngineFacts
 from sandbox.docker._resources import default_memory_limit
-from tests.conftest import docker_cli
+from tests.conftest import derived_image, docker_cli
 from tests.integration._scripts import EAGAIN, FORK_UNTIL_REFUSED
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
@@ -420,3 +422,22 @@ async def test_the_root_keepalive_never_runs_a_sleep_planted_in_a_path_directory
     lines = ran.stdout.splitlines()
     # The user's own two calls and no root one; the loop sleeps again (the system's sleep).
     assert lines == ["1000", "1000", "slept"], ran
+
+
+@pytest.fixture
+def user_image(tmp_path: Path) -> Iterator[str]:
+    """The busybox image whose own USER is the sandbox user (1000)."""
+    yield from derived_image(tmp_path, f"sandbox-test-user-image:{uuid.uuid4().hex[:8]}",
+                             "USER 1000:1000\n", base=IMAGE_BUSYBOX)
+
+
+async def test_the_main_process_is_root_whatever_the_images_user(user_image: str) -> None:
+    # The attacker: the sandbox user signals the keepalive (the main process's child). Run as
+    # the image's USER it would die and stop the sandbox; as root (no capabilities) it is
+    # refused, and commands still run as the image's user.
+    kill = "kill -9 $(cat /proc/1/task/1/children) 2>/dev/null; echo $?"
+    async with Sandbox(SandboxConfig(image=user_image, stats_interval=0)) as sb:
+        shown = await sb.execute_command(Command(
+            executable="sh", args=("-c", f"id -u; stat -c %u:%g /proc/1; {kill}; sleep 0.3; "
+                                         "echo alive")))
+    assert shown.stdout == "1000\n0:0\n1\nalive\n", shown
