@@ -46,6 +46,7 @@ from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shel
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
+    POSIX_OFF,
     SETUP,
     STDIN_END,
     exit_trap,
@@ -287,7 +288,8 @@ class Session:
         await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
-        await shell.write(SETUP + exit_trap(shell.nonce))
+        await shell.write((POSIX_OFF if self._shell_cmd is None else "") + SETUP
+                          + exit_trap(shell.nonce))
         probe_cmd = 'printf %s:%s "${BASH_VERSION:+bash}" "$$"' + GUARD_PROBE
         if copy.path and not copy.by_root:  # made for this shell alone: it runs, remove it
             probe_cmd += f"; rm -rf {quote(copy.path.rsplit('/', 1)[0])}"
