@@ -279,7 +279,7 @@ class Session:
         spec = self._sandbox.plan(Command.argv(list(argv)))
         # The shell itself has no time limit and keeps no output: each command has its own.
         self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
-                                  max_output_bytes=0, stdin=None)
+                                  max_output_bytes=0, stdin=None, sealed=True)
         # Guarded only from a root-owned copy the sandbox user (not root) could not replace
         # by a program that lies to the probe.
         sealed = copy.by_root and bool(spec.user) and not is_root(spec.user)

@@ -197,7 +197,7 @@ async def start_command(
     try:
         proc = await start(entry.spawner, spec.argv, env=env, workdir_fd=workdir_fd,
                            attach_stdin=iterate or spec.stdin is not None,
-                           rlimits=entry.rlimits, tty=spec.tty,
+                           rlimits=entry.rlimits, tty=spec.tty, sealed=spec.sealed,
                            collect=not iterate and on_stdout is None and on_stderr is None
                            and spec.stdin is None and not spec.tty
                            and spec.idle_timeout is None)
