@@ -273,13 +273,13 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     three times (pid, pipes' end, end); its pid (kill, deadline) is known at once as ever;
     output over a pipe's buffer waits in the writer at most `COLLECT_HOLD`.
 
-    ``sealed`` (a session's shell, not with ``tty``): stdout and stderr are sockets, not
-    pipes. A pipe the SDK makes belongs to the SDK's uid, which is the sandbox user's when
-    the SDK is not root (its user namespace maps that uid alone), so any process of that
-    user could chmod it and reopen it for reading through ``/proc/<pid>/fd`` of a child a
-    command left holding it, and take later commands' output and end markers. ``open`` of a
-    socket through ``/proc`` is ENXIO whatever its mode; our end is shut for writing, so the
-    sandbox's end reads nothing.
+    ``sealed`` (a session's shell, when the SDK is not root; not with ``tty``): stdout and
+    stderr are sockets, not pipes. A pipe the SDK makes belongs to the SDK's uid, which is
+    the sandbox user's when the SDK is not root (its user namespace maps that uid alone), so
+    any process of that user could chmod it and reopen it for reading through
+    ``/proc/<pid>/fd`` of a child a command left holding it, and take later commands' output
+    and end markers. ``open`` of a socket through ``/proc`` is ENXIO whatever its mode; our
+    end is shut for writing, so the sandbox's end reads nothing.
 
     Raises:
         OSError: The program could not be executed (``errno`` says why).

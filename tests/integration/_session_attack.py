@@ -6,7 +6,8 @@ A session command leaves ``sleep 600 &`` behind, holding the shell's stdout and 
 another process of the sandbox user (a) reads every descriptor it can open through ``/proc``
 while the next command is sent, the shell stopped meanwhile (its text, with the nonces, must
 not show), (b) sets the child's channels to mode 0600 and reopens them for reading while a
-later command prints a secret (output and end markers must stay the session's), and (c)
+later command prints a secret (output and end markers must stay the session's), (a') opens
+the shell's own descriptors and stops it while the next command is sent, and (c)
 ptraces the child to make it fchmod, reopen, read and write its channels; the status of the
 failing command after it must stay 1.
 """
@@ -22,11 +23,15 @@ from sandbox import Sandbox
 from tests.integration.test_session_channels import THIEF as _THIEF
 from tests.integration.test_session_channels import TRACER
 
-__all__ = ["THIEF", "TRACER", "attack"]
+__all__ = ["THIEF", "THIEF_SELF", "TRACER", "attack"]
 
-#: The round 9 thief, which also tries sockets (the process backend's sealed channels).
-THIEF = _THIEF.replace('startswith(("pipe:", ', 'startswith(("pipe:", "socket:", ')
+#: The round 9 thief, which also tries sockets (the process backend's sealed channels) and
+#: gVisor's host-backed descriptors (``host:[N]`` there, for the exec's pipes).
+THIEF = _THIEF.replace('startswith(("pipe:", ', 'startswith(("pipe:", "socket:", "host:", ')
 assert THIEF != _THIEF
+#: The same, which also takes the stopped process's own descriptors (the shell's stdin).
+THIEF_SELF = THIEF.replace("str(os.getppid()), str(stop))", "str(os.getppid()))")
+assert THIEF_SELF != THIEF
 
 
 async def _until_ready(proc: Any) -> str:
@@ -69,7 +74,20 @@ async def attack(sb: Sandbox, *, limit: float = 60) -> dict[str, Any]:
                 r = await sh.run(f": {canary}; false", timeout=10)
             said = (await thief.wait()).combined
         out["canary_read"] = canary in said
+        out["canary_thief"] = said
         out["canary_status"] = r.exit_code
+        # (a') the shell's own stdin, the shell stopped once it is open (a plain shell's is
+        # open to its user: gVisor, where no unreadable copy runs).
+        canary = "canary-" + secrets.token_hex(8)
+        async with sb.stream_command(["python3", "-c", THIEF_SELF, "4", shell, "0", shell]
+                                     ) as thief:
+            await _until_ready(thief)
+            with anyio.fail_after(limit):
+                r = await sh.run(f": {canary}; false", timeout=10)
+            said = (await thief.wait()).combined
+        out["shell_stdin_read"] = canary in said
+        out["shell_thief"] = said
+        out["shell_stdin_status"] = r.exit_code
         # (c) the traced child (a new one: a timeout above may have killed the first).
         with anyio.fail_after(limit):
             pid = (await sh.run("sleep 600 & echo $!")).stdout.strip()

@@ -40,6 +40,7 @@ async def test_no_later_command_is_read_and_no_status_forged(
     child cannot read its channels."""
     out = await _attack(tmp_path, request)
     assert not out["canary_read"], out
+    assert not out["shell_stdin_read"], out["shell_thief"]
     assert out["canary_status"] == 1 and out["after_trace_status"] == 1, out
     assert out["later"]["exit_code"] != 0, out  # type: ignore[index]
     code, said, err = out["tracer"]  # type: ignore[misc]
