@@ -75,6 +75,13 @@ class ProcessSpec:
         idle_timeout: Seconds without output before it is killed; None: no limit.
         tty: Run it on a pseudo-terminal (its output all comes as stdout, with CRLF line
             ends), for interactive programs; see `Process.resize`.
+        sealed: A session's shell, whose channels must be the SDK's alone: no other
+            process holds its stdin (so its input goes to it directly, never through a
+            helper such as Kubernetes v4's stdin decoder, and it needs no end of input: it
+            is only ever closed whole), and its stdout and stderr, which a child a command
+            leaves holds, must not be reopened through ``/proc/<pid>/fd`` by other processes
+            of the sandbox user, whatever mode they set: backends whose pipes that user
+            owns give sockets (``open`` of one there is ENXIO, for anyone).
     """
 
     argv: tuple[str, ...] = attrs.field(converter=_argv)
@@ -86,11 +93,12 @@ class ProcessSpec:
     time_limit: float | None = None
     idle_timeout: float | None = None
     tty: bool = False
+    sealed: bool = False
 
 
 _SPEC_SETTERS = slot_setters(ProcessSpec, (
     "argv", "env", "workdir", "user", "stdin", "max_output_bytes", "time_limit",
-    "idle_timeout", "tty"), "plain_spec")
+    "idle_timeout", "tty", "sealed"), "plain_spec")
 
 
 def plain_spec(argv: tuple[str, ...], env: dict[str, str], workdir: str, user: str,
@@ -100,7 +108,8 @@ def plain_spec(argv: tuple[str, ...], env: dict[str, str], workdir: str, user: s
     (`_policy.plan_argv`), once per command, whose values are its own and of their types
     already (``argv`` a tuple); attrs' generated ``__init__`` cost more than the plan."""
     spec = object.__new__(ProcessSpec)
-    s_argv, s_env, s_workdir, s_user, s_stdin, s_max, s_limit, s_idle, s_tty = _SPEC_SETTERS
+    s_argv, s_env, s_workdir, s_user, s_stdin, s_max, s_limit, s_idle, s_tty, s_seal = \
+        _SPEC_SETTERS
     s_argv(spec, argv)
     s_env(spec, env)
     s_workdir(spec, workdir)
@@ -110,6 +119,7 @@ def plain_spec(argv: tuple[str, ...], env: dict[str, str], workdir: str, user: s
     s_limit(spec, time_limit)
     s_idle(spec, None)
     s_tty(spec, False)
+    s_seal(spec, False)
     return spec
 
 

@@ -46,6 +46,7 @@ from ._session_shell import GUARD_PROBE, GUARDED, ShellCopy, guarded_shell, shel
 from ._session_wire import (
     AUTO_SHELL,
     COMMAND_VAR,
+    POSIX_OFF,
     SETUP,
     STDIN_END,
     exit_trap,
@@ -278,7 +279,7 @@ class Session:
         spec = self._sandbox.plan(Command.argv(list(argv)))
         # The shell itself has no time limit and keeps no output: each command has its own.
         self._spec = attrs.evolve(spec, time_limit=None, idle_timeout=None,
-                                  max_output_bytes=0, stdin=None)
+                                  max_output_bytes=0, stdin=None, sealed=True)
         # Guarded only from a root-owned copy the sandbox user (not root) could not replace
         # by a program that lies to the probe.
         sealed = copy.by_root and bool(spec.user) and not is_root(spec.user)
@@ -287,7 +288,8 @@ class Session:
         await tg.start(self._hold, shell, attrs.evolve(self._spec, workdir=self._cwd))
         self._shell = shell
         assert shell.proc is not None
-        await shell.write(SETUP + exit_trap(shell.nonce))
+        await shell.write((POSIX_OFF if self._shell_cmd is None else "") + SETUP
+                          + exit_trap(shell.nonce))
         probe_cmd = 'printf %s:%s "${BASH_VERSION:+bash}" "$$"' + GUARD_PROBE
         if copy.path and not copy.by_root:  # made for this shell alone: it runs, remove it
             probe_cmd += f"; rm -rf {quote(copy.path.rsplit('/', 1)[0])}"

@@ -116,7 +116,8 @@ async def guarded_shell(owner: object, backend: Backend, *, fresh: bool = False)
 
 
 def shell_argv(path: str) -> tuple[str, ...]:
-    """How to start the copy at ``path``: bash without start-up files, or the POSIX sh."""
+    """How to start the copy at ``path``: bash without start-up files, ``BASH_ENV``'s
+    included (``--posix``, left again at once: ``POSIX_OFF``), or the POSIX sh."""
     if path.rsplit("/", 1)[-1] == "bash":
-        return (path, "--noprofile", "--norc")
+        return (path, "--posix", "--noprofile", "--norc")
     return (path,)

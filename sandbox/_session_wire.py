@@ -64,9 +64,26 @@ def exit_trap(nonce: str) -> str:
             f"printf \"{_MARK_FMT}{nonce}:Q\\000\" >&2' EXIT\n")
 
 
-#: Starts bash when the image has it, else the POSIX sh, reading commands from stdin.
+#: Sent first to a shell the SDK started as ``bash --posix`` (``shell_argv``, ``AUTO_SHELL``):
+#: back to bash's own mode, as a plain ``bash`` would run, unless the environment exports
+#: ``POSIXLY_CORRECT`` (then a plain bash starts in POSIX mode too). ``--posix`` is only there
+#: so that bash does not source the file ``BASH_ENV`` names as it starts: that file (an
+#: image's, or one the sandbox user can write) would run inside the session's shell, where a
+#: ``printf`` function or a trap forges every later command's result and a guarded shell
+#: would be guarded no longer. Leaving POSIX mode restores bash's defaults but keeps
+#: ``inherit_errexit``, which ``--posix`` turned on. Commands still see ``BASH_ENV`` (and a
+#: ``bash`` they start sources it, as on a plain exec); ``ENV`` is read by interactive shells
+#: alone, which a session's never is.
+POSIX_OFF: Final = (
+    'if [ -n "${BASH_VERSION:-}" ] && ! compgen -e POSIXLY_CORRECT >/dev/null 2>&1; then '
+    "set +o posix; shopt -u inherit_errexit; fi 2>/dev/null\n"
+)
+
+#: Starts bash when the image has it (in POSIX mode: see ``POSIX_OFF``), else the POSIX sh,
+#: reading commands from stdin.
 AUTO_SHELL: Final = (
-    "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec /bin/sh"
+    "if command -v bash >/dev/null 2>&1; then exec bash --posix --noprofile --norc; fi; "
+    "exec /bin/sh"
 )
 
 

@@ -361,7 +361,10 @@ async def open_exec(opener: Opener, spec: ProcessSpec, *, killer: Killer, framed
     ``framed_v4``: the server is known to speak only v4, so stdin goes framed (see above).
     """
     marker, nonce = uuid.uuid4().hex, "sandbox-start-" + uuid.uuid4().hex
-    framed = framed_v4 and attach_stdin
+    # A session's shell takes its input straight from the exec's stdin: through the decoder,
+    # dumpable processes of the sandbox user, any process of that user read every command,
+    # nonces and success token included. It never needs an end of input (`ProcessSpec.sealed`).
+    framed = framed_v4 and attach_stdin and not spec.sealed
     argv = wrap_argv(spec, marker=marker, nonce=nonce, framed=framed)
     sock = await opener(argv, attach_stdin)
     try:

@@ -186,6 +186,13 @@ class Entry:
     rlimits: tuple[tuple[int, int, int], ...]
 
 
+#: Whether the pipes this process makes belong to the sandbox user: run by another user than
+#: root, the SDK maps its own uid to the sandbox user (root maps host nobody; its own pipes
+#: stay root's, unmapped there, so no process inside may chmod or reopen them). Only then does
+#: a sealed spec need sockets, which cost ``>/dev/stderr`` (ENXIO).
+PIPES_ARE_THE_USERS = os.geteuid() != 0
+
+
 async def start_command(
     spec: ProcessSpec, *, entry: Entry, env: dict[str, str], workdir_fd: int, pid_ns: str,
     iterate: bool, on_stdout: Callback | None = None, on_stderr: Callback | None = None,
@@ -198,6 +205,7 @@ async def start_command(
         proc = await start(entry.spawner, spec.argv, env=env, workdir_fd=workdir_fd,
                            attach_stdin=iterate or spec.stdin is not None,
                            rlimits=entry.rlimits, tty=spec.tty,
+                           sealed=spec.sealed and PIPES_ARE_THE_USERS,
                            collect=not iterate and on_stdout is None and on_stderr is None
                            and spec.stdin is None and not spec.tty
                            and spec.idle_timeout is None)

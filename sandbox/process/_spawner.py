@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -243,9 +244,24 @@ async def _writer(loop: asyncio.AbstractEventLoop, fd: int,
     return asyncio.StreamWriter(transport, protocol, None, loop)
 
 
+def _sealed_pair() -> tuple[int, int]:
+    """A connected stream socket pair as (our read end, the sandbox's write end), both
+    close-on-exec; ours is shut for writing."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        ours.shutdown(socket.SHUT_WR)
+        theirs.shutdown(socket.SHUT_RD)
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
+    return ours.detach(), theirs.detach()
+
+
 async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[str, str],
                 attach_stdin: bool, workdir_fd: int, rlimits: Sequence[tuple[int, int, int]],
-                tty: bool = False, collect: bool = False) -> RemoteProcess:
+                tty: bool = False, collect: bool = False, sealed: bool = False
+                ) -> RemoteProcess:
     """Start ``argv`` in the sandbox of ``spawner`` (with ``tty``, on a new pseudo-terminal:
     its stdin, stdout and stderr, its controlling terminal; the handle's ``terminal`` is the
     master side, and its stderr is empty).
@@ -256,6 +272,14 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
     wakes the caller twice (its pid, its end, the pipes read at once beside the end), not
     three times (pid, pipes' end, end); its pid (kill, deadline) is known at once as ever;
     output over a pipe's buffer waits in the writer at most `COLLECT_HOLD`.
+
+    ``sealed`` (a session's shell, when the SDK is not root; not with ``tty``): stdout and
+    stderr are sockets, not pipes. A pipe the SDK makes belongs to the SDK's uid, which is
+    the sandbox user's when the SDK is not root (its user namespace maps that uid alone), so
+    any process of that user could chmod it and reopen it for reading through
+    ``/proc/<pid>/fd`` of a child a command left holding it, and take later commands' output
+    and end markers. ``open`` of a socket through ``/proc`` is ENXIO whatever its mode; our
+    end is shut for writing, so the sandbox's end reads nothing.
 
     Raises:
         OSError: The program could not be executed (``errno`` says why).
@@ -276,7 +300,7 @@ async def start(spawner: SandboxSpawner, argv: Sequence[str], *, env: Mapping[st
         else:
             theirs.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
         for _ in range(0 if tty else 2):
-            read_end, write_end = os.pipe2(os.O_CLOEXEC)
+            read_end, write_end = _sealed_pair() if sealed else os.pipe2(os.O_CLOEXEC)
             ours.append(read_end)
             theirs.append(write_end)
         request = {"argv": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
