@@ -217,6 +217,9 @@ def plan_container(
         "Env": _environment(config),
         "Labels": _labels(config, labels, engine, host),
         "StopTimeout": STOP_TIMEOUT,
+        # The image's HEALTHCHECK would run as the container's User (root: see the backend)
+        # with the image's PATH, a user-writable prefix included; the SDK checks health itself.
+        "Healthcheck": {"Test": ["NONE"]},
         "HostConfig": host,
     }
     hostname = name[:HOSTNAME_MAX].rstrip(".-")

@@ -441,3 +441,21 @@ async def test_the_main_process_is_root_whatever_the_images_user(user_image: str
             executable="sh", args=("-c", f"id -u; stat -c %u:%g /proc/1; {kill}; sleep 0.3; "
                                          "echo alive")))
     assert shown.stdout == "1000\n0:0\n1\nalive\n", shown
+
+
+@pytest.fixture
+def health_image(tmp_path: Path) -> Iterator[str]:
+    """An image whose HEALTHCHECK notes who ran it, every half second."""
+    yield from derived_image(
+        tmp_path, f"sandbox-test-health-image:{uuid.uuid4().hex[:8]}",
+        "USER 1000:1000\nHEALTHCHECK --interval=500ms "
+        "CMD id -u >> /tmp/health-ran\n", base=IMAGE_BUSYBOX)
+
+
+async def test_an_images_healthcheck_never_runs(health_image: str) -> None:
+    # An image's HEALTHCHECK runs as the container's User (root here) with the image's PATH,
+    # where the sandbox user may own an entry: the SDK turns it off (its own checks stay).
+    async with Sandbox(SandboxConfig(image=health_image, stats_interval=0)) as sb:
+        shown = await sb.execute_command(Command(
+            executable="sh", args=("-c", "sleep 2; cat /tmp/health-ran 2>&1; id -u")))
+    assert shown.stdout.endswith("No such file or directory\n1000\n"), shown

@@ -153,6 +153,7 @@ def test_default_config_is_isolated_and_unprivileged() -> None:
         "Env": [],
         "Labels": LABELS,
         "StopTimeout": 2,
+        "Healthcheck": {"Test": ["NONE"]},
         "Hostname": "sbx-1",
         "WorkingDir": "/workspace",
         "HostConfig": {
