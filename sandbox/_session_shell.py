@@ -22,6 +22,7 @@ import attrs
 
 from ._backend import Backend, ProcessSpec
 from ._errors import SandboxError
+from ._policy import is_root
 
 __all__ = ["GUARDED", "GUARD_PROBE", "ShellCopy", "guarded_shell", "shell_argv"]
 
@@ -37,8 +38,12 @@ log = logging.getLogger("sandbox.session")
 # or anyone) may write without the sticky bit would let them rename root's directory and put
 # their own in its place, a shell of theirs that every later session of the sandbox runs (the
 # path is kept per sandbox). As the sandbox user it changes nothing: that copy is the user's
-# anyway, and never said to be guarded.
+# anyway, and never said to be guarded. A bash run as ``sh`` imports the environment's
+# exported functions (``BASH_FUNC_cp%%``, even ``[``): every name the script calls is unset
+# first (``unset`` is a special builtin, found before functions there). The copy is tried on
+# an empty input, running no command: a bash copy imports functions (``:``) too.
 _PREPARE: Final = r"""PATH=/usr/sbin:/usr/bin:/sbin:/bin
+unset -f ls command cd pwd id mktemp cp chmod printf rm test '[' 2>/dev/null
 unset BASH_ENV ENV CDPATH
 set -f
 safe() {
@@ -60,7 +65,7 @@ for base in /dev "${TMPDIR:-/tmp}" /tmp /var/tmp; do
   [ "${me:-0}" != 0 ] || safe "$base" || continue
   d=$(mktemp -d "$base/.sandbox-session-XXXXXXXX" 2>/dev/null) || continue
   if cp "$src" "$d/$name" 2>/dev/null && chmod 0111 "$d/$name" && chmod 0711 "$d" &&
-     "$d/$name" -c : </dev/null >/dev/null 2>&1; then
+     "$d/$name" </dev/null >/dev/null 2>&1; then
     printf %s "$d/$name"; exit 0
   fi
   rm -rf "$d" 2>/dev/null
@@ -98,7 +103,10 @@ async def guarded_shell(owner: object, backend: Backend, *, fresh: bool = False)
     """
     if not fresh and owner in _copies:
         return ShellCopy(_copies[owner], by_root=True)
-    for user in ("0:0", ""):
+    # The sandbox user by name, never "" (the backend's default: on Docker the container's
+    # User, root now): a copy made as root but said to be the user's would outlive its
+    # shell, the probe's ``rm -rf`` as the user refused.
+    for user in ("0:0", backend.user):
         spec = ProcessSpec(argv=("/bin/sh", "-c", _PREPARE, "sandbox-session-prepare"),
                            user=user, workdir="/", max_output_bytes=1 << 12, time_limit=60.0)
         try:
@@ -107,9 +115,10 @@ async def guarded_shell(owner: object, backend: Backend, *, fresh: bool = False)
             continue
         path = result.stdout.strip()
         if result.exit_code == 0 and path.startswith("/") and "\n" not in path:
-            if user:
+            by_root = bool(user) and is_root(user)
+            if by_root:
                 _copies[owner] = path
-            return ShellCopy(path, by_root=bool(user))
+            return ShellCopy(path, by_root=by_root)
     log.warning("no unreadable copy of the shell could be made in this sandbox; its "
                 "sessions run a shell other processes of the sandbox user can reach")
     return ShellCopy("", by_root=False)
@@ -117,7 +126,8 @@ async def guarded_shell(owner: object, backend: Backend, *, fresh: bool = False)
 
 def shell_argv(path: str) -> tuple[str, ...]:
     """How to start the copy at ``path``: bash without start-up files, ``BASH_ENV``'s
-    included (``--posix``, left again at once: ``POSIX_OFF``), or the POSIX sh."""
+    included, exported functions and ``SHELLOPTS`` (``--posix -p``, left again at once:
+    ``POSIX_OFF``), or the POSIX sh."""
     if path.rsplit("/", 1)[-1] == "bash":
-        return (path, "--posix", "--noprofile", "--norc")
+        return (path, "--posix", "--noprofile", "--norc", "-p")
     return (path,)

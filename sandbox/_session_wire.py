@@ -64,25 +64,33 @@ def exit_trap(nonce: str) -> str:
             f"printf \"{_MARK_FMT}{nonce}:Q\\000\" >&2' EXIT\n")
 
 
-#: Sent first to a shell the SDK started as ``bash --posix`` (``shell_argv``, ``AUTO_SHELL``):
+#: Sent first to a shell the SDK started as ``bash --posix -p`` (``shell_argv``, ``AUTO_SHELL``):
 #: back to bash's own mode, as a plain ``bash`` would run, unless the environment exports
-#: ``POSIXLY_CORRECT`` (then a plain bash starts in POSIX mode too). ``--posix`` is only there
-#: so that bash does not source the file ``BASH_ENV`` names as it starts: that file (an
-#: image's, or one the sandbox user can write) would run inside the session's shell, where a
-#: ``printf`` function or a trap forges every later command's result and a guarded shell
-#: would be guarded no longer. Leaving POSIX mode restores bash's defaults but keeps
-#: ``inherit_errexit``, which ``--posix`` turned on. Commands still see ``BASH_ENV`` (and a
-#: ``bash`` they start sources it, as on a plain exec); ``ENV`` is read by interactive shells
-#: alone, which a session's never is.
+#: ``POSIXLY_CORRECT`` (then a plain bash starts in POSIX mode too). The two flags are only
+#: there so that nothing of the environment runs in the session's shell as it starts, where
+#: a ``printf`` function or a trap forges every later command's result and a guarded shell
+#: would be guarded no longer: ``--posix`` and ``-p`` (privileged) both keep bash from
+#: sourcing the file ``BASH_ENV`` names (an image's, or one the sandbox user can write), and
+#: ``-p`` also keeps it from importing exported functions (``BASH_FUNC_printf%%``: a POSIX
+#: mode bash still imports those) and from applying ``SHELLOPTS`` and ``BASHOPTS`` (``xtrace``
+#: with an image's ``PS4='$(...)'`` runs code before every line). ``set +p`` leaves privileged
+#: mode (the real and effective ids are the same: it changes no id); leaving POSIX mode
+#: restores bash's defaults but keeps ``inherit_errexit``, which ``--posix`` turned on.
+#: Commands still see ``BASH_ENV``, the ``BASH_FUNC_*`` variables and ``PS4`` (a ``bash``
+#: they start sources and imports them, as on a plain exec); ``ENV`` is read by interactive
+#: shells alone, which a session's never is.
 POSIX_OFF: Final = (
-    'if [ -n "${BASH_VERSION:-}" ] && ! compgen -e POSIXLY_CORRECT >/dev/null 2>&1; then '
-    "set +o posix; shopt -u inherit_errexit; fi 2>/dev/null\n"
+    'if [ -n "${BASH_VERSION:-}" ]; then set +p; '
+    "if ! compgen -e POSIXLY_CORRECT >/dev/null 2>&1; then "
+    "set +o posix; shopt -u inherit_errexit; fi; fi 2>/dev/null\n"
 )
 
-#: Starts bash when the image has it (in POSIX mode: see ``POSIX_OFF``), else the POSIX sh,
-#: reading commands from stdin.
+#: Starts bash when the image has it (privileged and in POSIX mode: see ``POSIX_OFF``), else
+#: the POSIX sh, reading commands from stdin. ``unset`` first: a bash run as ``sh`` imports
+#: exported functions (``command``), and ``unset``, a special builtin, wins over them there.
 AUTO_SHELL: Final = (
-    "if command -v bash >/dev/null 2>&1; then exec bash --posix --noprofile --norc; fi; "
+    "unset -f command 2>/dev/null; "
+    "if command -v bash >/dev/null 2>&1; then exec bash --posix --noprofile --norc -p; fi; "
     "exec /bin/sh"
 )
 

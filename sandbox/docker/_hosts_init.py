@@ -53,12 +53,16 @@ class InitHosts:
         self._token = secrets.token_hex(8)
         shell, flag, loop = keepalive
         # $1 the hosts, $2 the temporary name's suffix (`WRITE_SH`'s arguments); the
-        # subshell's exit (a failed write) never ends the keepalive. The loop (`KEEPALIVE`)
-        # pins its PATH first: a PATH entry the sandbox user could write (a conda prefix)
-        # must not put its program in this root process.
-        script = (f"if ( {WRITE_SH.strip()}\n) >/dev/null 2>&1; then r=ok; else r=failed; fi; "
-                  f"printf 'sandbox-hosts %s %s\\n' \"$r\" \"$2\"; exec >/dev/null 2>&1; "
-                  f"{loop}")
+        # subshell's exit (a failed write) never ends the keepalive. The keepalive's PATH pin
+        # (`KEEPALIVE`: its first statement) comes first here too, before the ``printf``
+        # (a builtin of most shells, not of all): a PATH entry the sandbox user could write
+        # (a conda prefix) must not put its program in this root process.
+        pin, _, rest = loop.partition("; ")
+        if not pin.startswith("PATH="):
+            raise ValueError(f"the keepalive does not start by pinning PATH: {loop!r}")
+        script = (f"{pin}; if ( {WRITE_SH.strip()}\n) >/dev/null 2>&1; then r=ok; "
+                  f"else r=failed; fi; printf 'sandbox-hosts %s %s\\n' \"$r\" \"$2\"; "
+                  f"exec >/dev/null 2>&1; {rest}")
         self.command: tuple[str, ...] = (shell, flag, script, "sandbox-init", HOSTS.decode(),
                                          self._token)
         self._stream: ExecStream | None = None

@@ -12,13 +12,15 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from sandbox._session_shell import _PREPARE
+from sandbox._backend import ProcessSpec
+from sandbox._session_shell import _PREPARE, ShellCopy, guarded_shell
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="makes directories owned by root "
-                                "and by another user")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="makes directories owned by root and "
+                             "by another user")
 
 BASES = '/dev "${TMPDIR:-/tmp}" /tmp /var/tmp'
 SHELLS = [s for s in (("/bin/sh",), ("busybox", "sh")) if shutil.which(s[0])]
@@ -52,6 +54,7 @@ def root_dir(tmp_path: Path) -> Path:
     return mkdir(tmp_path / "ok", 0o755)
 
 
+@as_root
 @pytest.mark.parametrize("shell", SHELLS, ids=" ".join)
 def test_a_base_only_root_can_change_is_taken(shell: tuple[str, ...], root_dir: Path) -> None:
     for base in (root_dir, mkdir(root_dir / "sticky", 0o1777)):
@@ -61,6 +64,7 @@ def test_a_base_only_root_can_change_is_taken(shell: tuple[str, ...], root_dir: 
         assert os.stat(os.path.dirname(made)).st_mode & 0o7777 == 0o711
 
 
+@as_root
 @pytest.mark.parametrize("shell", SHELLS, ids=" ".join)
 def test_a_base_another_user_can_change_is_refused(shell: tuple[str, ...], root_dir: Path) -> None:
     """Each of these was taken before: the user (or a group, or anyone) could rename root's
@@ -77,6 +81,7 @@ def test_a_base_another_user_can_change_is_refused(shell: tuple[str, ...], root_
         assert not any(base.iterdir()), why
 
 
+@as_root
 @pytest.mark.parametrize("shell", SHELLS, ids=" ".join)
 def test_a_symlink_is_followed_to_where_it_points(shell: tuple[str, ...], root_dir: Path) -> None:
     """A link the user may replace is resolved once: the path kept is the directory's own."""
@@ -86,6 +91,7 @@ def test_a_symlink_is_followed_to_where_it_points(shell: tuple[str, ...], root_d
     assert made is not None and made.startswith(f"{root_dir}/.sandbox-session-"), made
 
 
+@as_root
 @pytest.mark.parametrize("shell", SHELLS, ids=" ".join)
 def test_the_images_path_and_bash_env_are_not_used(shell: tuple[str, ...], root_dir: Path,
                                                    tmp_path: Path) -> None:
@@ -104,3 +110,51 @@ def test_the_images_path_and_bash_env_are_not_used(shell: tuple[str, ...], root_
     made = prepare(shell, root_dir, path=f"{planted}:/usr/bin:/bin", BASH_ENV=str(bash_env))
     assert made is not None and made.startswith(f"{root_dir}/.sandbox-session-"), made
     assert not ran.exists(), ran.read_text()
+
+
+@as_root
+def test_functions_a_bash_as_sh_imports_never_run(root_dir: Path, tmp_path: Path) -> None:
+    """Where /bin/sh is bash (Fedora, RHEL), it imports the environment's exported functions,
+    found before builtins and programs, and the copy of bash imports them too: none of them
+    runs, neither in the script (``cp``, ``[``: unset first) nor in the copy's trial (``:``:
+    it is given no command). Before the fix all three ran, as root."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    sh = tmp_path / "bin" / "sh"
+    sh.parent.mkdir()
+    sh.symlink_to(bash)
+    ran = tmp_path / "ran"
+    funcs = {f"BASH_FUNC_{name}%%": f"() {{ echo {name} >> {ran}; }}"
+             for name in ("cp", "[", ":", "chmod", "printf", "command")}
+    made = prepare((str(sh),), root_dir, **funcs)
+    assert not ran.exists(), ran.read_text()
+    assert made is not None and made.startswith(f"{root_dir}/.sandbox-session-"), made
+
+
+class _Backend:
+    """Enough of a backend for `guarded_shell`: the first prepare (root's) fails, the next
+    works."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        self.users: list[str] = []
+
+    async def run_process(self, spec: ProcessSpec) -> SimpleNamespace:
+        self.users.append(spec.user)
+        ok = len(self.users) > 1
+        return SimpleNamespace(exit_code=0 if ok else 1,
+                               stdout="/tmp/.sandbox-session-x/bash" if ok else "")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("user", "by_root"), [("1000:1000", False), ("0:0", True),
+                                                ("root", True)])
+async def test_the_fallback_copy_is_made_as_the_sandbox_user(user: str, by_root: bool) -> None:
+    """Not as "" (the backend's default: root on Docker, whose main process is root now), and
+    labelled by who made it: a root-owned copy said to be the user's would be left behind,
+    the probe's ``rm -rf`` as the user refused."""
+    backend = _Backend(user)
+    copy = await guarded_shell(backend, backend)  # type: ignore[arg-type]
+    assert backend.users == ["0:0", user]
+    assert copy == ShellCopy("/tmp/.sandbox-session-x/bash", by_root=by_root)
