@@ -6,11 +6,12 @@ unreadable copy, a repository copied with an owner). All of them start with the 
 environment, the image's ``ENV`` included, before any line of their script runs: an image
 whose ``LD_LIBRARY_PATH`` or ``LD_PRELOAD`` names a place the sandbox user can write (a conda
 prefix, its home) made the keepalive's hourly ``sleep`` map a library the user planted, as
-root. So the create body sets those variables empty (glibc and musl ignore an empty
-``LD_PRELOAD`` / ``LD_LIBRARY_PATH``; measured), every exec of the sandbox user gets the
-image's values back through its own ``Env`` (commands see the image's environment as
-before), and the SDK's root execs get a ``PATH`` of the system's directories only.
-A checkpoint commits the image's values back, so a sandbox made from it hides them again.
+root. So the create body sets those variables empty (an empty ``LD_PRELOAD`` /
+``LD_LIBRARY_PATH`` names nothing: glibc measured, musl by its loader's ``path_open``), every
+exec of the sandbox user gets the image's values back through its own ``Env`` (commands see
+the image's environment as before), and the SDK's root execs get a ``PATH`` of the system's
+directories only. A checkpoint commits the image's values back, so a sandbox made from it
+hides them again.
 """
 
 from __future__ import annotations
