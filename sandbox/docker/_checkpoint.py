@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from ._gateway import DockerClient, Engine, EngineConflict, EngineNotFound, engi
 from ._host import PROC_ROOT, ContainerCgroup, find_container_cgroup, read_stat
 from ._hostview import HostView
 from ._images import inspect_image
+from ._root_env import RootEnv
 from ._session_mount import is_fifo_mount
 from ._workdir import settle_by_commit
 
@@ -39,11 +40,14 @@ COMMIT_TIMEOUT = 600.0
 
 async def commit_checkpoint(engine: Engine, container_id: str, image: str,
                             labels: Mapping[str, str], *, user: str,
-                            cgroup: ContainerCgroup | None = None) -> str:
+                            cgroup: ContainerCgroup | None = None,
+                            env: Sequence[str] = ()) -> str:
     """Commit the container (paused for the copy) to ``image`` with ``labels``; its id.
 
     ``user`` becomes the image's user, so a sandbox started from it runs as the same user
     (the container itself runs its main process as root and commands as the user).
+    ``env`` ("NAME=value") replaces those variables of the container's in the image's: the
+    image's values that the create set empty for root (`RootEnv.committed`).
     ``cgroup``: the container's cgroup where the SDK reaches it; a freeze that wedges there
     is thawed (see `FreezeWatch`). The commit has `COMMIT_TIMEOUT` seconds, after which the
     container is thawed too.
@@ -74,7 +78,8 @@ async def commit_checkpoint(engine: Engine, container_id: str, image: str,
                     f"commit the sandbox to image {image}", "commit", "POST",
                     params={"container": container_id, "repo": repository, "tag": tag,
                             "comment": "sandbox checkpoint", "pause": "1"},
-                    data={"Labels": dict(labels), "User": user}, deadline=deadline + 5)
+                    data={"Labels": dict(labels), "User": user,
+                          **({"Env": list(env)} if env else {})}, deadline=deadline + 5)
                 tg.cancel_scope.cancel()
     except EngineNotFound as exc:
         raise CheckpointFailed("the sandbox's container is gone: nothing to checkpoint",
@@ -322,6 +327,7 @@ class PoolPrimitives:
     _cwd: str
     _workdir_given: bool
     _mounts_key: str | None
+    _root_env: RootEnv  # DockerBackend's: the image's variables it kept from root
 
     def _running(self) -> tuple[Engine, str]:
         raise NotImplementedError  # DockerBackend's
@@ -396,7 +402,8 @@ class PoolPrimitives:
             self._background.checkpointing = True
             try:
                 image_id = await commit_checkpoint(engine, container_id, image, labels,
-                                                   user=self._user, cgroup=cgroup)
+                                                   user=self._user, cgroup=cgroup,
+                                                   env=self._root_env.committed())
                 # The engine froze and thawed the container; wait until the event watcher
                 # has seen both, or it would mark the sandbox paused after we return.
                 with anyio.move_on_after(SETTLE_TIMEOUT):

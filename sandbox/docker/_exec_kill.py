@@ -22,6 +22,8 @@ from ._exec_gate import ExecGate
 from ._gateway import Engine
 from ._host import find_container_cgroup
 from ._host_kill import kill_from_host
+from ._root_env import ROOT_PATH
+from ._root_env import is_root_user as _as_root
 
 #: How long a kill waits for a command whose start the SDK did not see to show up.
 START_SETTLE = 5.0
@@ -43,6 +45,8 @@ async def sweep(engine: Engine, container_id: str, user: str, marker: str, signa
                     killer = await engine.create_exec("kill the command", container_id, {
                         "Cmd": sweep_argv(marker, signal),
                         "User": user, "AttachStdout": True, "AttachStderr": True,
+                        # As root: `tr` and `sleep` from the system's directories only.
+                        "Env": [f"PATH={ROOT_PATH}"] if _as_root(user) else [],
                     })
                     async with await engine.attach_exec("kill the command", killer) as s:
                         while await s.read_out("kill the command") is not None:

@@ -1,6 +1,7 @@
 """The SDK's own helper commands in a sandbox (file operations, set-up), each with a deadline.
 
-A helper is an exec like any command, but the SDK runs it: it gets no user environment, runs
+A helper is an exec like any command, but the SDK runs it: it gets no user environment (as
+root not even the image's loader variables, and only the system's PATH: `_root_env`), runs
 from ``/``, and is killed with everything it started when it stalls, since the tool it runs
 (``tar``, ``stat``, ``sh``) may have been replaced by the code in the sandbox.
 """
@@ -17,6 +18,7 @@ from .._models import CommandResult
 from ._exec import ExecProcess, open_exec
 from ._exec_gate import ExecGate
 from ._gateway import Engine
+from ._root_env import RootEnv
 
 __all__ = ["HelperRunner", "Helpers"]
 
@@ -30,8 +32,9 @@ class Helpers:
     def __init__(self, engine: Engine, container_id: str, *, user: str,
                  ready: Callable[[], object],
                  tracked: Callable[[ExecProcess], AbstractContextManager[ExecProcess]],
-                 gate: ExecGate | None = None) -> None:
+                 gate: ExecGate | None = None, root_env: RootEnv | None = None) -> None:
         self._engine, self._container_id, self._user = engine, container_id, user
+        self._root_env = root_env or RootEnv(sandbox_user=user)
         self._ready, self._tracked = ready, tracked
         self._gate = gate or ExecGate()
 
@@ -53,13 +56,13 @@ class Helpers:
         self._ready()
         deadline = HelperDeadline(rate=rate, max_time=max_time)
         with deadline.scope:
-            spec = ProcessSpec(
+            spec = self._root_env.spec(ProcessSpec(
                 argv=argv, env={}, workdir="/", user=self._user if user is None else user,
                 stdin=deadline.counted_in(stdin),
                 # A caller taking stdout through on_stdout (read_file, tar) needs the result
                 # only for error text; decoding 1 MiB of binary as UTF-8 cost ~25 ms per read.
                 max_output_bytes=(64 << 10) if on_stdout is not None else 1 << 20,
-            )
+            ))
             async with open_exec(self._engine, self._container_id, spec,
                                  attach_stdin=stdin is not None,
                                  on_stdout=deadline.counted_out(on_stdout),

@@ -18,11 +18,7 @@ from .._backend import ProcessSpec
 from .._backend_base import BackendBase
 from .._constants import DEFAULT_CLEANUP_TIMEOUT, GVISOR_CLEANUP_TIMEOUT, LABEL_SANDBOX_ID
 from .._egress_stats import EgressStats
-from .._errors import (
-    ConfigError,
-    SandboxError,
-    SandboxInitFailed,
-)
+from .._errors import ConfigError, SandboxError, SandboxInitFailed
 from .._helper_files import HelperFiles
 from .._ids import Identity
 from .._image_ref import ImageRef, parse_image_ref
@@ -60,6 +56,7 @@ from ._netless import applies as netless_applies
 from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_exec
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
+from ._root_env import RootEnv
 from ._session_mount import TARGET as FIFO_TARGET
 from ._session_mount import add_fifo_mount, create_dropping_fifo
 from ._stats import StatsSampler
@@ -119,6 +116,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._workspace = Workspace(None)
         self._network: SandboxNetwork | None = None
         self._fifo: FifoDir | None = None  # sessions' FIFO directory, mounted (`_session_mount`)
+        self._root_env = RootEnv()  # the image's variables kept from root (`_root_env`)
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -327,6 +325,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         # container's environment, which an exec cannot unset: so set_environment can.
         own = {f"{key}={value}" for key, value in cfg.environment.items()}
         body["Env"] = [entry for entry in body.get("Env") or [] if entry not in own]
+        self._root_env = RootEnv.hide(body, (image.get("Config") or {}).get("Env") or (),
+                                      sandbox_user=self._user)  # LD_*, BASH_ENV: not root's
         for opt_in in plan.opt_ins:
             setting, _, granted = opt_in.partition(": ")
             self._audit.opt_in(setting, granted)
@@ -383,7 +383,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         self._life.advance(SandboxStatus.RUNNING)
         self._helpers = Helpers(engine, self._container_id, user=self._user,
                                 ready=self._life.require_running, tracked=self._tracked,
-                                gate=self._gate)
+                                gate=self._gate, root_env=self._root_env)
         main_pid = MainPid(engine, self._container_id)  # one inspect for both below
         self._finisher = ResultFinisher(
             engine, self._container_id, life=self._life, resources=cfg.resources,
@@ -488,7 +488,7 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
     ) -> CommandResult:
         """Run ``spec`` to its end; a non-zero exit, a signal or a timeout is a result."""
         engine, container_id = self._running()
-        finisher = self._finisher
+        finisher, spec = self._finisher, self._root_env.spec(spec)
         assert finisher is not None
         async with open_exec(
             engine, container_id, spec, attach_stdin=spec.stdin is not None,
@@ -511,7 +511,8 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         """Start ``spec`` and yield its live handle; leaving the block kills it if it runs."""
         engine, container_id = self._running()
         assert self._finisher is not None
-        async with open_exec(engine, container_id, spec, attach_stdin=True, iterate=True,
+        async with open_exec(engine, container_id, self._root_env.spec(spec),
+                             attach_stdin=True, iterate=True,
                              finalize=await self._finisher.finalizer(),
                              gate=self._gate) as proc:
             with self._tracked(proc):
