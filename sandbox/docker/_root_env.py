@@ -83,7 +83,10 @@ class RootEnv:
     def spec(self, spec: ProcessSpec) -> ProcessSpec:
         """``spec`` with the environment its exec needs: a root exec of the SDK (root while
         the sandbox user is not) gets `ROOT_PATH` and the hidden variables empty; any other
-        gets the image's values beneath its own."""
+        gets the image's values beneath its own. User "" is the sandbox user (as on the
+        other backends), not the container's own (root)."""
+        if not spec.user and self.sandbox_user:
+            spec = attrs.evolve(spec, user=self.sandbox_user)
         if is_root_user(spec.user) and not is_root_user(self.sandbox_user):
             return attrs.evolve(spec, env={**spec.env, **dict.fromkeys(self.image, ""),
                                            "PATH": ROOT_PATH})

@@ -26,6 +26,7 @@ from sandbox import (
     SecurityPolicy,
     SecurityViolation,
 )
+from sandbox._backend import ProcessSpec
 from sandbox._constants import DEFAULT_PROCESS_LIMIT, LABEL_SANDBOX_ID
 from sandbox.docker._facts import EngineFacts
 from sandbox.docker._resources import default_memory_limit
@@ -459,3 +460,11 @@ async def test_an_images_healthcheck_never_runs(health_image: str) -> None:
         shown = await sb.execute_command(Command(
             executable="sh", args=("-c", "sleep 2; cat /tmp/health-ran 2>&1; id -u")))
     assert shown.stdout.endswith("No such file or directory\n1000\n"), shown
+
+
+async def test_a_process_spec_without_a_user_runs_as_the_sandbox_user() -> None:
+    # ProcessSpec.user "" is "the sandbox's default" on every backend; on Docker the
+    # container's own User is root (the keepalive's), which must not be what "" gives.
+    async with Sandbox(SandboxConfig(image=IMAGE_BUSYBOX, stats_interval=0)) as sb:
+        result = await sb.backend.run_process(ProcessSpec(argv=("id", "-u")))
+    assert result.stdout == "1000\n", result

@@ -37,11 +37,14 @@ def test_the_sandbox_users_execs_get_the_images_values_beneath_their_own() -> No
     for user in ("1000:1000", "65534:65534", "sandbox"):
         got = env.spec(ProcessSpec(argv=("true",), env={"LD_PRELOAD": "mine"}, user=user)).env
         assert got == {**env.image, "LD_PRELOAD": "mine"}
+    # "" is the sandbox's default user, as on the other backends (the container's is root).
+    default = env.spec(ProcessSpec(argv=("true",), env={"LD_PRELOAD": "mine"}))
+    assert (default.user, default.env) == ("1000:1000", {**env.image, "LD_PRELOAD": "mine"})
 
 
 def test_the_sdks_root_execs_get_the_system_path_and_the_variables_empty() -> None:
     env = RootEnv.hide({}, IMAGE_ENV, sandbox_user="1000:1000")
-    for user in ("0:0", "0", "root", "root:root", "", "+00:1000"):
+    for user in ("0:0", "0", "root", "root:root", "+00:1000"):
         got = env.spec(ProcessSpec(argv=("sh",), env={"PATH": "/x", "K": "v"}, user=user)).env
         assert got == {"K": "v", **dict.fromkeys(env.image, ""), "PATH": ROOT_PATH}, user
     # Where the sandbox user is root (an opt-in), every exec is the user's: the image's values.
