@@ -31,6 +31,10 @@ gets the default dispositions), so the command's own exit code is reported. The 
 read with ``dd bs=1`` (busybox's ``head -c`` reads past its count from a pipe), about 1 MB/s:
 the price of a server without v5, which every supported Kubernetes release has (1.30+).
 
+A session's shell (`ProcessSpec.sealed`) is started after a death watch (`._watch`): the
+runtime reports an exec's end only once its output ends, which a job the shell left holds,
+so a shell killed outright would not be seen; the watch then kills what it left.
+
 `KubeProcess` is the handle (the shared machinery is `.._process_base.ProcessBase`; this
 module supplies the websocket's hooks). A timeout or `kill` runs the marker sweep
 (`.._sweep`) in a second exec: every process whose environment holds the marker is stopped and
@@ -59,6 +63,7 @@ from .._signals import signal_name
 from .._sweep import MARKER_VAR, SWEEP_ATTEMPTS, sweep_argv
 from .._tty import check_terminal_size
 from ._gateway import ExecSocket, ExecStreamLost
+from ._watch import WATCH_SH
 
 __all__ = ["ExecRefused", "KubeProcess", "open_exec", "parse_status", "wrap_argv"]
 
@@ -72,6 +77,10 @@ KILL_PATIENCE = 30.0
 MAX_URL_ARGV = 512 << 10
 
 _WRAP_SH = r"""n="$1"; d="$2"; f="$3"; shift 3
+if [ "$f" = watched ]; then
+  /bin/sh -c "$1" sandbox-session-watch "$$" "$2" </dev/null >/dev/null 2>&1 &
+  shift 2
+fi
 cd "$d" 2>/dev/null || { printf '%s:workdir\n' "$n" >&2; exit 126; }
 eval "fail() { printf '%s:%s\\n' $n \"\$1\" >&2; exit \"\$2\"; }; framed() { [ $f = framed ]; }"
 eval "ended() { printf '%s:exit:%s\\n' $n \"\$1\" >&2; }"
@@ -101,14 +110,20 @@ class ExecRefused(CommandStartFailed):
 Killer = Callable[[Sequence[str]], Awaitable[int | None]]
 
 
-def wrap_argv(spec: ProcessSpec, *, marker: str, nonce: str, framed: bool) -> list[str]:
-    """The argv that runs ``spec`` under the wrapper (environment, directory, start check)."""
+def wrap_argv(spec: ProcessSpec, *, marker: str, nonce: str, framed: bool,
+              watched: bool = False) -> list[str]:
+    """The argv that runs ``spec`` under the wrapper (environment, directory, start check).
+
+    ``watched`` (a session's shell, not framed): the wrapper first starts the death watch
+    (`._watch`), which ends what the shell left once it is killed outright."""
     env = [f"{k}={v}" for k, v in spec.env.items()]
     check_exec_size(spec.argv, [f"{MARKER_VAR}={marker}", *env])
+    mode = ["framed"] if framed else [
+        "watched", WATCH_SH, f"{MARKER_VAR}={marker}"] if watched else ["plain"]
     # The marker through env(1), so the wrapper carries it from its first instruction: a
     # sweep that comes before the wrapper forked or exec'd still finds it.
     argv = ["env", f"{MARKER_VAR}={marker}", "/bin/sh", "-c", _WRAP_SH, "sandbox-exec", nonce,
-            spec.workdir or "/", "framed" if framed else "plain", *env, "--", *spec.argv]
+            spec.workdir or "/", *mode, *env, "--", *spec.argv]
     size = sum(len(a.encode("utf-8", "surrogatepass")) * 3 for a in argv)
     if size > MAX_URL_ARGV:
         raise CommandStartFailed(
@@ -365,7 +380,7 @@ async def open_exec(opener: Opener, spec: ProcessSpec, *, killer: Killer, framed
     # dumpable processes of the sandbox user, any process of that user read every command,
     # nonces and success token included. It never needs an end of input (`ProcessSpec.sealed`).
     framed = framed_v4 and attach_stdin and not spec.sealed
-    argv = wrap_argv(spec, marker=marker, nonce=nonce, framed=framed)
+    argv = wrap_argv(spec, marker=marker, nonce=nonce, framed=framed, watched=spec.sealed)
     sock = await opener(argv, attach_stdin)
     try:
         proc = KubeProcess(
