@@ -650,14 +650,7 @@ class Session:
                                  "variables, functions and directory were lost")
                 run.shell_ended(run.shell.why)
                 if run.shell is self._shell:
-                    self._shell = None
-                    if self._tg is not None and not self._closed:
-                        # Stopped beside: the call is due now, and the stop can take long
-                        # (on Kubernetes a job that left the dead shell's group can hold its
-                        # exec's output: the exec's kill then sweeps for up to 30 s).
-                        self._tg.start_soon(self._stop, run.shell)
-                    else:
-                        await self._stop(run.shell)
+                    await self._stop_shell()
 
     def _result(self, run: Run) -> CommandResult:
         errors = [run.kill_reason]
