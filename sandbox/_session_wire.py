@@ -25,8 +25,9 @@ with EOF for the command while the session's stdin stays open.
 
 from __future__ import annotations
 
+import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Final, Literal
 
 #: Every marker starts so; the nonce and a colon follow.
@@ -52,10 +53,33 @@ _ESCAPE = [chr(b) if b in _PLAIN else f"\\{b:03o}" for b in range(256)]
 
 #: Shell set-up sent once: bash runs the last element of a pipeline in the shell itself (so
 #: a command given stdin keeps its cd and export) and expands aliases as a terminal does.
+#: A session shell's environment names here the loader variables (``LD_*``) it was started
+#: without, their values under ``SANDBOX_RESTORE_<name>`` (`loader_restored`); ``SETUP``
+#: exports them again, for the commands only (the loader reads them once, at a start).
+RESTORE_VAR: Final = "SANDBOX_RESTORE"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 SETUP: Final = (
+    f"for _sbx_n in ${{{RESTORE_VAR}-}}; do "
+    f"eval \"export $_sbx_n=\\\"\\${{{RESTORE_VAR}_$_sbx_n}}\\\"; "
+    f"unset {RESTORE_VAR}_$_sbx_n\"; done; unset {RESTORE_VAR} _sbx_n\n"
     'if [ -n "${BASH_VERSION:-}" ]; then shopt -s lastpipe expand_aliases; set +o history; '
     "fi 2>/dev/null\n"
 )
+
+
+def loader_restored(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a session shell: every ``LD_*`` empty (a library the sandbox user planted
+    on such a path would run inside the guarded shell and read its secrets), the values kept
+    under `RESTORE_VAR` names for ``SETUP`` to export for the commands."""
+    names = [name for name, value in env.items() if name.startswith("LD_") and value]
+    if not names:
+        return dict(env)
+    out = {**env, **dict.fromkeys(names, "")}
+    kept = [name for name in names if _IDENT.fullmatch(name)]
+    out.update({f"{RESTORE_VAR}_{name}": env[name] for name in kept})
+    out[RESTORE_VAR] = " ".join(kept)
+    return out
 
 def exit_trap(nonce: str) -> str:
     """Set-up making the shell say it is exiting (``q`` + status on stdout, ``Q`` on stderr),

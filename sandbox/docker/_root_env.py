@@ -23,6 +23,7 @@ import attrs
 
 from .._backend import ProcessSpec
 from .._ids import names_root, split_spec
+from .._session_wire import loader_restored
 
 __all__ = ["ROOT_PATH", "RootEnv", "hidden_from_root", "is_root_user"]
 
@@ -42,7 +43,8 @@ _NAMED: Final = frozenset({
 
 def hidden_from_root(name: str) -> bool:
     """Whether the image's variable ``name`` is kept from root processes."""
-    return name.startswith("LD_") or name in _NAMED
+    # BASH_FUNC_*: a function a root script's bash-as-sh would import over a command it calls.
+    return name.startswith(("LD_", "BASH_FUNC_")) or name in _NAMED
 
 
 def is_root_user(user: str) -> bool:
@@ -83,13 +85,16 @@ class RootEnv:
     def spec(self, spec: ProcessSpec) -> ProcessSpec:
         """``spec`` with the environment its exec needs: a root exec of the SDK (root while
         the sandbox user is not) gets `ROOT_PATH` and the hidden variables empty; any other
-        gets the image's values beneath its own. User "" is the sandbox user (as on the
+        gets the image's values beneath its own (a session's shell: its loader's through
+        `loader_restored`). User "" is the sandbox user (as on the
         other backends), not the container's own (root)."""
         if not spec.user and self.sandbox_user:
             spec = attrs.evolve(spec, user=self.sandbox_user)
         if is_root_user(spec.user) and not is_root_user(self.sandbox_user):
             return attrs.evolve(spec, env={**spec.env, **dict.fromkeys(self.image, ""),
                                            "PATH": ROOT_PATH})
+        if spec.sealed:  # a session's shell: no LD_* at its start, back for its commands
+            return attrs.evolve(spec, env=loader_restored({**self.image, **spec.env}))
         if not self.image:
             return spec
         return attrs.evolve(spec, env={**self.image, **spec.env})

@@ -36,7 +36,7 @@ __all__ = ["WATCH_SH"]
 WATCH_SH: Final = r"""p=$1; m=$2; IFS=" "
 up() { read -r st < /proc/$$/stat && set -- ${st##*) } && [ "$2" = "$p" ]; }
 up || exit 0
-while up; do sleep 1; done
+while up; do sleep 1 || exit 0; done
 i=0
 while [ $i -lt 50 ]; do
   pids=""

@@ -9,6 +9,7 @@ A root process that loaded it would map a file under that directory.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +121,31 @@ async def test_a_checkpoint_keeps_the_images_values_for_commands_and_hides_them_
         assert mappers == "", mappers
     finally:
         await remove_checkpoint(point.name)
+
+
+def host_mappers(cid: str) -> list[str]:
+    """The host pids of the container's processes that map a file under OWNED."""
+    pids = docker_cli("top", cid, "-eo", "pid").split()[1:]
+    return [pid for pid in pids if OWNED in Path(f"/proc/{pid}/maps").read_text("latin-1")]
+
+
+async def test_a_guarded_session_shell_never_loads_it_and_its_commands_see_the_value(
+        loader_image: tuple[str, str]) -> None:
+    # The same attacker against a guarded session: a library its shell loaded would run
+    # inside the guard and read every later command's nonces and token. The shell starts
+    # without the image's LD_* (`loader_restored`); its commands get them back. Seen from the
+    # host (the shell is non-dumpable: no process in the sandbox may read its maps).
+    if os.geteuid() != 0:
+        pytest.skip("reads the sandbox's processes' maps from the host, as root")
+    image, name = loader_image
+    async with Sandbox(SandboxConfig(image=image, stats_interval=0)) as sb:
+        cid = sb.backend.container_id  # type: ignore[attr-defined]
+        await plant(sb, name)
+        async with sb.session() as session:
+            assert session.guarded
+            shown = await session.run(f"echo \"${name}\"; env | grep -c SANDBOX_RESTORE")
+            child = await session.run(f"sh -c 'grep -c {OWNED} /proc/self/maps'")
+            mappers = host_mappers(cid)
+    assert shown.stdout.splitlines() == [CASES[name][0], "0"], shown
+    assert int(child.stdout) > 0, child  # a command's own process takes the image's value
+    assert mappers == [], mappers  # old code: the session shell's pid

@@ -54,7 +54,27 @@ def test_the_sdks_root_execs_get_the_system_path_and_the_variables_empty() -> No
 
 def test_hidden_names() -> None:
     for name in ("LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT", "LD_DEBUG_OUTPUT", "BASH_ENV",
-                 "ENV", "CDPATH", "GCONV_PATH", "GLIBC_TUNABLES", "SHELLOPTS"):
+                 "ENV", "CDPATH", "GCONV_PATH", "GLIBC_TUNABLES", "SHELLOPTS",
+                 "BASH_FUNC_sleep%%", "BASH_FUNC_[%%"):
         assert hidden_from_root(name), name
     for name in ("PATH", "HOME", "LANG", "PYTHONPATH", "LDFLAGS", "ENVIRONMENT"):
         assert not hidden_from_root(name), name
+
+
+def test_the_images_exported_functions_are_empty_for_root_and_kept_for_the_user() -> None:
+    # A root script run by bash-as-sh would import ``sleep`` (or ``[``) over the command.
+    body: dict[str, Any] = {"Env": []}
+    env = RootEnv.hide(body, ["BASH_FUNC_sleep%%=() { id; }"], sandbox_user="1000:1000")
+    assert body["Env"] == ["BASH_FUNC_sleep%%="]
+    assert env.spec(ProcessSpec(argv=("sh",), user="0:0")).env["BASH_FUNC_sleep%%"] == ""
+    assert env.spec(ProcessSpec(argv=("sh",))).env["BASH_FUNC_sleep%%"] == "() { id; }"
+
+
+def test_a_session_shell_starts_without_the_loader_variables_its_commands_get_back() -> None:
+    env = RootEnv.hide({}, IMAGE_ENV, sandbox_user="1000:1000")
+    spec = env.spec(ProcessSpec(argv=("bash",), env={"LD_BIND_NOW": "1"}, sealed=True)).env
+    assert (spec["LD_LIBRARY_PATH"], spec["LD_PRELOAD"], spec["LD_BIND_NOW"]) == ("", "", "")
+    assert spec["SANDBOX_RESTORE"].split() == ["LD_LIBRARY_PATH", "LD_PRELOAD", "LD_BIND_NOW"]
+    assert spec["SANDBOX_RESTORE_LD_LIBRARY_PATH"] == "/opt/conda/lib"
+    assert spec["SANDBOX_RESTORE_LD_BIND_NOW"] == "1"
+    assert spec["TMPDIR"] == "/home/user/t"  # the rest as for any user exec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,9 +11,11 @@ import pytest
 from sandbox import head_tail
 from sandbox._session_wire import (
     MARK,
+    SETUP,
     STDIN_END,
     MarkerScanner,
     exit_trap,
+    loader_restored,
     parse_end,
     printf_format,
     quote,
@@ -181,3 +184,18 @@ def test_status_zero_is_said_with_the_token(command: str) -> None:
     _, marks, ended, _ = scan([done.stdout])
     assert len(marks) == 1 and ended
     assert parse_end(marks[0], TOKEN)[0] == 0 and marks[0].startswith(b"o" + TOKEN.encode())
+
+
+@pytest.mark.parametrize("shell", [["dash"], ["bash"], ["busybox", "sh"]])
+def test_setup_gives_the_commands_the_loader_variables_the_shell_started_without(
+        shell: list[str]) -> None:
+    if shutil.which(shell[0]) is None:
+        pytest.skip(f"no {shell[0]} here")
+    value = '/opt/x y"$z `touch /tmp/never`'
+    env = loader_restored({"LD_LIBRARY_PATH": value, "LD_A-B": "q", "PATH": "/usr/bin:/bin",
+                           "n": "kept"})
+    assert (env["LD_LIBRARY_PATH"], env["LD_A-B"]) == ("", "")  # what the shell starts with
+    shown = subprocess.run([*shell, "-c", SETUP + 'printf "%s|" "$LD_LIBRARY_PATH" "$n"; '
+                            "env | grep -c SANDBOX_RESTORE"],
+                           env=env, capture_output=True, text=True, check=False)
+    assert shown.stdout == f"{value}|kept|0\n", shown
