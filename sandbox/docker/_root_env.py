@@ -90,7 +90,9 @@ class RootEnv:
         other backends), not the container's own (root)."""
         if not spec.user and self.sandbox_user:
             spec = attrs.evolve(spec, user=self.sandbox_user)
-        if is_root_user(spec.user) and not is_root_user(self.sandbox_user):
+        # The sandbox user's own exec (every command's): no user to parse on this hot path.
+        if spec.user != self.sandbox_user and is_root_user(spec.user) and \
+                not is_root_user(self.sandbox_user):
             return attrs.evolve(spec, env={**spec.env, **dict.fromkeys(self.image, ""),
                                            "PATH": ROOT_PATH})
         if spec.sealed:  # a session's shell: no LD_* at its start, back for its commands

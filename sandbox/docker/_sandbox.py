@@ -56,7 +56,7 @@ from ._netless import applies as netless_applies
 from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_exec
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
-from ._root_env import RootEnv
+from ._root_env import ROOT_PATH, RootEnv
 from ._session_mount import TARGET as FIFO_TARGET
 from ._session_mount import add_fifo_mount, create_dropping_fifo
 from ._stats import StatsSampler
@@ -66,7 +66,7 @@ from ._workdir import Extra, give_workdir_before_start, mounts_key, probe_kept, 
 
 #: The container's main process (root): waits forever and ends on SIGTERM (docker-init forwards
 #: it); its `sleep` comes from the system's directories first, never a user-writable PATH entry.
-KEEPALIVE = ("/bin/sh", "-c", "PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH; trap 'exit 0' TERM; "
+KEEPALIVE = ("/bin/sh", "-c", f"PATH={ROOT_PATH}:$PATH; trap 'exit 0' TERM; "
              "while :; do sleep 3600 & wait $!; done")
 
 PullProgress = Callable[[Mapping[str, Any]], object]
