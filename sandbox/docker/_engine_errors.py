@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from .._errors import EngineUnavailable, SandboxError
 
-__all__ = ["EngineConflict", "EngineError", "EngineNotFound", "first_call"]
+__all__ = ["EngineConflict", "EngineError", "EngineNotFound", "answer_error", "first_call"]
 
 
 class EngineError(SandboxError):
@@ -33,6 +33,14 @@ class EngineNotFound(EngineError):
 
 class EngineConflict(EngineError):
     """Raised when the engine answered 409: e.g. a name taken, or a container not running."""
+
+
+def answer_error(status: int, message: str, action: str,
+                 cause: BaseException | None = None) -> EngineError:
+    """The typed error for the engine's error answer ``status`` to ``action``."""
+    kind = {404: EngineNotFound, 409: EngineConflict}.get(status, EngineError)
+    return kind(f"{action}: the engine answered {status}", status=status, details=message,
+                retryable=status >= 500, cause=cause)
 
 
 @contextlib.contextmanager

@@ -8,9 +8,9 @@ names. The rest of the Docker backend speaks in plain JSON and these typed error
 - `EngineUnavailable` when no engine answers or the connection broke;
 - `EngineTimeout` (an `EngineUnavailable` and a `TimeoutExceeded`) when a call's deadline passed.
 
-Besides plain calls it offers an exec's attach stream (`ExecStream`) and JSON-lines streams
-(`Engine.json_lines`; `_follow.follow_json_lines` reopens one with backoff for the stats
-sampler and the event watcher).
+Besides plain calls: an exec's attach stream (`ExecStream`; on a local engine an exec's three
+calls go through `_direct`, which speaks to its socket itself), JSON-lines streams
+(`Engine.json_lines`, reopened by `_follow.follow_json_lines`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,14 @@ from yarl import URL
 from .._constants import DEFAULT_ENGINE_TIMEOUT
 from .._deadlines import Deadline, DeadlineKeeper
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
+from . import _direct
 from ._access import PERMISSION_HINT, permission_denied
+from ._direct import ExecStream as ExecStream
+from ._direct import open_hijacked
 from ._engine_errors import EngineConflict as EngineConflict
 from ._engine_errors import EngineError as EngineError
 from ._engine_errors import EngineNotFound as EngineNotFound
+from ._engine_errors import answer_error
 
 #: The client type a caller may pass in (``docker=``); only this module knows it is aiodocker's.
 DockerClient = aiodocker.Docker
@@ -135,9 +139,7 @@ def _engine_error(exc: aiodocker.DockerError, action: str) -> SandboxError:
             f"{action}: no Docker engine answers at {engine_address()}; {START_HINT}",
             details=str(exc.message), cause=exc,
         )
-    kind = {404: EngineNotFound, 409: EngineConflict}.get(exc.status, EngineError)
-    return kind(f"{action}: the engine answered {exc.status}", status=exc.status,
-                details=str(exc.message), retryable=exc.status >= 500, cause=exc)
+    return answer_error(exc.status, str(exc.message), action, exc)
 
 
 def _mapped(exc: Exception, action: str) -> BaseException:
@@ -188,63 +190,43 @@ def _timed_out(action: str, limit: float, exc: BaseException) -> EngineTimeout:
 # -- streams ---------------------------------------------------------------------------------
 
 
-class ExecStream:
-    """One exec's attach connection: read its output frames, write and half-close its stdin.
-
-    Use it as an async context manager, or call `close`. Errors come as SDK errors.
-    """
+class _AiodockerStream:
+    """`ExecStream` through aiodocker's ``Stream``: a remote engine's (a local one's is
+    `_direct.HijackedStream`, 0.7 ms of client CPU less per exec)."""
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
         self._patched: Any = None  # the protocol `_end_output_on_eof` hooked
 
-    async def __aenter__(self) -> ExecStream:
+    async def __aenter__(self) -> _AiodockerStream:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await self.close()
+        with contextlib.suppress(Exception):
+            self.close_now()
 
     async def read_out(self, action: str = "read the command's output") -> \
             tuple[int, bytes] | None:
-        """The next frame as (1 for stdout or 2 for stderr, data), or None at the end."""
-        try:
+        with mapped_errors(action):
             return await self._stream.read_out()
-        except Exception as exc:
-            mapped = _mapped(exc, action)
-            if mapped is exc:
-                raise
-            raise mapped from exc
 
     async def write_in(self, data: bytes, action: str = "write to the command's stdin") -> None:
-        """Send bytes to the command's stdin (waits while the socket's buffer is full)."""
-        try:
+        with mapped_errors(action):
             await self._stream.write_in(data)
-        except Exception as exc:
-            mapped = _mapped(exc, action)
-            if mapped is exc:
-                raise
-            raise mapped from exc
 
     def write_eof(self) -> None:
-        """Half-close: the command reads EOF on stdin; its output keeps coming.
-
-        aiodocker has none (``Stream.close`` drops the output too), so EOF is written on the
-        hijacked transport (engine notes, "exec").
-        """
+        """aiodocker has none: EOF is written on the hijacked transport (engine notes)."""
         transport = self._transport()
         if transport is not None and transport.can_write_eof() and not transport.is_closing():
             transport.write_eof()
 
     async def close(self) -> None:
-        """Close the connection; stdin the engine never took is dropped, not lingered over."""
         self.close_now()
 
     def close_now(self) -> None:
-        """`close` without an await: what aiodocker's ``Stream.close`` does (half-close, then
-        close the answer), which never waits, so a caller in a ``finally`` needs no shielding
-        cancel scope for it (one per exec)."""
+        """What aiodocker's ``Stream.close`` does (half-close, then close the answer), and
+        never waits; stdin the engine never took is dropped, not lingered over."""
         transport = self._transport()
         stream = self._stream
         try:
@@ -260,18 +242,14 @@ class ExecStream:
                 transport.abort()
 
     def _transport(self) -> asyncio.Transport | None:
-        resp = self._stream._resp
-        conn = resp.connection if resp is not None else None
+        conn = self._stream._resp.connection if self._stream._resp is not None else None
         transport = conn.transport if conn is not None else None
         return transport if isinstance(transport, asyncio.Transport) else None
 
     def _end_output_on_eof(self) -> None:
-        """End the output as soon as the engine half-closes the stream.
-
-        asyncio calls ``connection_lost`` (where aiohttp ends the output) only after the write
-        buffer drained; stdin the command never read stays there until the engine drops the
-        connection, 2-30 s later (engine notes, "exec"). ``eof_received`` comes at once.
-        """
+        """End the output as soon as the engine half-closes the stream: asyncio calls
+        ``connection_lost`` (where aiohttp ends it) only after the write buffer drained, and
+        stdin the command never read stays there 2-30 s (engine notes, "exec")."""
         resp = self._stream._resp
         protocol = resp.connection.protocol if resp is not None and resp.connection else None
         queue = self._stream._queue
@@ -288,10 +266,8 @@ class ExecStream:
         self._patched = protocol
 
     def _unpatch(self) -> None:
-        """Take `_end_output_on_eof`'s hook off the protocol: it holds the protocol's own
-        bound method, a reference cycle that kept the connection (socket, transport,
-        buffers: 15 objects per exec) for the garbage collector, three times as many
-        collections as the same execs without it."""
+        """Take `_end_output_on_eof`'s hook off (a reference cycle through the protocol's
+        bound method kept each exec's connection for the garbage collector)."""
         protocol, self._patched = self._patched, None
         if protocol is not None:
             vars(protocol).pop("eof_received", None)
@@ -485,15 +461,17 @@ class Engine:
     async def create_exec(self, action: str, container_id: str,
                           body: Mapping[str, Any]) -> str:
         """Create an exec in a container and return its id."""
-        created = await self.query_json(action, f"containers/{container_id}/exec", "POST",
-                                        data=dict(body))
+        created = await self._exec_json(action, f"containers/{container_id}/exec", dict(body))
         return str(created["Id"])
 
     async def attach_exec(self, action: str, exec_id: str, *, tty: bool = False,
                           stdin: bool = True) -> ExecStream:
         """Start an exec attached: output (raw terminal bytes with ``tty``) and stdin
         (``stdin``: the exec attaches it, and so may leave unread input in the socket)."""
-        stream = ExecStream(Exec(self.docker, exec_id, tty=tty).start(detach=False))
+        body = b'{"Detach":false,"Tty":true}' if tty else b'{"Detach":false,"Tty":false}'
+        if (hijacked := await self._hijacked(action, f"exec/{exec_id}/start", body, tty)):
+            return hijacked
+        stream = _AiodockerStream(Exec(self.docker, exec_id, tty=tty).start(detach=False))
         try:
             async with self._call(action):
                 await stream._stream._init()
@@ -507,11 +485,15 @@ class Engine:
 
     async def attach_output(self, action: str, container_id: str) -> ExecStream:
         """Attach to a container's stdout: before its start, nothing it prints is missed."""
-        async def setup() -> tuple[URL, bytes | None, bool]:
-            return URL(f"containers/{container_id}/attach").with_query(
-                {"stream": 1, "stdout": 1, "stderr": 0, "stdin": 0, "logs": 0}), None, False
+        query = {"stream": 1, "stdout": 1, "stderr": 0, "stdin": 0, "logs": 0}
+        path = f"containers/{container_id}/attach"
+        if hijacked := await self._hijacked(action, f"{URL(path).with_query(query)}", b"", False):
+            return hijacked
 
-        stream = ExecStream(Stream(self.docker, setup))
+        async def setup() -> tuple[URL, bytes | None, bool]:
+            return URL(path).with_query(query), None, False
+
+        stream = _AiodockerStream(Stream(self.docker, setup))
         try:
             async with self._call(action):
                 await stream._stream._init()
@@ -520,10 +502,41 @@ class Engine:
             raise
         return stream
 
+    def _local(self) -> tuple[str, str] | None:
+        """A local engine's socket and API version for `_direct`; None: aiodocker's call."""
+        connector = self.docker.session.connector
+        version = self.docker.api_version
+        if not isinstance(connector, aiohttp.UnixConnector) or version == "auto":
+            return None
+        return connector.path, version
+
+    async def _hijacked(self, action: str, path: str, body: bytes,
+                        tty: bool) -> ExecStream | None:
+        """``path``'s attach connection, opened by `_direct`; None: not a local engine."""
+        if (local := self._local()) is None:
+            return None
+        async with self._call(action):
+            return await open_hijacked(local[0], f"/{local[1]}/{path}", body, tty=tty,
+                                       action=action, address=engine_address(),
+                                       client_closed=self.client_closed)
+
+    async def _exec_json(self, action: str, path: str, body: Any = None,
+                         deadline: float | None = None) -> Any:
+        """An exec's JSON call (``body``: POST it): through `_direct` on a local engine (the
+        hot path: 2.0 -> 0.9 ms of client CPU per exec), else `query_json`."""
+        if (local := self._local()) is None:
+            return await self.query_json(action, path, "GET" if body is None else "POST",
+                                         data=body, deadline=deadline)
+        async with self._call(action, deadline):
+            return await _direct.call_json(
+                local[0], "GET" if body is None else "POST", f"/{local[1]}/{path}",
+                b"" if body is None else json.dumps(body).encode(), action=action,
+                address=engine_address())
+
     async def inspect_exec(self, exec_id: str, *, deadline: float | None = None) -> \
             dict[str, Any]:
         """An exec's inspect JSON (``Running``, ``ExitCode``, ``Pid``)."""
-        result: dict[str, Any] = await self.query_json(
+        result: dict[str, Any] = await self._exec_json(
             "inspect the command", f"exec/{exec_id}/json", deadline=deadline)
         return result
 
@@ -583,8 +596,4 @@ class Engine:
 
     async def info(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.query_json("read engine info", "info")
-        return result
-
-    async def version(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self.query_json("read engine version", "version")
         return result
