@@ -28,13 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from sandbox import Sandbox
+from sandbox._backend import ProcessSpec
 from sandbox._session import Session
+from sandbox._sweep import MARKER_VAR
+from sandbox.kubernetes._exec import wrap_argv
 from tests.kubernetes._cluster import LOCAL_PYTHON_IMAGE, cluster
-
-pytestmark = pytest.mark.asyncio
 
 #: Sessions tried until the attacker sees one's wrapper before it became the shell.
 ATTEMPTS = 8
@@ -191,6 +193,7 @@ async def _attack(sb: Sandbox) -> dict[str, Any]:
     pytest.fail(f"the thief saw no session wrapper in {ATTEMPTS} sessions")
 
 
+@pytest.mark.asyncio
 async def test_no_process_takes_the_session_channels_as_its_shell_starts(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The attacker sees the session's wrapper (its argv is public) and stops it, yet opens
@@ -209,3 +212,22 @@ async def test_no_process_takes_the_session_channels_as_its_shell_starts(
     assert seen["environ"] is not True, out
     for key in ("0r", "0w", "1w", "2w"):
         assert not seen[key].startswith("opened"), out
+
+
+def test_only_a_session_shells_copy_runs_its_own_wrapper() -> None:
+    """The copy (`shell_argv`: bash with its options, or sh) is the exec's first program and
+    starts itself again; a plain command, a ``/bin/sh -c`` session shell (``shell=``, no copy)
+    and a framed exec keep ``env`` + ``/bin/sh``."""
+    copy = ("/tmp/.sandbox-session-x/bash", "--posix", "--noprofile", "--norc", "-p")
+    spec = ProcessSpec(argv=copy, env={"A": "1"}, sealed=True)
+    argv = wrap_argv(spec, marker="m", nonce="n", framed=False, watched=True)
+    assert argv[:len(copy) + 1] == [*copy, "-c"] and argv[-len(copy):] == list(copy), argv
+    assert "A=1" in argv and f"{MARKER_VAR}=m" in argv, argv
+    sh_copy = wrap_argv(attrs.evolve(spec, argv=("/dev/.sandbox-session-y/sh",)),
+                        marker="m", nonce="n", framed=False, watched=True)
+    assert sh_copy[:2] == ["/dev/.sandbox-session-y/sh", "-c"], sh_copy
+    for other, watched in (((("/bin/sh", "-c", "exec zsh", "s")), True), (copy, False),
+                           (("/bin/cat",), False)):
+        argv = wrap_argv(attrs.evolve(spec, argv=other), marker="m", nonce="n",
+                         framed=False, watched=watched)
+        assert argv[:3] == ["env", f"{MARKER_VAR}=m", "/bin/sh"], argv
