@@ -33,7 +33,9 @@ the price of a server without v5, which every supported Kubernetes release has (
 
 A session's shell (`ProcessSpec.sealed`) is started after a death watch (`._watch`): the
 runtime reports an exec's end only once its output ends, which a job the shell left holds,
-so a shell killed outright would not be seen; the watch then kills what it left.
+so a shell killed outright would not be seen; the watch then kills what it left. Its wrapper
+is run by the shell's unreadable copy itself, not by ``env`` and ``/bin/sh`` (`_own_wrapper`):
+no dumpable process ever holds the session's stdin, stdout or stderr.
 
 `KubeProcess` is the handle (the shared machinery is `.._process_base.ProcessBase`; this
 module supplies the websocket's hooks). A timeout or `kill` runs the marker sweep
@@ -84,7 +86,11 @@ fi
 cd "$d" 2>/dev/null || { printf '%s:workdir\n' "$n" >&2; exit 126; }
 eval "fail() { printf '%s:%s\\n' $n \"\$1\" >&2; exit \"\$2\"; }; framed() { [ $f = framed ]; }"
 eval "ended() { printf '%s:exit:%s\\n' $n \"\$1\" >&2; }"
-while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do export "$1" || fail env 125; shift; done
+while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+  command export "$1" 2>/dev/null ||
+    case ${1%%=*} in SHELLOPTS|BASHOPTS) ;; *) fail env 125;; esac
+  shift
+done
 shift
 case $1 in
   */*) [ -e "$1" ] || fail notfound 127
@@ -99,6 +105,13 @@ trap : TERM INT HUP QUIT USR1 USR2
 } 2>/dev/null | { trap : TERM INT HUP QUIT USR1 USR2; IFS=' ' read -r dec; "$@"; c=$?
   ended "$c"; cat >/dev/null; exit "$c"; }
 """
+
+#: The wrapper as run by a session shell's unreadable copy (`_own_wrapper`): the exec's marker
+#: first, so the death watch it forks carries it (the kill sweeps find the shell's group by it).
+_SEALED_WRAP_SH = 'export "$1" || exit 125; shift\n' + _WRAP_SH
+#: The names a session shell's unreadable copy has (`.._session_shell`).
+_SHELL_NAMES = frozenset({"bash", "sh"})
+
 
 class ExecRefused(CommandStartFailed):
     """The runtime ended the exec with a status that has no exit code (e.g. the container is
@@ -117,13 +130,16 @@ def wrap_argv(spec: ProcessSpec, *, marker: str, nonce: str, framed: bool,
     ``watched`` (a session's shell, not framed): the wrapper first starts the death watch
     (`._watch`), which ends what the shell left once it is killed outright."""
     env = [f"{k}={v}" for k, v in spec.env.items()]
-    check_exec_size(spec.argv, [f"{MARKER_VAR}={marker}", *env])
-    mode = ["framed"] if framed else [
-        "watched", WATCH_SH, f"{MARKER_VAR}={marker}"] if watched else ["plain"]
-    # The marker through env(1), so the wrapper carries it from its first instruction: a
-    # sweep that comes before the wrapper forked or exec'd still finds it.
-    argv = ["env", f"{MARKER_VAR}={marker}", "/bin/sh", "-c", _WRAP_SH, "sandbox-exec", nonce,
-            spec.workdir or "/", *mode, *env, "--", *spec.argv]
+    mark = f"{MARKER_VAR}={marker}"
+    check_exec_size(spec.argv, [mark, *env])
+    mode = ["framed"] if framed else ["watched", WATCH_SH, mark] if watched else ["plain"]
+    tail = [nonce, spec.workdir or "/", *mode, *env, "--", *spec.argv]
+    if watched and _own_wrapper(spec.argv):
+        argv = [*spec.argv, "-c", _SEALED_WRAP_SH, "sandbox-exec", mark, *tail]
+    else:
+        # The marker through env(1), so the wrapper carries it from its first instruction: a
+        # sweep that comes before the wrapper forked or exec'd still finds it.
+        argv = ["env", mark, "/bin/sh", "-c", _WRAP_SH, "sandbox-exec", *tail]
     size = sum(len(a.encode("utf-8", "surrogatepass")) * 3 for a in argv)
     if size > MAX_URL_ARGV:
         raise CommandStartFailed(
@@ -131,6 +147,24 @@ def wrap_argv(spec: ProcessSpec, *, marker: str, nonce: str, framed: bool,
             f"bytes of URL, over the {MAX_URL_ARGV} the SDK sends to the Kubernetes API server",
             details="pass large data through stdin or a file (write_file) instead")
     return argv
+
+
+def _own_wrapper(argv: Sequence[str]) -> bool:
+    """Whether a session's shell ``argv`` runs its own wrapper: a shell by absolute path
+    reading its commands from stdin (no ``-c``), which is how a session starts the unreadable
+    copy (`.._session_shell.shell_argv`).
+
+    The exec's first program holds its stdin, stdout and stderr. A readable one (``env``,
+    ``/bin/sh``) is dumpable until it ``exec``s the copy: a process of the sandbox user that
+    sees it then (its argv is public; it may stop it) opens those pipes through
+    ``/proc/<pid>/fd`` and keeps them, reading every later command, nonces and success token
+    included, and writing end markers. Run by the copy itself, with the same options, the
+    wrapper is non-dumpable from its first instruction, and so is the fork that becomes the
+    death watch until its redirections are done. The ``exec`` at its end starts the copy
+    again: no more execs than before (``env``, ``sh``, the shell), no round trip added.
+    """
+    return (bool(argv) and argv[0].startswith("/") and "-c" not in argv
+            and argv[0].rsplit("/", 1)[-1] in _SHELL_NAMES)
 
 
 def parse_status(data: bytes) -> tuple[int | None, str]:
