@@ -125,8 +125,8 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._headed and exc is None:
             self._read_head(eof=True)
-        if not self._headed and not self.head.done():
-            self.head.set_exception(exc or ConnectionResetError(
+        if not self._headed:
+            self._fail_head(exc or ConnectionResetError(
                 "the engine closed the connection before answering"))
         self._end(exc)
         drain, self.drain = self.drain, None
@@ -216,6 +216,9 @@ class _Protocol(asyncio.Protocol):
         self._headed = True  # nothing more is parsed
         if not self.head.done():
             self.head.set_exception(exc)
+            # Marked as seen: a connect cancelled after the transport was made closes it with
+            # nobody awaiting `head` (asyncio would log the error as never retrieved).
+            self.head.exception()
         if self.transport is not None:
             self.transport.abort()
 

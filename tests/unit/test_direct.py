@@ -8,6 +8,7 @@ import json
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -294,3 +295,23 @@ async def test_a_client_closed_under_the_stream_ends_it(serve: Callable[
                        "was closed"):
         await asyncio.wait_for(stream.read_out(), 5)
     stream.close_now()
+
+
+async def test_a_connection_closed_before_anyone_waits_logs_nothing() -> None:
+    """A connect cancelled once its transport existed closes it with nobody awaiting the
+    answer: that error is no one's, and must not be logged as never retrieved."""
+    import gc
+
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    try:
+        protocol = _direct._Protocol(tty=False, upgrade=True)
+        protocol.connection_lost(None)
+        assert protocol.head.done()
+        del protocol
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert seen == []
