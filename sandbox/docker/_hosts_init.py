@@ -54,7 +54,7 @@ class InitHosts:
         shell, flag, loop = keepalive
         # $1 the hosts, $2 the temporary name's suffix (`WRITE_SH`'s arguments); the
         # subshell's exit (a failed write) never ends the keepalive. The keepalive's PATH pin
-        # (`KEEPALIVE`: its first statement) comes first here too, before the ``printf``
+        # (`_keepalive.KEEPALIVE`: its first statement) comes first here too, before ``printf``
         # (a builtin of most shells, not of all): a PATH entry the sandbox user could write
         # (a conda prefix) must not put its program in this root process.
         pin, _, rest = loop.partition("; ")
