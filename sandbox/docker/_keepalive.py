@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._root_env import ROOT_PATH
+from .._constants import ROOT_PATH
 
 __all__ = ["KEEPALIVE", "SLEEP_ARGV"]
 

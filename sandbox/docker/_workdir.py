@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import attrs
 
 from .._audit import Auditor
+from .._constants import ROOT_PATH
 from .._errors import (
     CommandExecutionFailed,
     SandboxError,
@@ -85,7 +86,7 @@ echo "$u $g $h $n $m"
 #: working dir and say whether the SDK should give it to the sandbox user. The tools come from
 #: the system's own directories: a PATH entry the sandbox user could write (a conda prefix)
 #: must not put its program in a root exec of a checkpoint's child.
-_WORKDIR_SH = r"""PATH=/usr/sbin:/usr/bin:/sbin:/bin; d="$1"
+_WORKDIR_SH = f"PATH={ROOT_PATH}; " + r"""d="$1"
 [ -d "$d" ] || mkdir -p -- "$d" || exit 1
 if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown; fi
 """

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox._constants import ROOT_PATH
 from sandbox.docker._hosts_init import InitHosts
 from sandbox.docker._keepalive import KEEPALIVE
-from sandbox.docker._root_env import ROOT_PATH
 
 
 def test_the_path_pin_comes_first() -> None:
