@@ -87,10 +87,14 @@ async def test_no_root_keepalive_runs_a_sleep_planted_in_a_user_path_directory(
     assert HOSTS_PUT not in calls.actions, calls.actions
 
 
-async def test_the_keepalive_without_a_system_sleep_ends_on_sigterm(planted_image: str) -> None:
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+async def test_the_keepalive_without_a_system_sleep_ends_on_sigterm(
+        planted_image: str, runtime: str) -> None:
+    # It waits (gVisor's /proc opens the pipe read-write too, or it would have exited) and
     # `docker stop` sends SIGTERM (docker-init forwards it): the shell's trap ends it with 0,
     # rather than the engine's SIGKILL (137) after the timeout.
-    cid = docker_cli("run", "-d", "--init", "--network", "none", "--user", "0:0",
+    cid = docker_cli("run", "-d", "--runtime", runtime, "--init", "--network", "none",
+                     "--user", "0:0",
                      "--entrypoint", KEEPALIVE[0], planted_image, *KEEPALIVE[1:]).strip()
     try:
         await anyio.sleep(0.5)
