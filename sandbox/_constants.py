@@ -5,6 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Final
 
+#: The only directories the SDK's own root processes look programs up in (a root exec, the
+#: Docker keepalive, a session shell's guarded copy, a reset's tools): the system's, never
+#: /usr/local or an image's PATH entry, which a sandbox user may be able to write.
+ROOT_PATH: Final = "/usr/sbin:/usr/bin:/sbin:/bin"
+
 #: Image with a static busybox: tiny, starts fast, has sh, tar, stat, httpd.
 IMAGE_BUSYBOX: Final = "sandbox-busybox:latest"
 #: Debian bookworm minbase with python3, git and ca-certificates.

@@ -48,6 +48,7 @@ from ._backend import (
     backend_name,
     supports,
 )
+from ._constants import ROOT_PATH
 from ._errors import ConfigError
 from ._hostview import HostInspector, Identity, Meta, identity_of_status
 from ._models import SandboxConfig
@@ -60,9 +61,8 @@ __all__ = ["Baseline", "check_reusable", "record_baseline", "reset"]
 #: More top-level leftovers than this and the sandbox is replaced rather than wiped.
 MAX_WIPE_PATHS = 1000
 
-#: A neutral PATH for the reset's own execs: not /usr/local, which images often open up.
-_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-#: What the reset's tools are found through; the user must not be able to change any of it.
+#: What the reset's tools (found through `ROOT_PATH`: not /usr/local, which images often
+#: open up) are found through; the user must not be able to change any of it.
 _TOOL_DIRS = ("/", "/usr", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 #: Run as the sandbox user, on a new sandbox: its own ids, as the kernel holds them.
@@ -200,7 +200,7 @@ async def record_baseline(sb: Sandbox) -> Baseline:
 
 
 def _unsafe_tool_dirs(seen: Mapping[str, Meta | None]) -> str:
-    """Why the reset's tools (chmod, rm, found through `_PATH`) cannot be trusted, or "".
+    """Why the reset's tools (chmod, rm, found through `ROOT_PATH`) cannot be trusted, or "".
 
     Each directory on the way must be root's and writable by no one else; a symbolic link
     is root's in such a directory, so it is the image's."""
@@ -223,7 +223,7 @@ async def _look_from_outside(sb: Sandbox) -> tuple[HostInspector, Identity] | st
     if isinstance(found, str):
         return found
     result = await backend.run_process(ProcessSpec(
-        argv=["/bin/sh", "-c", _WHOAMI], env={"PATH": _PATH}, workdir="/", user=backend.user,
+        argv=["/bin/sh", "-c", _WHOAMI], env={"PATH": ROOT_PATH}, workdir="/", user=backend.user,
         time_limit=30.0))
     try:
         identity = identity_of_status(result.stdout)
@@ -300,7 +300,7 @@ async def _reset(sb: Sandbox, baseline: Baseline) -> str:
     changed = sorted(path for kind, path in before if kind == "C")
     result = await backend.run_process(ProcessSpec(
         argv=["/bin/sh", "-c", _WIPE, "sandbox-reset", *wipe, "--", *changed],
-        env={"PATH": _PATH}, workdir="/", user=baseline.user, time_limit=60.0))
+        env={"PATH": ROOT_PATH}, workdir="/", user=baseline.user, time_limit=60.0))
     lines = result.stdout.splitlines()
     if result.exit_code != 0 or not lines or lines[-1] != "done":
         return f"the wipe failed (exit {result.exit_code}): {result.stderr[-200:]!r}"

@@ -21,6 +21,7 @@ from typing import Final
 import attrs
 
 from ._backend import Backend, ProcessSpec
+from ._constants import ROOT_PATH
 from ._errors import SandboxError
 from ._policy import is_root
 
@@ -42,7 +43,7 @@ log = logging.getLogger("sandbox.session")
 # exported functions (``BASH_FUNC_cp%%``, even ``[``): every name the script calls is unset
 # first (``unset`` is a special builtin, found before functions there). The copy is tried on
 # an empty input, running no command: a bash copy imports functions (``:``) too.
-_PREPARE: Final = r"""PATH=/usr/sbin:/usr/bin:/sbin:/bin
+_PREPARE: Final = f"PATH={ROOT_PATH}" + r"""
 unset -f ls command cd pwd id mktemp cp chmod printf rm test '[' 2>/dev/null
 unset BASH_ENV ENV CDPATH
 set -f

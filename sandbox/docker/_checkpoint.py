@@ -186,12 +186,10 @@ class SourceFacts:
     """What the engine says of a container about to be committed: its cgroup where the SDK
     reaches it (root beside the engine), and whether its config declares a volume (the
     image's or its own: the commit copies that config into the checkpoint's; True where it
-    could not be read), and whether its main process runs as root (uid and gid 0: no user
-    in its config, the image's or its own, or a numeric one of 0s; False where unread)."""
+    could not be read)."""
 
     cgroup: ContainerCgroup | None
     volumes: bool
-    root_main: bool = False
 
 
 async def inspect_source(engine: Engine, container_id: str) -> SourceFacts:
@@ -205,8 +203,7 @@ async def inspect_source(engine: Engine, container_id: str) -> SourceFacts:
     pid = int((data.get("State") or {}).get("Pid") or 0)
     config = data.get("Config") or {}
     return SourceFacts(find_container_cgroup(pid, container_id),
-                       volumes=bool(config.get("Volumes")),
-                       root_main=config.get("User") in ("", None, "0", "0:0"))
+                       volumes=bool(config.get("Volumes")))
 
 
 async def remove_image(engine: Engine, ref: str) -> None:
@@ -427,7 +424,7 @@ class PoolPrimitives:
             # contents are not in the commit, so none may be declared (the container's config,
             # which no code inside can change, is what the commit copies).
             settle_by_commit(image_id, self._user, posixpath.normpath(self._cwd or "/"),
-                             self._mounts_key or "", root_main=source.root_main)
+                             self._mounts_key or "")
         return image_id
 
 

@@ -16,13 +16,13 @@ import os
 
 import anyio
 
+from .._constants import ROOT_PATH
 from .._errors import SandboxError
 from .._sweep import MARKER_VAR, SWEEP_ATTEMPTS, sweep_argv
 from ._exec_gate import ExecGate
 from ._gateway import Engine
 from ._host import find_container_cgroup
 from ._host_kill import kill_from_host
-from ._root_env import ROOT_PATH
 from ._root_env import is_root_user as _as_root
 
 #: How long a kill waits for a command whose start the SDK did not see to show up.

@@ -35,7 +35,7 @@ import anyio
 
 from ._gateway import Engine, ExecStream
 from ._netless import HOSTS, WRITE_SH, write_hosts
-from ._workdir import root_main
+from ._workdir import settled
 
 __all__ = ["MARKER_TIMEOUT", "InitHosts"]
 
@@ -54,7 +54,7 @@ class InitHosts:
         shell, flag, loop = keepalive
         # $1 the hosts, $2 the temporary name's suffix (`WRITE_SH`'s arguments); the
         # subshell's exit (a failed write) never ends the keepalive. The keepalive's PATH pin
-        # (`KEEPALIVE`: its first statement) comes first here too, before the ``printf``
+        # (`_keepalive.KEEPALIVE`: its first statement) comes first here too, before ``printf``
         # (a builtin of most shells, not of all): a PATH entry the sandbox user could write
         # (a conda prefix) must not put its program in this root process.
         pin, _, rest = loop.partition("; ")
@@ -71,16 +71,15 @@ class InitHosts:
     def child(cls, body: MutableMapping[str, Any], *, netless: bool, image_id: str, user: str,
               cwd: str, mounts: str | None) -> InitHosts | None:
         """For a bare-namespace create of a checkpoint settled for this user, working dir and
-        mounts, whose source's main process ran as root (`_workdir.root_main`): one whose
-        keepalive, now ``body``'s command, writes /etc/hosts (else None)."""
-        if not netless or not root_main(image_id, user, posixpath.normpath(cwd or "/"),
-                                        mounts or ""):
+        mounts (`_workdir.settled`): one whose keepalive, now ``body``'s command, writes
+        /etc/hosts (else None). The keepalive is root (without capabilities) as every
+        container's main process is: the backend creates each with ``User`` "0:0", whatever
+        user the checkpoint's commit made its own (that one is the commands')."""
+        if not netless or not settled(image_id, user, posixpath.normpath(cwd or "/"),
+                                      mounts or ""):
             return None
         made = cls(tuple(body["Cmd"]))
-        # As its source's: root (without capabilities). The commit made the sandbox user
-        # the checkpoint's own (for the commands' default), which a create without a user
-        # would give the main process instead.
-        body["Cmd"], body["User"] = list(made.command), "0:0"
+        body["Cmd"] = list(made.command)
         return made
 
     async def attach(self, engine: Engine, container_id: str) -> None:

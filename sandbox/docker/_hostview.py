@@ -31,6 +31,7 @@ from ._host import (
     find_container_cgroup,
     read_process,
 )
+from ._keepalive import SLEEP_ARGV
 
 #: How long a freeze may take to settle before the reset gives up (and thaws).
 FREEZE_PATIENCE = 2.0
@@ -115,11 +116,13 @@ class HostView:
         return ""
 
     def _ours(self, p: HostProcess) -> bool:
-        """The container's init, its keepalive shell, and that shell's ``sleep``."""
+        """The container's init, its keepalive shell, and that shell's child: its ``sleep``,
+        or a fork of itself (its loop where no ``sleep`` is in the system's directories).
+        Only the keepalive makes a process its child (it reaps no orphans)."""
         if p.pid in (self.init_pid, self.keepalive_pid):
             return True
         return p.ppid == self.keepalive_pid and p.identity.is_root and \
-            p.cmdline == b"sleep\x003600\x00"
+            p.cmdline in (SLEEP_ARGV, self.keepalive)
 
     def _others(self) -> list[HostProcess]:
         procs = (read_process(pid, self.proc) for pid in self.cgroup.tree_pids())

@@ -47,6 +47,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .._constants import ROOT_PATH
 from .._errors import SandboxError, SandboxInitFailed
 from ._gateway import Engine
 from ._workdir import Runner, entries_tar
@@ -147,7 +148,7 @@ async def write_hosts(engine: Engine, container_id: str) -> None:
 #: PUT does: a symlink put there is replaced, never written through, and ``mv -T`` never
 #: moves the file into a directory put there. Fails (and the PUT follows) where that leaves
 #: no regular file.
-WRITE_SH = r"""umask 022; PATH=/usr/sbin:/usr/bin:/sbin:/bin; set -C
+WRITE_SH = f"umask 022; PATH={ROOT_PATH}; set -C" + r"""
 t="/etc/.sandbox-hosts.$2"; rm -f -- "$t" || exit 1
 printf '%s' "$1" > "$t" && [ -f "$t" ] && [ ! -L "$t" ] || { rm -f -- "$t"; exit 1; }
 mv -fT -- "$t" /etc/hosts || { rm -f -- "$t"; exit 1; }

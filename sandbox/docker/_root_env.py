@@ -22,13 +22,11 @@ from typing import Any, Final
 import attrs
 
 from .._backend import ProcessSpec
+from .._constants import ROOT_PATH
 from .._ids import names_root, split_spec
 from .._session_wire import loader_restored
 
-__all__ = ["ROOT_PATH", "RootEnv", "hidden_from_root", "is_root_user"]
-
-#: The only directories a root exec of the SDK looks programs up in.
-ROOT_PATH: Final = "/usr/sbin:/usr/bin:/sbin:/bin"
+__all__ = ["RootEnv", "hidden_from_root", "is_root_user"]
 
 #: Besides every ``LD_*``: what glibc drops for set-uid programs (``unsecvars.h``: files it
 #: loads or writes, modules it opens) and what makes a shell read a file (``ENV``,

@@ -51,23 +51,19 @@ from ._gateway import DockerClient, Engine, client_like, engine_address, new_cli
 from ._helpers import HelperRunner, Helpers
 from ._hosts_init import InitHosts
 from ._images import ensure_image
+from ._keepalive import KEEPALIVE
 from ._main_pid import MainPid
 from ._netless import applies as netless_applies
 from ._netless import disable_network, hosts_entry, write_hosts, write_hosts_by_exec
 from ._network import SandboxNetwork, published_port
 from ._plan import plan_container
-from ._root_env import ROOT_PATH, RootEnv
+from ._root_env import RootEnv
 from ._session_mount import TARGET as FIFO_TARGET
 from ._session_mount import add_fifo_mount, create_dropping_fifo
 from ._stats import StatsSampler
 from ._vm import pick_vm_runtime
 from ._wire import container_view
 from ._workdir import Extra, give_workdir_before_start, mounts_key, probe_kept, settle_user
-
-#: The container's main process (root): waits forever and ends on SIGTERM (docker-init forwards
-#: it); its `sleep` comes from the system's directories first, never a user-writable PATH entry.
-KEEPALIVE = ("/bin/sh", "-c", f"PATH={ROOT_PATH}:$PATH; trap 'exit 0' TERM; "
-             "while :; do sleep 3600 & wait $!; done")
 
 PullProgress = Callable[[Mapping[str, Any]], object]
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import attrs
 
 from .._audit import Auditor
+from .._constants import ROOT_PATH
 from .._errors import (
     CommandExecutionFailed,
     SandboxError,
@@ -85,7 +86,7 @@ echo "$u $g $h $n $m"
 #: working dir and say whether the SDK should give it to the sandbox user. The tools come from
 #: the system's own directories: a PATH entry the sandbox user could write (a conda prefix)
 #: must not put its program in a root exec of a checkpoint's child.
-_WORKDIR_SH = r"""PATH=/usr/sbin:/usr/bin:/sbin:/bin; d="$1"
+_WORKDIR_SH = f"PATH={ROOT_PATH}; " + r"""d="$1"
 [ -d "$d" ] || mkdir -p -- "$d" || exit 1
 if [ "$(stat -c %u -- "$d")" = 0 ] && [ -z "$(ls -A -- "$d")" ]; then echo chown; fi
 """
@@ -190,12 +191,10 @@ _WORKDIR_ENTRIES: SingleFlight[tuple[str, str, str], DirEntry] = SingleFlight(_P
 #: (image id, user, working dir, mounts key) of checkpoints the SDK committed from a sandbox
 #: of that user, working dir and mounts whose working dir its own create dealt with (see
 #: `settle_by_commit`): a create of the same from that image makes no look and no hand-over.
-#: The value: whether the source's main process ran as root (`root_main`).
-_SETTLED: dict[tuple[str, str, str, str], bool] = {}
+_SETTLED: set[tuple[str, str, str, str]] = set()
 
 
-def settle_by_commit(image_id: str, user: str, cwd: str, mounts: str, *,
-                     root_main: bool = False) -> None:
+def settle_by_commit(image_id: str, user: str, cwd: str, mounts: str) -> None:
     """Note that checkpoint ``image_id`` was committed (by this process) from a sandbox of
     ``user`` (numeric, non-root), working dir ``cwd`` and `mounts_key` ``mounts`` whose
     working dir `give_workdir_before_start` dealt with, and whose image declares no volume.
@@ -212,26 +211,19 @@ def settle_by_commit(image_id: str, user: str, cwd: str, mounts: str, *,
     engine chown) are what is skipped, nothing is read from the checkpoint instead. The key
     holds the image id (a content hash), so another user, working dir or mounts, or an image
     made anywhere else, still looks. (A volume's contents are not in the commit, so a
-    checkpoint declaring one is never noted.) ``root_main``: the source's main process ran
-    as root (`root_main` tells a child's create, `_hosts_init`).
+    checkpoint declaring one is never noted.)
     """
     if not image_id or numeric_non_root(user) is None or cwd == "/":
         return
     if len(_SETTLED) >= _PROBES_KEPT:
         _SETTLED.clear()
-    _SETTLED[(image_id, user, cwd, mounts)] = root_main
+    _SETTLED.add((image_id, user, cwd, mounts))
 
 
 def settled(image_id: str, user: str, cwd: str, mounts: str) -> bool:
     """Whether `settle_by_commit` noted ``image_id`` for this user, working dir and mounts: a
     create of them makes no look, no hand-over and (`_hosts_init`) no exec of its own."""
     return bool(image_id) and (image_id, user, cwd, mounts) in _SETTLED
-
-
-def root_main(image_id: str, user: str, cwd: str, mounts: str) -> bool:
-    """Whether `settled` and the main process of the sandbox the checkpoint was committed
-    from ran as root (uid and gid 0)."""
-    return _SETTLED.get((image_id, user, cwd, mounts), False)
 
 
 #: Per (image id, user spec): the names the image gives the user's ids. A fresh container's

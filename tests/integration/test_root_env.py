@@ -18,7 +18,7 @@ import pytest
 
 from sandbox import Command, Sandbox, SandboxConfig, remove_checkpoint
 from sandbox._backend import ProcessSpec
-from sandbox.docker._root_env import ROOT_PATH
+from sandbox._constants import ROOT_PATH
 from tests.conftest import derived_image, docker_cli
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]

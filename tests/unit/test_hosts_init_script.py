@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox._constants import ROOT_PATH
 from sandbox.docker._hosts_init import InitHosts
-from sandbox.docker._sandbox import KEEPALIVE
+from sandbox.docker._keepalive import KEEPALIVE
 
 
 def test_the_path_pin_comes_first() -> None:
     shell, flag, loop = KEEPALIVE
     pin = loop.split("; ", 1)[0]
-    assert pin.startswith("PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+    assert pin == f"PATH={ROOT_PATH}"
+    assert "$PATH" not in loop, loop  # never the image's PATH (`_keepalive`)
     command = InitHosts(KEEPALIVE).command
     assert command[:2] == (shell, flag)
     script = command[2]
     assert script.startswith(pin + "; "), script
-    assert script.count("PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH") == 1, script
     assert script.endswith(loop.split("; ", 1)[1]), script
     assert script.index(pin) < script.index("printf"), script
 

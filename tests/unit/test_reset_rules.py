@@ -9,8 +9,9 @@ import anyio
 import pytest
 
 from sandbox import Command, Sandbox, SandboxConfig, SandboxPool
+from sandbox._constants import ROOT_PATH
 from sandbox._hostview import Identity, Meta, identity_of_status
-from sandbox._reset import _PATH, _differs, _unsafe_tool_dirs
+from sandbox._reset import _TOOL_DIRS, _differs, _unsafe_tool_dirs
 from sandbox.testing import FakeBackend
 
 USER = Identity((1000,) * 4, (1000,) * 4, frozenset({1000}))
@@ -104,7 +105,8 @@ def test_the_resets_tools_are_trusted_only_in_directories_only_root_may_change()
                 Meta(kind=stat.S_IFDIR, mode=0o755, uid=1000, gid=0),
                 Meta(kind=stat.S_IFLNK, mode=0o777, uid=1000, gid=1000)):
         assert "/usr/bin" in _unsafe_tool_dirs({"/bin": link, "/usr/bin": bad})
-    assert "/usr/local" not in _PATH
+    # The reset's tools are looked up in ROOT_PATH: each of its directories is checked.
+    assert "/usr/local" not in ROOT_PATH and set(ROOT_PATH.split(":")) <= set(_TOOL_DIRS)
 
 
 class _GoneView:

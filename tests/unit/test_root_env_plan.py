@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox._backend import ProcessSpec
-from sandbox.docker._root_env import ROOT_PATH, RootEnv, hidden_from_root
+from sandbox._constants import ROOT_PATH
+from sandbox.docker._root_env import RootEnv, hidden_from_root
 
 IMAGE_ENV = ["PATH=/opt/conda/bin:/usr/bin:/bin", "LD_LIBRARY_PATH=/opt/conda/lib",
              "LD_PRELOAD=/home/user/x.so", "BASH_ENV=/home/user/.rc", "ENV=/home/user/.shrc",

@@ -31,7 +31,7 @@ class Engine:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_workdir, "_SETTLED", {})
+    monkeypatch.setattr(_workdir, "_SETTLED", set())
     monkeypatch.setattr(_workdir, "_WORKDIR_ENTRIES", _workdir.SingleFlight(8))
 
 
@@ -72,7 +72,7 @@ def test_anything_else_is_looked_at(change: dict[str, str]) -> None:
 def test_only_a_numeric_non_root_user_and_a_real_directory_are_noted(
         image: str, user: str, cwd: str) -> None:
     settle_by_commit(image, user, cwd, MOUNTS)
-    assert _workdir._SETTLED == {}
+    assert set() == _workdir._SETTLED
 
 
 def test_the_notes_are_bounded() -> None:
