@@ -15,6 +15,7 @@ import signal as _signal
 import time
 
 from .._sweep import MARKER_VAR
+from ._environ import read_environ
 
 __all__ = ["MARKER_VAR", "members", "sweep"]
 
@@ -41,11 +42,8 @@ def _table() -> dict[int, int]:
 
 
 def _has_marker(pid: int, marker: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return marker in f.read().split(b"\0")
-    except OSError:
-        return False
+    env = read_environ(pid)  # from its memory where /proc is closed (`_environ`)
+    return env is not None and marker in env.split(b"\0")
 
 
 def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "") -> set[int]:
