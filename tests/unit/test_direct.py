@@ -140,8 +140,12 @@ async def test_a_huge_frame_header_allocates_nothing_and_reading_pauses(serve: C
     stream = await attach(server)
     first = await stream.read_out()
     assert first is not None and first[0] == 1 and 0 < len(first[1]) <= 1 << 20
-    await asyncio.sleep(0.2)
     protocol = stream._p
+    for _ in range(400):  # until the queue is past the bound (at once idle; slower loaded)
+        if protocol.paused:
+            break
+        await asyncio.sleep(0.025)
+    await asyncio.sleep(0.1)  # and the reading stays paused: nothing more is queued
     assert protocol.paused and protocol.queued < 4 << 20  # not the 16 MiB sent
     total = len(first[1]) + sum(len(d) for _, d in list(protocol.queue))
     while total < 16 << 20:
