@@ -294,3 +294,114 @@ async def test_a_client_closed_under_the_stream_ends_it(serve: Callable[
                        "was closed"):
         await asyncio.wait_for(stream.read_out(), 5)
     stream.close_now()
+
+
+# -- the review's findings (each failed before its fix) --------------------------------------
+
+
+async def test_a_small_frame_split_across_reads_comes_whole(serve: Callable[
+        [Handler], Awaitable[Server]]) -> None:
+    """aiodocker handed on whole frames, and `read_start_failure` needs the engine's one-line
+    message whole (one CRLF line): a frame of up to 64 KiB split across reads (a partial
+    write, a proxy) is gathered, not handed on in pieces."""
+    message = frame(1, b"OCI runtime exec failed: exec failed: unable to start container "
+                       b"process: exec: \"nope\": executable file not found in $PATH\r\n")
+
+    async def split(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(UPGRADED + message[:20])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(message[20:60])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(message[60:] + frame(2, b"e" * 70000))
+        await writer.drain()
+
+    server = await serve(split)
+    stream = await attach(server)
+    got = await read_all(stream)
+    stream.close_now()
+    assert got[0] == (1, message[8:])
+    assert joined(got)[2] == b"e" * 70000
+
+
+async def test_a_frame_over_the_gathering_bound_still_comes_in_pieces(serve: Callable[
+        [Handler], Awaitable[Server]]) -> None:
+    big = frame(1, b"x" * (1 << 20))
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(UPGRADED + big[:1000])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(big[1000:])
+        await writer.drain()
+
+    server = await serve(slow)
+    stream = await attach(server)
+    first = await stream.read_out()
+    assert first == (1, b"x" * 992)  # handed on before the rest came
+    assert joined(await read_all(stream))[1] == b"x" * ((1 << 20) - 992)
+    stream.close_now()
+
+
+async def test_a_socket_nobody_listens_on_is_no_engine(tmp_path: Path) -> None:
+    """Connect failures say what aiodocker's path said (`_gateway._engine_error`): no engine,
+    and how to start one; a refused connect is not "lost the connection"."""
+    import socket
+
+    path = tmp_path / "dead.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))  # bound, never listening: ECONNREFUSED (a dead engine's socket)
+    try:
+        with pytest.raises(EngineUnavailable, match="no Docker engine answers at unix://t; "
+                           "is Docker installed and running") as raised:
+            await _direct.call_json(str(path), "GET", "/x", action="inspect", address="unix://t")
+        assert raised.value.retryable
+    finally:
+        sock.close()
+
+
+async def test_a_permission_denied_socket_says_so(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    async def denied(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_unix_connection", denied)
+    with pytest.raises(EngineUnavailable, match=r"permission denied on the Docker engine.s "
+                       "socket at unix://t: .*docker group") as raised:
+        await _direct.open_hijacked(str(tmp_path / "s"), "/x", b"{}", tty=False,
+                                    action="attach", address="unix://t")
+    assert not raised.value.retryable
+
+
+@pytest.mark.parametrize("upgrade", [False, True])
+async def test_an_informational_answer_before_the_answer_is_skipped(serve: Callable[
+        [Handler], Awaitable[Server]], upgrade: bool) -> None:
+    body = b'{"ExitCode": 0}'
+    final = UPGRADED + frame(1, b"up") if upgrade else \
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    server = await serve(answer(b"HTTP/1.1 100 Continue\r\n\r\n",
+                                b"HTTP/1.1 102 Processing\r\nX: y\r\n\r\n" + final))
+    if upgrade:
+        stream = await attach(server)
+        assert joined(await read_all(stream))[1] == b"up"
+        stream.close_now()
+    else:
+        assert await _direct.call_json(str(server.path), "GET", "/x", action="inspect",
+                                       address="unix://t") == {"ExitCode": 0}
+
+
+async def test_a_chunked_body_is_decoded_as_it_comes() -> None:
+    """A long inspect (an argv near ARG_MAX, escaped) comes chunked in many reads: each read
+    decodes only what it brought, rather than every byte so far again (quadratic: seconds of
+    a blocked loop for a few MiB in small reads)."""
+    p = _direct._Protocol(tty=False, upgrade=False)
+    p.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    payload = json.dumps({"ProcessConfig": {"arguments": ["x" * 4000] * 200}}).encode()
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(payload[i:i + 4096]), payload[i:i + 4096])
+                    for i in range(0, len(payload), 4096)) + b"0\r\n\r\n"
+    for i in range(0, len(wire), 1000):
+        assert not p.head.done()
+        p.data_received(wire[i:i + 1000])
+        assert len(p._buf) <= 4096 + 16  # the undecoded rest: less than a chunk
+    assert p.head.done() and p.body == payload
