@@ -405,3 +405,29 @@ async def test_a_chunked_body_is_decoded_as_it_comes() -> None:
         p.data_received(wire[i:i + 1000])
         assert len(p._buf) <= 4096 + 16  # the undecoded rest: less than a chunk
     assert p.head.done() and p.body == payload
+
+
+async def test_a_closed_client_is_refused_before_any_call(serve: Callable[
+        [Handler], Awaitable[Server]]) -> None:
+    """As aiodocker's path did: an exec after the caller closed their client (``docker=``)
+    fails saying so, rather than going on through the socket (and a stream then cut a second
+    later by the check that the client is open)."""
+    import aiodocker
+
+    from sandbox.docker._gateway import Engine
+
+    created = b'{"Id":"e1"}'
+    server = await serve(answer(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s"
+                                % (len(created), created)))
+    docker = aiodocker.Docker(url=f"unix://{server.path}", api_version="v1.41")
+    engine = Engine(docker)
+    assert await engine.create_exec("run it", "c1", {"Cmd": ["true"]}) == "e1"  # direct
+    assert server.requests[0].startswith(b"POST /v1.41/containers/c1/exec HTTP/1.1")
+    await docker.close()
+    with pytest.raises(SandboxError, match="run it: the aiodocker client was closed"):
+        await engine.create_exec("run it", "c1", {"Cmd": ["true"]})
+    with pytest.raises(SandboxError, match="client was closed"):
+        await engine.attach_exec("attach", "e1")
+    with pytest.raises(SandboxError, match="client was closed"):
+        await engine.inspect_exec("e1")
+    assert len(server.requests) == 1
