@@ -203,6 +203,9 @@ async def test_no_socket_is_no_engine(tmp_path: Path) -> None:
     [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{\"Exi",
      b"t\r\n13\r\nCode\": 3, \"Pid\": 7}\r\n0\r\n\r\n"],
     [b"HTTP/1.1 200 OK\r\n\r\n{\"ExitCode\": 3, ", b"\"Pid\": 7}"],  # to the close
+    # Both: the chunks say where it ends (RFC 9112 6.3), not the length.
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+     b"19\r\n{\"ExitCode\": 3, \"Pid\": 7}\r\n0\r\n\r\n"],
 ])
 async def test_call_json_reads_every_body_kind(serve: Callable[[Handler], Awaitable[Server]],
                                                wire: list[bytes]) -> None:
@@ -466,3 +469,40 @@ async def test_a_closed_connection_leaves_nothing_to_the_garbage_collector(serve
         gc.garbage.clear()
         gc.enable()
     assert not left, f"{len(left)} of our 10 connections were left to the collector"
+
+
+async def test_a_cancel_while_reading_or_writing_leaves_no_connection(
+        serve: Callable[[Handler], Awaitable[Server]]) -> None:
+    """Cancelled while waiting for output or for the engine to take stdin: the stream stays
+    usable, and its close leaves nothing open (nor anything for a ResourceWarning)."""
+    import gc
+
+    # Reading and writing: an engine that sends nothing and never reads stdin.
+    async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(UPGRADED)
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    server = await serve(deaf)
+    stream = await attach(server)
+    reading = asyncio.ensure_future(stream.read_out())
+    await asyncio.sleep(0.05)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert stream._p.waiter is None
+    writing = asyncio.ensure_future(stream.write_in(b"x" * (16 << 20)))
+    await asyncio.sleep(0.1)
+    assert not writing.done()  # the socket's buffers are full: it waits for the engine
+    writing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    transport = stream._p.transport
+    assert transport is not None
+    stream.close_now()
+    await asyncio.sleep(0.01)
+    assert transport.is_closing() and transport.get_extra_info("socket").fileno() == -1
+    with pytest.raises(EngineUnavailable):
+        await stream.write_in(b"late")
+    assert await stream.read_out() is None
+    gc.collect()
