@@ -7,8 +7,12 @@ connect error into its message and keeps the original as the exception's context
 
 from __future__ import annotations
 
-__all__ = ["PERMISSION_HINT", "permission_denied"]
+__all__ = ["PERMISSION_HINT", "START_HINT", "permission_denied"]
 
+START_HINT = (
+    "is Docker installed and running? Start it (e.g. `sudo systemctl start docker`), or point "
+    "DOCKER_HOST at a running engine"
+)
 PERMISSION_HINT = (
     "add the user to the docker group (`sudo usermod -aG docker $USER`, then log in again), "
     "or point DOCKER_HOST at an engine this user may use"

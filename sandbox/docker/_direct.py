@@ -13,8 +13,10 @@ or its stream. Only the gateway calls this, for a local engine (`Engine.create_e
 remote engine's, stays with aiodocker.
 
 The engine is trusted to speak HTTP; the frames' payloads are the sandbox's and only ever
-bytes to hand on. A frame is handed on as it arrives, in pieces, so a frame header claiming
-4 GiB allocates nothing: what is held is bounded by the reading pause (`_PAUSE_AT`).
+bytes to hand on. A frame longer than `_WHOLE` is handed on as it arrives, in pieces, so a
+frame header claiming 4 GiB allocates nothing: what is held is bounded by the reading pause
+(`_PAUSE_AT`); a shorter one whole, as aiodocker did (the engine's start failure is one frame,
+`_exec.read_start_failure` reads it whole, and a partial write or a proxy can split it).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from .._errors import EngineUnavailable, SandboxError
+from ._access import PERMISSION_HINT, START_HINT
 from ._engine_errors import answer_error
 
 __all__ = ["ExecStream", "HijackedStream", "call_json", "open_hijacked"]
@@ -38,6 +41,8 @@ _PAUSE_AT = 1 << 16
 _CLIENT_CHECK = 1.0
 #: The longest response head or error body read before giving up on the answer.
 _MAX_HEAD = 1 << 16
+#: The longest frame handed on whole (gathered when it comes in pieces); longer: in pieces.
+_WHOLE = 1 << 16
 
 
 class _ClientClosed(Exception):
@@ -87,6 +92,8 @@ class _Protocol(asyncio.Protocol):
         self.body: bytes | None = None  # the answer's body, when it was not handed over
         self._kind = 1  # the stream of the frame being read
         self._left = 0  # its bytes still to come
+        self._part: bytearray | None = None  # a frame of up to _WHOLE bytes, gathered
+        self._out = bytearray()  # a chunked body's bytes decoded so far
         self.queue: collections.deque[tuple[int, bytes]] = collections.deque()
         self.queued = 0
         self.ended = False
@@ -132,6 +139,12 @@ class _Protocol(asyncio.Protocol):
         drain, self.drain = self.drain, None
         if drain is not None and not drain.done():
             drain.set_exception(exc or ConnectionResetError("the connection is closed"))
+        # asyncio's selector transport holds a bound method of itself (``_read_ready_cb``,
+        # unused once closed): a cycle that left each connection (3 per exec) to the
+        # garbage collector. Freed by its count instead.
+        state = getattr(self.transport, "__dict__", None)
+        if state is not None and "_read_ready_cb" in state:
+            state["_read_ready_cb"] = _nothing
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -165,6 +178,10 @@ class _Protocol(asyncio.Protocol):
         except (IndexError, ValueError):
             self._fail_head(ConnectionResetError(f"the engine answered {lines[0][:80]!r}"))
             return
+        if 100 <= self.status < 200 and not (self.upgrade and self.status == 101):
+            self._buf = bytearray(rest)  # informational (100 Continue): the answer follows
+            self._read_head(eof)
+            return
         if self.upgrade and self.status in (101, 200):
             self._headed = True
             self._buf = bytearray()
@@ -193,7 +210,7 @@ class _Protocol(asyncio.Protocol):
         body: bytes | None = None
         if chunked:
             try:
-                body = _dechunked(bytes(buf))
+                body = _dechunk(buf, self._out)
             except ValueError as exc:
                 self._fail_head(ConnectionResetError(f"a malformed chunked answer: {exc}"))
                 return
@@ -225,14 +242,21 @@ class _Protocol(asyncio.Protocol):
     # -- the frames --------------------------------------------------------------------------
 
     def _frames(self, data: bytes) -> None:
-        """Hand on each frame's bytes as they come (a frame in pieces, never waited for)."""
+        """Hand on each frame: whole up to `_WHOLE` bytes (gathered if it comes in pieces),
+        a longer one in the pieces that come (never waited for)."""
         view = memoryview(data)
         at, size = 0, len(data)
         while at < size:
             if self._left:
                 take = min(self._left, size - at)
                 self._left -= take
-                self._put(self._kind, bytes(view[at:at + take]) if take < size else data)
+                if (part := self._part) is None:
+                    self._put(self._kind, bytes(view[at:at + take]) if take < size else data)
+                else:
+                    part += view[at:at + take]
+                    if not self._left:
+                        self._part = None
+                        self._put(self._kind, bytes(part))
                 at += take
                 continue
             need = 8 - len(self._buf)
@@ -244,6 +268,8 @@ class _Protocol(asyncio.Protocol):
             self._kind = header[0]
             self._left = int.from_bytes(header[4:8], "big")
             self._buf = bytearray()
+            if self._left <= _WHOLE and self._left > size - at:
+                self._part = bytearray()  # a short frame not all here: gather it
 
     def _put(self, kind: int, data: bytes) -> None:
         self.queue.append((kind, data))
@@ -256,6 +282,10 @@ class _Protocol(asyncio.Protocol):
     def _end(self, exc: BaseException | None) -> None:
         if not self.ended:
             self.ended = True
+            if self._part:  # a frame cut short: what came of it
+                self.queue.append((self._kind, bytes(self._part)))
+                self.queued += len(self._part)
+            self._part = None
             if exc is not None:
                 self.error = exc
             self._wake()
@@ -266,24 +296,30 @@ class _Protocol(asyncio.Protocol):
             waiter.set_result(None)
 
 
-def _dechunked(data: bytes) -> bytes | None:
-    """A chunked body's bytes, or None while its last chunk has not come; ValueError: it is
+def _nothing() -> None:
+    """A closed transport's read callback (see `_Protocol.connection_lost`)."""
+
+
+def _dechunk(data: bytearray, out: bytearray) -> bytes | None:
+    """Move the whole chunks at ``data``'s start into ``out``: the body's bytes once its last
+    chunk came, else None. Each byte is decoded once, as it comes: decoding all so far again
+    at each read was quadratic (a long exec's inspect, chunked, in many reads). ValueError:
     not a chunked body."""
-    out = bytearray()
-    at = 0
     while True:
-        end = data.find(b"\r\n", at)
+        end = data.find(b"\r\n", 0, 4096)
         if end < 0:
+            if len(data) >= 4096:
+                raise ValueError("no chunk size")
             return None
-        size = int(data[at:end].split(b";")[0], 16)  # ValueError: not a size
+        size = int(data[:end].split(b";")[0], 16)  # ValueError: not a size
         if size == 0:
             return bytes(out)
         if len(data) < end + 2 + size + 2:
             return None
         if data[end + 2 + size:end + 4 + size] != b"\r\n":
             raise ValueError("a chunk longer than its size")
-        out += data[end + 2:end + 2 + size]
-        at = end + 2 + size + 2
+        out += memoryview(data)[end + 2:end + 2 + size]
+        del data[:end + 4 + size]
 
 
 class HijackedStream:
@@ -390,10 +426,18 @@ class HijackedStream:
         p._end(None)
 
 
+def _unreachable(action: str, address: str, exc: OSError) -> EngineUnavailable:
+    """A failed connect, said as aiodocker's path says it (`_gateway._engine_error`)."""
+    if isinstance(exc, PermissionError):
+        return EngineUnavailable(
+            f"{action}: permission denied on the Docker engine's socket at {address}: this "
+            f"user may not use the engine; {PERMISSION_HINT}", details=str(exc),
+            retryable=False, cause=exc)
+    return EngineUnavailable(f"{action}: no Docker engine answers at {address}; {START_HINT}",
+                             details=str(exc), cause=exc)
+
+
 def _lost(action: str, address: str, exc: BaseException | None) -> EngineUnavailable:
-    if exc is not None and not isinstance(exc, ConnectionError):  # no socket to connect to
-        return EngineUnavailable(f"{action}: no Docker engine answers at {address}",
-                                 details=str(exc), cause=exc)
     return EngineUnavailable(f"{action}: lost the connection to the engine at {address}",
                              details=str(exc or "the connection is closed"), cause=exc)
 
@@ -408,7 +452,7 @@ async def _ask(socket_path: str, request: bytes, *, tty: bool, upgrade: bool, ac
         transport, protocol = await loop.create_unix_connection(
             lambda: _Protocol(tty, upgrade), socket_path)
     except OSError as exc:
-        raise _lost(action, address, exc) from exc
+        raise _unreachable(action, address, exc) from exc
     try:
         transport.write(request)
         await protocol.head

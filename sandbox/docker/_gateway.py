@@ -38,6 +38,7 @@ from .._deadlines import Deadline, DeadlineKeeper
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
 from . import _direct
 from ._access import PERMISSION_HINT, permission_denied
+from ._access import START_HINT as START_HINT
 from ._direct import ExecStream as ExecStream
 from ._direct import open_hijacked
 from ._engine_errors import EngineConflict as EngineConflict
@@ -49,10 +50,6 @@ from ._engine_errors import answer_error
 DockerClient = aiodocker.Docker
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
-START_HINT = (
-    "is Docker installed and running? Start it (e.g. `sudo systemctl start docker`), or point "
-    "DOCKER_HOST at a running engine"
-)
 
 
 def engine_address() -> str:

@@ -208,6 +208,9 @@ async def test_no_socket_is_no_engine(tmp_path: Path) -> None:
     [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{\"Exi",
      b"t\r\n13\r\nCode\": 3, \"Pid\": 7}\r\n0\r\n\r\n"],
     [b"HTTP/1.1 200 OK\r\n\r\n{\"ExitCode\": 3, ", b"\"Pid\": 7}"],  # to the close
+    # Both: the chunks say where it ends (RFC 9112 6.3), not the length.
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+     b"19\r\n{\"ExitCode\": 3, \"Pid\": 7}\r\n0\r\n\r\n"],
 ])
 async def test_call_json_reads_every_body_kind(serve: Callable[[Handler], Awaitable[Server]],
                                                wire: list[bytes]) -> None:
@@ -319,3 +322,212 @@ async def test_a_connection_closed_before_anyone_waits_logs_nothing() -> None:
     finally:
         loop.set_exception_handler(None)
     assert seen == []
+
+
+# -- the review's findings (each failed before its fix) --------------------------------------
+
+
+async def test_a_small_frame_split_across_reads_comes_whole(serve: Callable[
+        [Handler], Awaitable[Server]]) -> None:
+    """aiodocker handed on whole frames, and `read_start_failure` needs the engine's one-line
+    message whole (one CRLF line): a frame of up to 64 KiB split across reads (a partial
+    write, a proxy) is gathered, not handed on in pieces."""
+    message = frame(1, b"OCI runtime exec failed: exec failed: unable to start container "
+                       b"process: exec: \"nope\": executable file not found in $PATH\r\n")
+
+    async def split(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(UPGRADED + message[:20])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(message[20:60])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(message[60:] + frame(2, b"e" * 70000))
+        await writer.drain()
+
+    server = await serve(split)
+    stream = await attach(server)
+    got = await read_all(stream)
+    stream.close_now()
+    assert got[0] == (1, message[8:])
+    assert joined(got)[2] == b"e" * 70000
+
+
+async def test_a_frame_over_the_gathering_bound_still_comes_in_pieces(serve: Callable[
+        [Handler], Awaitable[Server]]) -> None:
+    big = frame(1, b"x" * (1 << 20))
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(UPGRADED + big[:1000])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(big[1000:])
+        await writer.drain()
+
+    server = await serve(slow)
+    stream = await attach(server)
+    first = await stream.read_out()
+    assert first == (1, b"x" * 992)  # handed on before the rest came
+    assert joined(await read_all(stream))[1] == b"x" * ((1 << 20) - 992)
+    stream.close_now()
+
+
+async def test_a_socket_nobody_listens_on_is_no_engine(tmp_path: Path) -> None:
+    """Connect failures say what aiodocker's path said (`_gateway._engine_error`): no engine,
+    and how to start one; a refused connect is not "lost the connection"."""
+    import socket
+
+    path = tmp_path / "dead.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))  # bound, never listening: ECONNREFUSED (a dead engine's socket)
+    try:
+        with pytest.raises(EngineUnavailable, match="no Docker engine answers at unix://t; "
+                           "is Docker installed and running") as raised:
+            await _direct.call_json(str(path), "GET", "/x", action="inspect", address="unix://t")
+        assert raised.value.retryable
+    finally:
+        sock.close()
+
+
+async def test_a_permission_denied_socket_says_so(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    async def denied(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_unix_connection", denied)
+    with pytest.raises(EngineUnavailable, match=r"permission denied on the Docker engine.s "
+                       "socket at unix://t: .*docker group") as raised:
+        await _direct.open_hijacked(str(tmp_path / "s"), "/x", b"{}", tty=False,
+                                    action="attach", address="unix://t")
+    assert not raised.value.retryable
+
+
+@pytest.mark.parametrize("upgrade", [False, True])
+async def test_an_informational_answer_before_the_answer_is_skipped(serve: Callable[
+        [Handler], Awaitable[Server]], upgrade: bool) -> None:
+    body = b'{"ExitCode": 0}'
+    final = UPGRADED + frame(1, b"up") if upgrade else \
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    server = await serve(answer(b"HTTP/1.1 100 Continue\r\n\r\n",
+                                b"HTTP/1.1 102 Processing\r\nX: y\r\n\r\n" + final))
+    if upgrade:
+        stream = await attach(server)
+        assert joined(await read_all(stream))[1] == b"up"
+        stream.close_now()
+    else:
+        assert await _direct.call_json(str(server.path), "GET", "/x", action="inspect",
+                                       address="unix://t") == {"ExitCode": 0}
+
+
+async def test_a_chunked_body_is_decoded_as_it_comes() -> None:
+    """A long inspect (an argv near ARG_MAX, escaped) comes chunked in many reads: each read
+    decodes only what it brought, rather than every byte so far again (quadratic: seconds of
+    a blocked loop for a few MiB in small reads)."""
+    p = _direct._Protocol(tty=False, upgrade=False)
+    p.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    payload = json.dumps({"ProcessConfig": {"arguments": ["x" * 4000] * 200}}).encode()
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(payload[i:i + 4096]), payload[i:i + 4096])
+                    for i in range(0, len(payload), 4096)) + b"0\r\n\r\n"
+    for i in range(0, len(wire), 1000):
+        assert not p.head.done()
+        p.data_received(wire[i:i + 1000])
+        assert len(p._buf) <= 4096 + 16  # the undecoded rest: less than a chunk
+    assert p.head.done() and p.body == payload
+
+
+async def test_a_closed_client_is_refused_before_any_call(serve: Callable[
+        [Handler], Awaitable[Server]]) -> None:
+    """As aiodocker's path did: an exec after the caller closed their client (``docker=``)
+    fails saying so, rather than going on through the socket (and a stream then cut a second
+    later by the check that the client is open)."""
+    import aiodocker
+
+    from sandbox.docker._gateway import Engine
+
+    created = b'{"Id":"e1"}'
+    server = await serve(answer(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s"
+                                % (len(created), created)))
+    docker = aiodocker.Docker(url=f"unix://{server.path}", api_version="v1.41")
+    engine = Engine(docker)
+    assert await engine.create_exec("run it", "c1", {"Cmd": ["true"]}) == "e1"  # direct
+    assert server.requests[0].startswith(b"POST /v1.41/containers/c1/exec HTTP/1.1")
+    await docker.close()
+    with pytest.raises(SandboxError, match="run it: the aiodocker client was closed"):
+        await engine.create_exec("run it", "c1", {"Cmd": ["true"]})
+    with pytest.raises(SandboxError, match="client was closed"):
+        await engine.attach_exec("attach", "e1")
+    with pytest.raises(SandboxError, match="client was closed"):
+        await engine.inspect_exec("e1")
+    assert len(server.requests) == 1
+
+
+async def test_a_closed_connection_leaves_nothing_to_the_garbage_collector(serve: Callable[
+        [Handler], Awaitable[Server]]) -> None:
+    """Three connections per exec: asyncio's selector transport keeps a bound method of
+    itself (``_read_ready_cb``), a cycle that left each one (socket, transport, its extras:
+    5 objects, 15 per exec, 3x aiodocker's pooled path) to the collector. Freed when its
+    connection ends instead."""
+    import gc
+
+    body = b'{"ExitCode": 0}'
+    server = await serve(answer(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+                                % (len(body), body)))
+    stream_server = await serve(answer(UPGRADED + frame(1, b"x")))
+    await _direct.call_json(str(server.path), "GET", "/x", action="i", address="unix://t")
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(5):
+            await _direct.call_json(str(server.path), "GET", "/x", action="i",
+                                    address="unix://t")
+            stream = await attach(stream_server)
+            assert await read_all(stream) == [(1, b"x")]
+            stream.close_now()
+        await asyncio.sleep(0.05)  # the closes' callbacks
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        ours = {str(server.path), str(stream_server.path)}  # the client's side's peer
+        left = [o for o in gc.garbage if isinstance(o, asyncio.Transport)
+                and o.get_extra_info("peername") in ours]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert not left, f"{len(left)} of our 10 connections were left to the collector"
+
+
+async def test_a_cancel_while_reading_or_writing_leaves_no_connection(
+        serve: Callable[[Handler], Awaitable[Server]]) -> None:
+    """Cancelled while waiting for output or for the engine to take stdin: the stream stays
+    usable, and its close leaves nothing open (nor anything for a ResourceWarning)."""
+    import gc
+
+    # Reading and writing: an engine that sends nothing and never reads stdin.
+    async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(UPGRADED)
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    server = await serve(deaf)
+    stream = await attach(server)
+    reading = asyncio.ensure_future(stream.read_out())
+    await asyncio.sleep(0.05)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert stream._p.waiter is None
+    writing = asyncio.ensure_future(stream.write_in(b"x" * (16 << 20)))
+    await asyncio.sleep(0.1)
+    assert not writing.done()  # the socket's buffers are full: it waits for the engine
+    writing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    transport = stream._p.transport
+    assert transport is not None
+    stream.close_now()
+    await asyncio.sleep(0.01)
+    assert transport.is_closing() and transport.get_extra_info("socket").fileno() == -1
+    with pytest.raises(EngineUnavailable):
+        await stream.write_in(b"late")
+    assert await stream.read_out() is None
+    gc.collect()
