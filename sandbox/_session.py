@@ -627,7 +627,8 @@ class Session:
             gone: bool | None = None
             if isinstance(self._backend, SupportsKillMarked):
                 with contextlib.suppress(SandboxError):
-                    gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}")
+                    gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}",
+                                                           int(run.shell.pid or 0))
             if gone is None:
                 sweep = ProcessSpec(argv=shell_sweep_argv(f"{COMMAND_VAR}={run.command_id}",
                                                           run.shell.pid, "",
