@@ -900,6 +900,25 @@ async def _session_state_and_timeouts(ctx: Context) -> None:
         _expect(r.stdout == "back\n", f"no fresh shell after exit: {r!r}")
 
 
+@_check("sessions", needs=["commands"])
+async def _session_timeout_kills_subshells(ctx: Context) -> None:
+    """A timeout kills the command's background subshells too (a fork of the shell that runs
+    no program of its own carries no marker in /proc), not the shell nor an earlier
+    command's background job."""
+    sb, m, k = await ctx.shared(), ctx.marker(), ctx.marker()
+    async with sb.session() as sh:
+        await sh.run(f"export Y=2; sleep {k} >/dev/null 2>&1 &")
+        r = await sh.run(f"(while :; do sleep {m}; done) & sleep {m}", timeout=1)
+        _expect(r.timed_out and "shell_ended" not in r.metadata, f"timeout: {r!r}")
+        # A loop that outlived the kill starts its sleep again at once.
+        await anyio.sleep(0.3)
+        await ctx.expect_gone(sb, m, "after the timeout of a command with a subshell")
+        _expect(await ctx.holding(sb, k), "an earlier command's background job was killed")
+        r = await sh.run("echo $Y")
+        _expect(r.stdout == "2\n", f"the session lost its state at a timeout: {r!r}")
+    await ctx.expect_gone(sb, k, "after the session's end")
+
+
 # -- pools -------------------------------------------------------------------------------------
 
 @_check("pool", fresh=True)

@@ -306,6 +306,7 @@ class Session:
         pid, _, guard = rest.partition(":")
         self._kind = "bash" if kind == "bash" else "sh"
         shell.pid = pid if pid.isdigit() and copy.path else ""
+        shell.own_pid = int(pid) if pid.isdigit() and len(pid) < 10 else 0
         closed = ":" + guard == GUARDED
         if sealed and closed and not await self._to_fifo(shell):
             await self._stop_shell()
@@ -627,11 +628,13 @@ class Session:
             gone: bool | None = None
             if isinstance(self._backend, SupportsKillMarked):
                 with contextlib.suppress(SandboxError):
-                    gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}")
+                    gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}",
+                                                           run.shell.own_pid)
             if gone is None:
                 sweep = ProcessSpec(argv=shell_sweep_argv(f"{COMMAND_VAR}={run.command_id}",
                                                           run.shell.pid, "",
-                                                          "sandbox-session-kill"),
+                                                          "sandbox-session-kill",
+                                                          run.shell.own_pid),
                                     user=spec.user, workdir="/", max_output_bytes=1 << 12,
                                     time_limit=30.0)
                 with contextlib.suppress(SandboxError):

@@ -39,6 +39,7 @@ class Shell:
         self.scope = anyio.CancelScope()
         self.nonce = secrets.token_hex(NONCE_LEN // 2)  # its exit trap's marker
         self.pid = ""  # as it says it (in its pid namespace), when it runs from a copy
+        self.own_pid = 0  # as it says it, copy or not: where a command kill's chains end
         self.stopping = False
         self.exited = False  # its process is gone (its task may still be handing on output)
         self.link: FifoLink | None = None  # its stdio moved to FIFOs (`_session_fifo`)

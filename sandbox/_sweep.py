@@ -70,8 +70,10 @@ def sweep_argv(marker: str, signal: str) -> list[str]:
 # runs its applets from /proc/self/exe): their environment is closed, so one that descends from
 # the shell ($2) is taken too. With $1 empty: the shell's process group and all it started, and
 # the shell itself if $3 says it still runs (a pid in use as a group id is never reused; the
-# shell's own may be).
-SHELL_SWEEP_SH = r"""m="$1"; shell="$2"; alive="$3"; i=0
+# shell's own may be). $4, the shell's pid however it runs: the processes on the parent chain
+# from a marked process up to it are taken too, the command's subshells that exec nothing
+# and so show the shell's environment, not the marker (`_below_shell`).
+SHELL_SWEEP_SH = r"""m="$1"; shell="$2"; alive="$3"; top="${4:-}"; i=0
 while [ $i -lt 100 ]; do
   pids=""
   for d in /proc/[0-9]*; do
@@ -84,7 +86,14 @@ while [ $i -lt 100 ]; do
     fi
     [ "$p" = "$shell" ] && continue
     if [ -n "$m" ] && e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null); then
-      case "$e" in *"$m"*) pids="$pids $p";; esac
+      case "$e" in *"$m"*) pids="$pids $p"; q=$2; n=0; c=""
+        while [ -n "$top" ] && [ $n -lt 64 ] && [ "$q" -gt 1 ] 2>/dev/null; do
+          [ "$q" = "$top" ] && { pids="$pids$c"; break; }
+          c="$c $q"
+          read -r st < "/proc/$q/stat" 2>/dev/null || break
+          set -- ${st##*) }; q=$2; n=$((n+1))
+        done;;
+      esac
       continue
     fi
     q=$2; n=0
@@ -101,8 +110,11 @@ done
 exit 1"""
 
 
-def shell_sweep_argv(entry: str, shell_pid: str, alive: str, label: str) -> list[str]:
+def shell_sweep_argv(entry: str, shell_pid: str, alive: str, label: str,
+                     top: int = 0) -> list[str]:
     """The argv that kills what a session's command started (``entry``: its "NAME=value"
-    marker) without the shell ``shell_pid``; with ``entry`` empty, the shell's whole group
-    (and the shell itself when ``alive`` is "1")."""
-    return ["/bin/sh", "-c", SHELL_SWEEP_SH, label, entry, shell_pid, alive]
+    marker) without the shell ``shell_pid``, and the subshells between its processes and the
+    shell ``top`` (its pid, copy or not); with ``entry`` empty, the shell's whole group (and
+    the shell itself when ``alive`` is "1")."""
+    return ["/bin/sh", "-c", SHELL_SWEEP_SH, label, entry, shell_pid, alive,
+            str(top) if top > 0 else ""]

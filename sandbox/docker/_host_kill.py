@@ -21,6 +21,7 @@ import signal
 import time
 from pathlib import Path
 
+from .._below_shell import between, ns_pid
 from ._host import PROC_ROOT, ContainerCgroup, ProcStat, read_stat
 
 #: How long a freeze may take to settle before the kill goes on regardless (a task stuck in
@@ -48,10 +49,11 @@ def _marked(pid: int, needle: bytes, proc: Path) -> bool:
     return needle in environ.split(b"\0")
 
 
-def _targets(cg: ContainerCgroup, needle: bytes, root: int,
-             proc: Path) -> dict[int, int] | None:
+def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
+             shell: int = 0) -> dict[int, int] | None:
     """pid -> start time of every live process to kill, read while the cgroup is frozen;
-    None when the cgroup cannot be listed."""
+    None when the cgroup cannot be listed. A session's ``shell`` (its pid in the container):
+    the subshells between its command's marked processes and it too (`.._below_shell`)."""
     pids = cg.pids()
     if pids is None:
         return None
@@ -60,6 +62,8 @@ def _targets(cg: ContainerCgroup, needle: bytes, root: int,
     # The exec's own process: its parent (the engine's shim) is outside the container.
     if root in procs and procs[root].ppid not in procs:
         seeds.append(root)
+    seeds.extend(between(seeds, {pid: st.ppid for pid, st in procs.items()}, shell,
+                         lambda pid: ns_pid(pid, proc)))
     children: dict[int, list[int]] = {}
     for pid, st in procs.items():
         children.setdefault(st.ppid, []).append(pid)
@@ -86,7 +90,8 @@ def _wait_frozen(cg: ContainerCgroup) -> None:
 
 
 def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
-                   freeze: bool = True, proc: Path = PROC_ROOT) -> bool | None:
+                   freeze: bool = True, proc: Path = PROC_ROOT,
+                   shell: int = 0) -> bool | None:
     """SIGKILL the command's processes (see the module doc); True once a frozen look finds
     none left, False if they could not be confirmed gone; None when the host does not see the
     command at all (the first look found none of its processes: another runtime such as
@@ -108,7 +113,7 @@ def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
         try:
             if froze:
                 _wait_frozen(cg)
-            found = _targets(cg, needle, root_pid, proc)
+            found = _targets(cg, needle, root_pid, proc, shell)
             for pid in found or ():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)

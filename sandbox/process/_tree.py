@@ -14,6 +14,7 @@ import os
 import signal as _signal
 import time
 
+from .._below_shell import between, ns_pid
 from .._sweep import MARKER_VAR
 from ._environ import read_environ
 
@@ -46,9 +47,12 @@ def _has_marker(pid: int, marker: bytes) -> bool:
     return env is not None and marker in env.split(b"\0")
 
 
-def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "") -> set[int]:
+def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
+            shell: int = 0) -> set[int]:
     """Descendants of ``roots`` in the sandbox's pid namespace ``sandbox_ns``, plus its
-    processes carrying ``marker`` (or, given, the environment entry ``entry``)."""
+    processes carrying ``marker`` (or, given, the environment entry ``entry``) and, with a
+    session's ``shell`` (its pid in the sandbox), the subshells between those and the shell
+    (`.._below_shell`)."""
     roots = roots - {0}
     parents = _table()
     children: dict[int, list[int]] = {}
@@ -68,6 +72,9 @@ def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "") -
     for pid in parents:
         if pid not in found and _pid_ns(pid) == sandbox_ns and _has_marker(pid, wanted):
             found.add(pid)
+    if shell:
+        found |= {pid for pid in between(found, parents, shell, ns_pid)
+                  if _pid_ns(pid) == sandbox_ns}
     return found
 
 
@@ -80,32 +87,32 @@ def _signal_all(pids: set[int], sig: int, *, first: int = 0) -> None:
 
 
 def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50,
-          entry: str = "") -> bool:
+          entry: str = "", shell: int = 0) -> bool:
     """Send ``sig`` to the command's processes; with SIGKILL repeat until none is left.
 
     For KILL, every member is stopped first and the tree read again until it stops growing
     (a stopped parent cannot fork, and its children stay below it), then all are killed.
     Returns True when none is left (for another signal: once sent). Blocking: run it in a
     worker thread. ``root`` 0 and an ``entry`` ("NAME=value"): the processes carrying that
-    entry alone (a session's command).
+    entry alone (a session's command), with the subshells below its ``shell`` (`members`).
     """
     if sig != _signal.SIGKILL:
         # The command itself first: signalled after a child, a shell in ``wait`` could see
         # that child end and exit by itself before its own signal came (a set's order).
-        _signal_all(members({root}, marker, sandbox_ns, entry=entry), sig, first=root)
+        _signal_all(members({root}, marker, sandbox_ns, entry=entry, shell=shell), sig, first=root)
         return True
     known: set[int] = set()
     for _ in range(rounds):
         for _ in range(rounds):
-            new = members(known | {root}, marker, sandbox_ns, entry=entry) - known
+            new = members(known | {root}, marker, sandbox_ns, entry=entry, shell=shell) - known
             if not new:
                 break
             _signal_all(new, _signal.SIGSTOP)
             known |= new
-        if not members(known | {root}, marker, sandbox_ns, entry=entry):
+        if not members(known | {root}, marker, sandbox_ns, entry=entry, shell=shell):
             return True
         _signal_all(known, _signal.SIGKILL)
         time.sleep(0.002)
-        if not members(known | {root}, marker, sandbox_ns, entry=entry):
+        if not members(known | {root}, marker, sandbox_ns, entry=entry, shell=shell):
             return True
     return False

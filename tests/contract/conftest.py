@@ -15,7 +15,12 @@ from tests.kubernetes._fake_apiserver import FakeApiServer
 
 #: (backend, check) -> why it fails today: the findings, each an xfail(strict=True), so a fix
 #: turns it into an unexpected pass that asks for this line to go.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    ("kubernetes", "session_timeout_kills_subshells"): (
+        "a busybox session shell runs from an unreadable copy, so every applet it starts is "
+        "non-dumpable: no command's marker can be read, and the kill sweep takes everything "
+        "below the shell, an earlier command's background job included"),
+}
 
 
 #: backend -> (text in the error or its causes, why): a breakage of the whole backend that

@@ -52,6 +52,29 @@ def test_targets_are_the_marked_the_exec_root_and_their_descendants(tmp_path: Pa
     assert found is not None and set(found) == {30, 31}
 
 
+def test_a_session_commands_subshells_up_to_its_shell_are_targets(tmp_path: Path) -> None:
+    """A subshell the command forked execs nothing, so /proc shows it without the marker: it
+    is taken when a marked process is below it and the chain reaches the session's shell
+    (pid 7 in the container); the shell and an earlier command's job are not."""
+    cg = fake(tmp_path, {
+        50: (5, "S", b"PATH=/bin\0"),              # the session's shell (parent: the shim)
+        51: (50, "S", b"PATH=/bin\0"),             # the command's subshell: shell's environ
+        52: (51, "S", MARK + b"\0"),               # its program, marked
+        53: (51, "S", b"PATH=/bin\0"),             # its nested subshell, not yet running one
+        60: (50, "S", b"PATH=/bin\0"),             # an earlier command's subshell
+        61: (60, "S", b"SANDBOX_EXEC_ID=abcd\0"),  # its program: the earlier marker
+        70: (5, "S", b"PATH=/bin\0"),              # not below the shell
+        71: (70, "S", MARK + b"\0"),
+    })
+    for pid, inner in {50: 7, 51: 8, 52: 9, 53: 10, 60: 11, 61: 12, 70: 13, 71: 14}.items():
+        (tmp_path / "proc" / str(pid) / "status").write_text(f"Name:\tx\nNSpid:\t{pid}\t{inner}\n")
+    found = _targets(cg, MARK, 0, tmp_path / "proc", shell=7)
+    assert found is not None and set(found) == {51, 52, 53, 71}
+    # Without the shell's pid, the marked alone (and below them), as before.
+    found = _targets(cg, MARK, 0, tmp_path / "proc")
+    assert found is not None and set(found) == {52, 71}
+
+
 def test_an_unreadable_cgroup_is_no_answer(tmp_path: Path) -> None:
     cg = ContainerCgroup(procs=tmp_path / "missing", freeze=None, v2=False)
     assert _targets(cg, MARK, 1, tmp_path) is None
