@@ -14,23 +14,15 @@ allows it, and only the timed-out command's processes are killed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import textwrap
-from pathlib import Path
 
-import anyio
 import pytest
 
 from sandbox import IMAGE_BUSYBOX
 from sandbox.process._rootfs import resolve_rootfs
+from tests.integration._unprivileged import run_as
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
-REPO = str(Path(__file__).resolve().parents[2])
 UID = 65534
 
 _SCRIPT = textwrap.dedent(r"""
@@ -71,38 +63,9 @@ _SCRIPT = textwrap.dedent(r"""
 """)
 
 
-def _python_for(uid: int) -> tuple[str, str]:
-    """A Python ``uid`` may run with this one's packages: (executable, PYTHONPATH tail). This
-    interpreter, or the system's of the same version with our site-packages on the path."""
-    paths = os.pathsep.join(dict.fromkeys(
-        [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
-    for exe in (sys.executable, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"):
-        ok = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                             exe, "-c", "import attrs, anyio"], env={
-                                 "PATH": "/usr/bin:/bin", "PYTHONPATH": paths},
-                            capture_output=True, timeout=60)
-        if ok.returncode == 0:
-            return exe, paths
-    pytest.skip(f"no Python with the SDK's packages that uid {uid} may run")
-
-
 async def test_a_timeout_kills_the_commands_processes_and_keeps_the_shell() -> None:
-    if os.geteuid() != 0:
-        pytest.fail(f"this test switches to uid {UID}, so it must run as root", pytrace=False)
     root = (await resolve_rootfs(IMAGE_BUSYBOX)).path  # exported by root, readable by all
-    exe, paths = _python_for(UID)
-    home = Path(tempfile.mkdtemp())
-    os.chmod(home, 0o755)
-    script = home / "kill.py"
-    script.write_text(_SCRIPT)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home),
-           "PYTHONPATH": os.pathsep.join([REPO, paths])}
-    with anyio.fail_after(300):
-        proc = await anyio.run_process(
-            ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", exe, str(script),
-             str(root)], env=env, check=False, cwd=str(home))
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    out = json.loads(proc.stdout)
+    out = await run_as(UID, _SCRIPT, str(root))
     timed_out, stdout, metadata, error = out["timeout"]
     assert timed_out and stdout == "a\n", out
     # Before: "the command did not end when its processes were killed ...; the shell was

@@ -23,23 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import textwrap
-from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from sandbox import IMAGE_PYTHON, Sandbox, SandboxConfig
 from sandbox.process._rootfs import resolve_rootfs
 from tests.integration._session_attack import attack
+from tests.integration._unprivileged import run_as
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("engine")]
-REPO = str(Path(__file__).resolve().parents[2])
 
 _AS_USER = textwrap.dedent("""
     import asyncio, json, sys
@@ -55,21 +49,6 @@ _AS_USER = textwrap.dedent("""
 
     asyncio.run(main())
 """)
-
-
-def _python_for(uid: int) -> tuple[str, str]:
-    """A Python ``uid`` may run with this one's packages: (executable, PYTHONPATH tail). This
-    interpreter, or the system's of the same version with our site-packages on the path."""
-    paths = os.pathsep.join(dict.fromkeys(
-        [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
-    for exe in (sys.executable, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"):
-        ok = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                             exe, "-c", "import attrs, anyio"], env={
-                                 "PATH": "/usr/bin:/bin", "PYTHONPATH": paths},
-                            capture_output=True, timeout=60)
-        if ok.returncode == 0:
-            return exe, paths
-    pytest.skip(f"no Python with the SDK's packages that uid {uid} may run")
 
 
 def check(out: dict[str, Any], *, sockets: bool) -> None:
@@ -107,22 +86,8 @@ async def test_process_backend_sdk_as_the_sandbox_users_uid() -> None:
     """Run by host uid 65534, which the sandbox user maps to: the chmod of the leftover
     child's channels may succeed (the user owns them), the reopen must not. Before the fix:
     ``mode set``/``opened`` on both pipes, and the traced child's reopen returned an fd."""
-    if os.geteuid() != 0:
-        pytest.fail("this test switches to uid 65534, so it must run as root", pytrace=False)
     root = (await resolve_rootfs(IMAGE_PYTHON)).path  # exported by root, readable by all
-    exe, paths = _python_for(65534)
-    home = Path(tempfile.mkdtemp())
-    os.chmod(home, 0o755)
-    script = home / "attack.py"
-    script.write_text(_AS_USER)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home),
-           "PYTHONPATH": os.pathsep.join([REPO, paths])}
-    with anyio.fail_after(300):
-        proc = await anyio.run_process(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe, str(script),
-             str(root)], env=env, check=False, cwd=str(home))
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    out = json.loads(proc.stdout)
+    out = await run_as(65534, _AS_USER, str(root))
     check(out, sockets=True)
 
 
