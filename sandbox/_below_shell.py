@@ -40,7 +40,10 @@ def between(pids: Iterable[int], parents: Mapping[int, int], shell: int,
     """Every process strictly between one of ``pids`` and the shell, on its parent chain
     (``parents``: pid -> parent pid); only chains that do reach the shell count. ``shell`` is
     the shell's pid as the sandbox sees it (``$$``), ``inner_pid`` maps a pid of ``parents``
-    to that numbering (`ns_pid`); the shell itself is never among them."""
+    to that numbering (`ns_pid`), and gives 0 or less for a process outside the sandbox: a
+    walk ends at the sandbox's init (1) or outside it, so a ``$$`` the sandbox forged (or one
+    that equals a host process's own number, when the SDK runs in a pid namespace of its
+    own) never takes the sandbox's init or anything above it. The shell is never among them."""
     out: set[int] = set()
     if shell <= 0:
         return out
@@ -52,7 +55,10 @@ def between(pids: Iterable[int], parents: Mapping[int, int], shell: int,
                 if parent in out:
                     out.update(chain)
                 break
-            if inner_pid(parent) == shell:
+            inner = inner_pid(parent)
+            if inner <= 1:  # the sandbox's init, or outside the sandbox: the walk ends there
+                break
+            if inner == shell:
                 out.update(chain)
                 break
             chain.append(parent)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from .._below_shell import between, ns_pid
+from .._proc_environ import has_entry, read_environ_file
 from ._host import PROC_ROOT, ContainerCgroup, ProcStat, read_stat
 
 #: How long a freeze may take to settle before the kill goes on regardless (a task stuck in
@@ -43,10 +44,10 @@ def _stat(pid: int, proc: Path) -> ProcStat | None:
 
 def _marked(pid: int, needle: bytes, proc: Path) -> bool:
     try:
-        environ = (proc / str(pid) / "environ").read_bytes()
+        environ = read_environ_file(proc / str(pid) / "environ")
     except OSError:
         return False
-    return needle in environ.split(b"\0")
+    return has_entry(environ, needle)
 
 
 def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["MAX_ENVIRON", "read_environ"]
+from .._proc_environ import MAX_ENVIRON, read_environ_file
 
-#: The most bytes of one process's environment read from its memory. The kernel bounds a
-#: program's arguments and environment by a quarter of its stack limit (2 MiB at the usual
-#: 8 MiB); a process cannot move its ``env_end`` without CAP_SYS_RESOURCE.
-MAX_ENVIRON = 32 << 20
+__all__ = ["read_environ"]
+
 
 
 class _IoVec(ctypes.Structure):
@@ -45,8 +43,7 @@ def read_environ(pid: int) -> bytes | None:
     """The environment block of process ``pid`` (NUL-separated entries), or None when it
     cannot be read (gone, or closed to this process by /proc and by ptrace alike)."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
+        return read_environ_file(f"/proc/{pid}/environ")
     except PermissionError:
         return _from_memory(pid)
     except OSError:

@@ -15,6 +15,7 @@ import signal as _signal
 import time
 
 from .._below_shell import between, ns_pid
+from .._proc_environ import has_entry
 from .._sweep import MARKER_VAR
 from ._environ import read_environ
 
@@ -44,7 +45,7 @@ def _table() -> dict[int, int]:
 
 def _has_marker(pid: int, marker: bytes) -> bool:
     env = read_environ(pid)  # from its memory where /proc is closed (`_environ`)
-    return env is not None and marker in env.split(b"\0")
+    return env is not None and has_entry(env, marker)
 
 
 def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
@@ -73,7 +74,8 @@ def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
         if pid not in found and _pid_ns(pid) == sandbox_ns and _has_marker(pid, wanted):
             found.add(pid)
     if shell:
-        found |= {pid for pid in between(found, parents, shell, ns_pid)
+        found |= {pid for pid in between(
+            found, parents, shell, lambda pid: ns_pid(pid) if _pid_ns(pid) == sandbox_ns else 0)
                   if _pid_ns(pid) == sandbox_ns}
     return found
 
