@@ -54,7 +54,9 @@ class Calls:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.actions: list[str] = []
-        for name in ("request", "query_json"):
+        # `_exec_json`: an exec's create and inspect on a local engine (`_direct`), which
+        # do not pass `query_json`.
+        for name in ("request", "query_json", "_exec_json"):
             original = getattr(_gateway.Engine, name)
 
             async def spy(engine: Any, action: str, *args: Any, _original: Any = original,

@@ -51,6 +51,9 @@ async def test_python_repl_over_a_pty(kind: str) -> None:
         await proc.resize(40, 100)
         await screen.until(b">>> ")
         await proc.write_stdin("import os, shutil\n")
+        # Past the line's echo first: the resize's SIGWINCH may have readline draw the first
+        # prompt again, which would else be taken for the one after the import.
+        await screen.until(b"import os, shutil\r\n")
         await screen.until(b">>> ")
         await proc.write_stdin("print(6 * 7, os.isatty(0), tuple(shutil.get_terminal_size()))\n")
         shown = await screen.until(b">>> ")
