@@ -29,8 +29,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from .._errors import EngineUnavailable, SandboxError
-from ._access import PERMISSION_HINT, START_HINT
-from ._engine_errors import answer_error
+from ._engine_errors import answer_error, unreachable
 
 __all__ = ["ExecStream", "HijackedStream", "call_json", "open_hijacked"]
 
@@ -426,17 +425,6 @@ class HijackedStream:
         p._end(None)
 
 
-def _unreachable(action: str, address: str, exc: OSError) -> EngineUnavailable:
-    """A failed connect, said as aiodocker's path says it (`_gateway._engine_error`)."""
-    if isinstance(exc, PermissionError):
-        return EngineUnavailable(
-            f"{action}: permission denied on the Docker engine's socket at {address}: this "
-            f"user may not use the engine; {PERMISSION_HINT}", details=str(exc),
-            retryable=False, cause=exc)
-    return EngineUnavailable(f"{action}: no Docker engine answers at {address}; {START_HINT}",
-                             details=str(exc), cause=exc)
-
-
 def _lost(action: str, address: str, exc: BaseException | None) -> EngineUnavailable:
     return EngineUnavailable(f"{action}: lost the connection to the engine at {address}",
                              details=str(exc or "the connection is closed"), cause=exc)
@@ -452,7 +440,8 @@ async def _ask(socket_path: str, request: bytes, *, tty: bool, upgrade: bool, ac
         transport, protocol = await loop.create_unix_connection(
             lambda: _Protocol(tty, upgrade), socket_path)
     except OSError as exc:
-        raise _unreachable(action, address, exc) from exc
+        raise unreachable(action, address, denied=isinstance(exc, PermissionError),
+                          details=str(exc), cause=exc) from exc
     try:
         transport.write(request)
         await protocol.head

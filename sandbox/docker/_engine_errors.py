@@ -10,8 +10,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from .._errors import EngineUnavailable, SandboxError
+from ._access import PERMISSION_HINT, START_HINT
 
-__all__ = ["EngineConflict", "EngineError", "EngineNotFound", "answer_error", "first_call"]
+__all__ = ["EngineConflict", "EngineError", "EngineNotFound", "answer_error", "first_call",
+           "unreachable"]
 
 
 class EngineError(SandboxError):
@@ -41,6 +43,19 @@ def answer_error(status: int, message: str, action: str,
     kind = {404: EngineNotFound, 409: EngineConflict}.get(status, EngineError)
     return kind(f"{action}: the engine answered {status}", status=status, details=message,
                 retryable=status >= 500, cause=cause)
+
+
+def unreachable(action: str, address: str, *, denied: bool, details: str,
+                cause: BaseException) -> EngineUnavailable:
+    """The error for a connect to the engine's socket that failed (``denied``: permission
+    denied on it, not retryable), said alike whichever client made it."""
+    if denied:
+        return EngineUnavailable(
+            f"{action}: permission denied on the Docker engine's socket at {address}: this "
+            f"user may not use the engine; {PERMISSION_HINT}", details=details,
+            retryable=False, cause=cause)
+    return EngineUnavailable(f"{action}: no Docker engine answers at {address}; {START_HINT}",
+                             details=details, cause=cause)
 
 
 @contextlib.contextmanager

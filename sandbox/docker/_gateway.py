@@ -37,14 +37,14 @@ from .._constants import DEFAULT_ENGINE_TIMEOUT
 from .._deadlines import Deadline, DeadlineKeeper
 from .._errors import EngineTimeout, EngineUnavailable, SandboxError
 from . import _direct
-from ._access import PERMISSION_HINT, permission_denied
 from ._access import START_HINT as START_HINT
+from ._access import permission_denied
 from ._direct import ExecStream as ExecStream
 from ._direct import open_hijacked
 from ._engine_errors import EngineConflict as EngineConflict
 from ._engine_errors import EngineError as EngineError
 from ._engine_errors import EngineNotFound as EngineNotFound
-from ._engine_errors import answer_error
+from ._engine_errors import answer_error, unreachable
 
 #: The client type a caller may pass in (``docker=``); only this module knows it is aiodocker's.
 DockerClient = aiodocker.Docker
@@ -125,17 +125,9 @@ class _OwningDocker(aiodocker.Docker):
 
 def _engine_error(exc: aiodocker.DockerError, action: str) -> SandboxError:
     """The SDK error for an engine error answer."""
-    if exc.status == 900 and permission_denied(exc):
-        return EngineUnavailable(
-            f"{action}: permission denied on the Docker engine's socket at {engine_address()}: "
-            f"this user may not use the engine; {PERMISSION_HINT}",
-            details=str(exc.message), retryable=False, cause=exc,
-        )
     if exc.status == 900:  # aiodocker: could not connect
-        return EngineUnavailable(
-            f"{action}: no Docker engine answers at {engine_address()}; {START_HINT}",
-            details=str(exc.message), cause=exc,
-        )
+        return unreachable(action, engine_address(), denied=permission_denied(exc),
+                           details=str(exc.message), cause=exc)
     return answer_error(exc.status, str(exc.message), action, exc)
 
 
