@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from .._errors import EngineUnavailable, SandboxError
-from ._engine_errors import answer_error, unreachable
+from ._engine_errors import answer_error, lost, unreachable
 
 __all__ = ["ExecStream", "HijackedStream", "call_json", "open_hijacked"]
 
@@ -426,8 +426,7 @@ class HijackedStream:
 
 
 def _lost(action: str, address: str, exc: BaseException | None) -> EngineUnavailable:
-    return EngineUnavailable(f"{action}: lost the connection to the engine at {address}",
-                             details=str(exc or "the connection is closed"), cause=exc)
+    return lost(action, address, str(exc or "the connection is closed"), exc)
 
 
 async def _ask(socket_path: str, request: bytes, *, tty: bool, upgrade: bool, action: str,

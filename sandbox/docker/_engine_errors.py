@@ -58,6 +58,14 @@ def unreachable(action: str, address: str, *, denied: bool, details: str,
                              details=details, cause=cause)
 
 
+def lost(action: str, address: str, details: str, cause: BaseException | None
+         ) -> EngineUnavailable:
+    """The error for a connection to the engine that broke during a call, said alike
+    whichever client made it."""
+    return EngineUnavailable(f"{action}: lost the connection to the engine at {address}",
+                             details=details, cause=cause)
+
+
 @contextlib.contextmanager
 def first_call(on_error: Callable[[], object] | None = None) -> Iterator[None]:
     """Around a create's first engine call (the ping, with or without ``/info``): an engine

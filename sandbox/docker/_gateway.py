@@ -35,7 +35,7 @@ from yarl import URL
 
 from .._constants import DEFAULT_ENGINE_TIMEOUT
 from .._deadlines import Deadline, DeadlineKeeper
-from .._errors import EngineTimeout, EngineUnavailable, SandboxError
+from .._errors import EngineTimeout, SandboxError
 from . import _direct
 from ._access import START_HINT as START_HINT
 from ._access import permission_denied
@@ -44,7 +44,7 @@ from ._direct import open_hijacked
 from ._engine_errors import EngineConflict as EngineConflict
 from ._engine_errors import EngineError as EngineError
 from ._engine_errors import EngineNotFound as EngineNotFound
-from ._engine_errors import answer_error, unreachable
+from ._engine_errors import answer_error, lost, unreachable
 
 #: The client type a caller may pass in (``docker=``); only this module knows it is aiodocker's.
 DockerClient = aiodocker.Docker
@@ -147,10 +147,7 @@ def _mapped(exc: Exception, action: str) -> BaseException:
             cause=exc,
         )
     if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError):
-        return EngineUnavailable(
-            f"{action}: lost the connection to the engine at {engine_address()}",
-            details=str(exc), cause=exc,
-        )
+        return lost(action, engine_address(), str(exc), exc)
     if isinstance(exc, aiohttp.ClientError):
         return SandboxError(f"{action}: engine request failed", details=str(exc), cause=exc,
                             retryable=True)
