@@ -391,11 +391,12 @@ class SupportsEgressStats(Protocol):
 class SupportsKillMarked(Protocol):
     """The backend can kill a session's command from outside the sandbox."""
 
-    async def kill_marked(self, entry: str, shell: int = 0) -> bool | None:
-        """SIGKILL every process whose environment holds ``entry`` and all below them, and
-        the subshells between those and the session's ``shell`` (its pid in the sandbox, 0:
-        unknown; `._below_shell`): True when none is left, None where it cannot (the session
-        then sweeps from inside)."""
+    async def kill_marked(self, entry: str, shell: int = 0, since: int = 0) -> bool | None:
+        """SIGKILL every process whose environment holds ``entry`` and all below them, the
+        subshells between those and the session's ``shell`` (its pid in the sandbox, 0:
+        unknown), and the shell's children that started at or after ``since`` (the boot-clock
+        tick the command was sent, 0: unknown; `._below_shell`): True when none is left, None
+        where it cannot (the session then sweeps from inside)."""
         ...
 
 

@@ -8,18 +8,39 @@ such a subshell runs carry the marker of the command that forked it (the shell e
 before the command), so each unmarked process on the parent chain from a process marked with
 *this* command's marker up to the shell is this command's too, and is killed with it. An
 earlier command's background jobs carry that command's marker, not this one, and are spared.
-(A subshell that runs only builtins shows no marked process at all and is not found this way.)
+
+A subshell that runs only builtins (``( while :; do :; done ) &``) shows no marked process at
+all. It is found by its start: the session runs one command at a time and only the shell makes
+its own children, so a child of the shell that started once this command was sent is this
+command's (`forked_since`), with everything below it. The SDK reads the boot clock when it
+sends the command (`boot_tick`, nothing else per command) and compares it at the kill with
+each process's start in ``/proc/<pid>/stat``, the same clock in clock ticks (10 ms). Within
+the send's own tick the two cannot be told apart: a child of the shell started in that tick
+is spared when it or a process below it carries another command's marker (an earlier
+command's job, ``prog &`` sent just before); an earlier command's subshell of builtins alone
+started in that very tick is killed with this one, and a command that gives a program it
+starts within that tick another value of the marker variable keeps it alive.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["between", "ns_pid"]
+__all__ = ["between", "boot_tick", "forked_since", "ns_pid"]
 
 #: How far up a chain is followed before giving up (a deeper nest is not the shell's).
 MAX_DEPTH = 64
+#: Clock ticks per second, the unit of a process's start in ``/proc/<pid>/stat``.
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def boot_tick() -> int:
+    """Now, in clock ticks since boot, floored as the kernel floors a process's start: a
+    process started at or after this moment shows a start of at least this tick."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) * TICKS // 1_000_000_000
 
 
 def ns_pid(pid: int, proc: Path = Path("/proc")) -> int:
@@ -64,3 +85,53 @@ def between(pids: Iterable[int], parents: Mapping[int, int], shell: int,
             chain.append(parent)
             parent = parents[parent]
     return out
+
+
+def forked_since(parents: Mapping[int, int], starts: Mapping[int, int], shell: int,
+                 inner_pid: Callable[[int], int], since: int,
+                 earlier: Callable[[int], bool]) -> set[int]:
+    """The shell's children that started at or after tick ``since`` (the command's send,
+    `boot_tick`): this command's (see the module doc). ``parents``: pid -> parent pid,
+    ``starts``: pid -> start tick of each live process; ``shell`` and ``inner_pid`` as in
+    `between` (the shell is matched by its pid inside the sandbox, never the sandbox's init
+    nor a process outside it). A child started in the send's own tick is left out when
+    ``earlier`` (pid -> it carries another command's marker) holds for it or for a process
+    below it. Their descendants are the caller's to add."""
+    out: set[int] = set()
+    if shell <= 0 or since <= 0:
+        return out
+    is_shell: dict[int, bool] = {}
+    children: dict[int, list[int]] | None = None
+    for pid, start in starts.items():
+        parent = parents.get(pid, 0)
+        if start < since or parent <= 1 or parent not in parents:
+            continue
+        if parent not in is_shell:
+            inner = inner_pid(parent)
+            is_shell[parent] = inner > 1 and inner == shell
+        if not is_shell[parent]:
+            continue
+        if start == since:
+            if children is None:
+                children = {}
+                for child, ppid in parents.items():
+                    children.setdefault(ppid, []).append(child)
+            if _any_below(pid, children, earlier):
+                continue
+        out.add(pid)
+    return out
+
+
+def _any_below(pid: int, children: Mapping[int, list[int]],
+               test: Callable[[int], bool]) -> bool:
+    """Whether ``test`` holds for ``pid`` or a process below it."""
+    todo, seen = [pid], set[int]()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if test(pid):
+            return True
+        todo.extend(children.get(pid, ()))
+    return False

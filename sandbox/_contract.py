@@ -919,6 +919,49 @@ async def _session_timeout_kills_subshells(ctx: Context) -> None:
     await ctx.expect_gone(sb, k, "after the session's end")
 
 
+async def _sizes(sb: Sandbox, path: str) -> tuple[int, int]:
+    """The size of ``path`` now and 0.3 s later (-1: unreadable): a loop still appending to it
+    makes the second larger."""
+    sizes = []
+    for pause in (0.3, 0.0):
+        r = await sb.execute_command(f"wc -c < {path}")
+        sizes.append(int(r.stdout) if r.stdout.strip().isdigit() else -1)
+        await anyio.sleep(pause)
+    return sizes[0], sizes[1]
+
+
+@_check("sessions", needs=["commands"])
+async def _session_timeout_kills_builtin_subshells(ctx: Context) -> None:
+    """A timeout kills the command's subshells that run builtins alone (no process of it
+    carries its marker), not the shell nor an earlier command's such subshell."""
+    sb, m = await ctx.shared(), ctx.marker()
+    mine, theirs = (f"{sb.get_working_directory()}/{_unique(n)}" for n in ("mine", "theirs"))
+    try:
+        async with sb.session() as sh:
+            # Each loop appends a newline to its file with builtins alone: its heartbeat.
+            await sh.run(f"export Y=2; (while :; do echo >> {theirs}; done) &")
+            # Past the clock tick (10 ms) the next command is sent in: an earlier subshell of
+            # builtins alone started within it is taken for that command's (docs/security.md).
+            await anyio.sleep(0.1)
+            r = await sh.run(f"(while :; do echo >> {mine}; done) & sleep {m}", timeout=1)
+            _expect(r.timed_out and "shell_ended" not in r.metadata, f"timeout: {r!r}")
+            await ctx.expect_gone(sb, m, "after the timeout of a command with a subshell")
+            first, then = await _sizes(sb, mine)
+            _expect(first > 0, f"the command's loop never ran: {first}")
+            _expect(then == first, "a timed-out command's subshell of builtins alone outlived "
+                    f"it (its file grew from {first} to {then} bytes)")
+            first, then = await _sizes(sb, theirs)
+            _expect(then > first > 0, "an earlier command's subshell of builtins alone was "
+                    f"killed by a later command's timeout ({first}, then {then} bytes)")
+            r = await sh.run("echo $Y")
+            _expect(r.stdout == "2\n", f"the session lost its state at a timeout: {r!r}")
+        first, then = await _sizes(sb, theirs)
+        _expect(then == first, "an earlier command's subshell outlived the session's end")
+    finally:
+        with contextlib.suppress(SandboxError):
+            await sb.execute_command(f"rm -f {mine} {theirs}")
+
+
 # -- pools -------------------------------------------------------------------------------------
 
 @_check("pool", fresh=True)

@@ -33,6 +33,7 @@ import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
 from ._backend import Backend, ProcessSpec, SupportsCommandFinalizer, SupportsKillMarked
+from ._below_shell import boot_tick
 from ._constants import DEFAULT_MAX_OUTPUT_BYTES
 from ._errors import ConfigError, SandboxError, SessionClosed, StdinClosed
 from ._models import Command, CommandResult, ResourceUsage
@@ -493,6 +494,9 @@ class Session:
         self._running = run
         assert shell.proc is not None
         try:
+            # Before the write: the shell forks nothing for it earlier (a timeout's kill takes
+            # the shell's children started since, `_below_shell.forked_since`).
+            run.sent = boot_tick()
             await shell.write(wrap(cmd, run.nonce, run.command_id, reader=reader,
                                        token=run.token, bash=self._kind == "bash"))
             if reader:
@@ -629,7 +633,7 @@ class Session:
             if isinstance(self._backend, SupportsKillMarked):
                 with contextlib.suppress(SandboxError):
                     gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}",
-                                                           run.shell.own_pid)
+                                                           run.shell.own_pid, run.sent)
             if gone is None:
                 sweep = ProcessSpec(argv=shell_sweep_argv(f"{COMMAND_VAR}={run.command_id}",
                                                           run.shell.pid, "",

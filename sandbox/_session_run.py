@@ -108,6 +108,7 @@ class Run:
         self.recent_dropped = 0
         self.start_time = datetime.now(UTC)
         self.t0 = time.monotonic()
+        self.sent = 0  # boot-clock tick it was sent in (`_below_shell.boot_tick`), 0: not yet
 
     @functools.cached_property
     def stdin_lock(self) -> anyio.Lock:

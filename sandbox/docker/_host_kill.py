@@ -8,21 +8,25 @@ engine); elsewhere `_host.find_container_cgroup` gives None and the sweep is all
 
 What it kills: every process of the container whose environment holds the command's marker
 (as the sweep does), the exec's own process (the one whose parent is outside the container,
-given by the engine's ``Pid``) and every descendant of these, all seen at one frozen instant so
-a fork loop cannot outrun it. Each process is judged by what the host's /proc says, never by
-anything the sandbox reports.
+given by the engine's ``Pid``) and, for a session's command, the subshells up to its shell and
+the shell's children started since the command was sent (`.._below_shell`), and every
+descendant of these, all seen at one frozen instant so a fork loop cannot outrun it. Each
+process is judged by what the host's /proc says, never by anything the sandbox reports (the
+shell is matched by its pid in the container only among the execs' own processes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
 from pathlib import Path
 
-from .._below_shell import between, ns_pid
-from .._proc_environ import has_entry, read_environ_file
+from .._below_shell import between, forked_since, ns_pid
+from .._proc_environ import has_entry, has_name, holds_other, read_environ_file
+from .._sweep import MARKER_VAR
 from ._host import PROC_ROOT, ContainerCgroup, ProcStat, read_stat
 
 #: How long a freeze may take to settle before the kill goes on regardless (a task stuck in
@@ -50,11 +54,33 @@ def _marked(pid: int, needle: bytes, proc: Path) -> bool:
     return has_entry(environ, needle)
 
 
+#: The variable every exec of the SDK carries (`._exec_kill`), the session's shell included.
+_EXEC_NAME = MARKER_VAR.encode()
+
+
+def _environ_has(pid: int, name: bytes, proc: Path) -> bool:
+    try:
+        environ = read_environ_file(proc / str(pid) / "environ")
+    except OSError:
+        return False
+    return has_name(environ, name)
+
+
+def _other(pid: int, needle: bytes, proc: Path) -> bool:
+    """It carries another command's marker (and not this one's)."""
+    try:
+        environ = read_environ_file(proc / str(pid) / "environ")
+    except OSError:
+        return False
+    return holds_other(environ, needle) and not has_entry(environ, needle)
+
+
 def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
-             shell: int = 0) -> dict[int, int] | None:
+             shell: int = 0, since: int = 0) -> dict[int, int] | None:
     """pid -> start time of every live process to kill, read while the cgroup is frozen;
     None when the cgroup cannot be listed. A session's ``shell`` (its pid in the container):
-    the subshells between its command's marked processes and it too (`.._below_shell`)."""
+    the subshells between its command's marked processes and it too, and the shell's
+    children started since the tick ``since`` the command was sent (`.._below_shell`)."""
     pids = cg.pids()
     if pids is None:
         return None
@@ -63,8 +89,21 @@ def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
     # The exec's own process: its parent (the engine's shim) is outside the container.
     if root in procs and procs[root].ppid not in procs:
         seeds.append(root)
-    seeds.extend(between(seeds, {pid: st.ppid for pid, st in procs.items()}, shell,
-                         lambda pid: ns_pid(pid, proc)))
+    parents = {pid: st.ppid for pid, st in procs.items()}
+    inner = functools.partial(ns_pid, proc=proc)
+    seeds.extend(between(seeds, parents, shell, inner))
+
+    def exec_root(pid: int) -> int:
+        """Its pid in the container when it is an exec's own process, as the session's shell
+        is (its parent outside, the exec's marker set), else 0: no other process of the
+        container (gVisor's own, seen from the host) can be taken for the shell."""
+        if procs[pid].ppid in procs or not _environ_has(pid, _EXEC_NAME, proc):
+            return 0
+        return inner(pid)
+
+    seeds.extend(forked_since(parents,
+                              {pid: st.start for pid, st in procs.items() if not st.zombie},
+                              shell, exec_root, since, lambda pid: _other(pid, needle, proc)))
     children: dict[int, list[int]] = {}
     for pid, st in procs.items():
         children.setdefault(st.ppid, []).append(pid)
@@ -92,7 +131,7 @@ def _wait_frozen(cg: ContainerCgroup) -> None:
 
 def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
                    freeze: bool = True, proc: Path = PROC_ROOT,
-                   shell: int = 0) -> bool | None:
+                   shell: int = 0, since: int = 0) -> bool | None:
     """SIGKILL the command's processes (see the module doc); True once a frozen look finds
     none left, False if they could not be confirmed gone; None when the host does not see the
     command at all (the first look found none of its processes: another runtime such as
@@ -114,7 +153,7 @@ def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
         try:
             if froze:
                 _wait_frozen(cg)
-            found = _targets(cg, needle, root_pid, proc, shell)
+            found = _targets(cg, needle, root_pid, proc, shell, since)
             for pid in found or ():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)

@@ -14,8 +14,8 @@ import os
 import signal as _signal
 import time
 
-from .._below_shell import between, ns_pid
-from .._proc_environ import has_entry
+from .._below_shell import between, forked_since, ns_pid
+from .._proc_environ import has_entry, holds_other
 from .._sweep import MARKER_VAR
 from ._environ import read_environ
 
@@ -28,9 +28,11 @@ def _pid_ns(pid: int) -> str:
         return ""
 
 
-def _table() -> dict[int, int]:
-    """pid -> parent pid of every live (not zombie) process now visible."""
+def _table() -> tuple[dict[int, int], dict[int, int]]:
+    """pid -> parent pid, and pid -> start tick, of every live (not zombie) process now
+    visible."""
     parents: dict[int, int] = {}
+    starts: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -39,8 +41,9 @@ def _table() -> dict[int, int]:
                 stat = f.read()
             fields = stat.rsplit(b")", 1)[1].split()
             if fields[0] != b"Z":  # a zombie is already dead: nothing to signal
+                starts[int(name)] = int(fields[19])  # field 22: started, ticks since boot
                 parents[int(name)] = int(fields[1])
-    return parents
+    return parents, starts
 
 
 def _has_marker(pid: int, marker: bytes) -> bool:
@@ -48,14 +51,21 @@ def _has_marker(pid: int, marker: bytes) -> bool:
     return env is not None and has_entry(env, marker)
 
 
+def _has_other(pid: int, marker: bytes) -> bool:
+    """It carries another command's marker (and not this one's)."""
+    env = read_environ(pid)
+    return env is not None and holds_other(env, marker) and not has_entry(env, marker)
+
+
 def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
-            shell: int = 0) -> set[int]:
+            shell: int = 0, since: int = 0) -> set[int]:
     """Descendants of ``roots`` in the sandbox's pid namespace ``sandbox_ns``, plus its
     processes carrying ``marker`` (or, given, the environment entry ``entry``) and, with a
     session's ``shell`` (its pid in the sandbox), the subshells between those and the shell
+    and the shell's children started since the tick ``since`` with all below them
     (`.._below_shell`)."""
     roots = roots - {0}
-    parents = _table()
+    parents, starts = _table()
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
@@ -74,9 +84,18 @@ def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
         if pid not in found and _pid_ns(pid) == sandbox_ns and _has_marker(pid, wanted):
             found.add(pid)
     if shell:
-        found |= {pid for pid in between(
-            found, parents, shell, lambda pid: ns_pid(pid) if _pid_ns(pid) == sandbox_ns else 0)
+        def inner(pid: int) -> int:
+            return ns_pid(pid) if _pid_ns(pid) == sandbox_ns else 0
+        found |= {pid for pid in between(found, parents, shell, inner)
                   if _pid_ns(pid) == sandbox_ns}
+        todo = [pid for pid in forked_since(parents, starts, shell, inner, since,
+                                            lambda pid: _has_other(pid, wanted))
+                if _pid_ns(pid) == sandbox_ns]
+        while todo:
+            pid = todo.pop()
+            if pid not in found and _pid_ns(pid) == sandbox_ns:
+                found.add(pid)
+                todo.extend(children.get(pid, ()))
     return found
 
 
@@ -89,32 +108,36 @@ def _signal_all(pids: set[int], sig: int, *, first: int = 0) -> None:
 
 
 def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50,
-          entry: str = "", shell: int = 0) -> bool:
+          entry: str = "", shell: int = 0, since: int = 0) -> bool:
     """Send ``sig`` to the command's processes; with SIGKILL repeat until none is left.
 
     For KILL, every member is stopped first and the tree read again until it stops growing
     (a stopped parent cannot fork, and its children stay below it), then all are killed.
     Returns True when none is left (for another signal: once sent). Blocking: run it in a
     worker thread. ``root`` 0 and an ``entry`` ("NAME=value"): the processes carrying that
-    entry alone (a session's command), with the subshells below its ``shell`` (`members`).
+    entry alone (a session's command), with the subshells below its ``shell`` and its
+    children since ``since`` (`members`).
     """
+    def look(roots: set[int]) -> set[int]:
+        return members(roots, marker, sandbox_ns, entry=entry, shell=shell, since=since)
+
     if sig != _signal.SIGKILL:
         # The command itself first: signalled after a child, a shell in ``wait`` could see
         # that child end and exit by itself before its own signal came (a set's order).
-        _signal_all(members({root}, marker, sandbox_ns, entry=entry, shell=shell), sig, first=root)
+        _signal_all(look({root}), sig, first=root)
         return True
     known: set[int] = set()
     for _ in range(rounds):
         for _ in range(rounds):
-            new = members(known | {root}, marker, sandbox_ns, entry=entry, shell=shell) - known
+            new = look(known | {root}) - known
             if not new:
                 break
             _signal_all(new, _signal.SIGSTOP)
             known |= new
-        if not members(known | {root}, marker, sandbox_ns, entry=entry, shell=shell):
+        if not look(known | {root}):
             return True
         _signal_all(known, _signal.SIGKILL)
         time.sleep(0.002)
-        if not members(known | {root}, marker, sandbox_ns, entry=entry, shell=shell):
+        if not look(known | {root}):
             return True
     return False

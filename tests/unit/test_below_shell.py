@@ -1,11 +1,13 @@
 """`sandbox._below_shell`: the subshells between a session command's marked processes and its
-shell, by parent links alone (pure)."""
+shell, by parent links alone, and the shell's children since the command was sent, by their
+start (pure)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from sandbox._below_shell import between, ns_pid
+from sandbox._below_shell import between, boot_tick, forked_since, ns_pid
 
 # pid -> parent: 1 init; 100 the shell; 101 a subshell; 102 its subshell; 103 a marked program;
 # 200 a process beside the shell with a marked child 201.
@@ -53,3 +55,69 @@ def test_a_walk_ends_at_the_sandboxs_init_and_at_its_edge() -> None:
     parents |= {8004: 8002, 8005: 8004}
     inner |= {8004: 10, 8005: 11}
     assert between([8005], parents, 5, lambda pid: inner.get(pid, 0)) == {8004}
+
+
+# The shell 100 (inner pid 7) and its children, the command sent in tick 60: 101 an earlier
+# job (started 50); 102 a subshell of builtins forked in the send's tick; 103 an earlier
+# command's program in that tick, 104 an earlier subshell in that tick whose program 105
+# carries that command's marker; 106 started later with a forged other marker; 107 a
+# subshell started later and 108 below it; 200 a process beside the shell and 201 its child.
+TREE = {1: 0, 100: 1, 101: 100, 102: 100, 103: 100, 104: 100, 105: 104, 106: 100, 107: 100,
+        108: 107, 200: 1, 201: 200}
+STARTS = {1: 0, 100: 10, 101: 50, 102: 60, 103: 60, 104: 60, 105: 61, 106: 61, 107: 70,
+          108: 75, 200: 20, 201: 80}
+OTHER = {103, 105, 106}  # carry another command's marker
+
+
+def inner7(pid: int) -> int:
+    return {1: 1, 100: 7}.get(pid, pid)
+
+
+def test_the_shells_children_since_the_send_are_the_commands() -> None:
+    """Started after the send's tick: the command's, whatever their environment says; in that
+    tick: the command's unless they or one below them carry another command's marker; before
+    it, or not the shell's children: not taken here (the caller adds descendants)."""
+    assert forked_since(TREE, STARTS, 7, inner7, 60, OTHER.__contains__) == {102, 106, 107}
+
+
+def test_no_send_tick_or_no_shell_takes_nothing() -> None:
+    assert forked_since(TREE, STARTS, 7, inner7, 0, OTHER.__contains__) == set()
+    assert forked_since(TREE, STARTS, 0, inner7, 60, OTHER.__contains__) == set()
+
+
+def test_a_forged_shell_pid_never_takes_the_sandboxs_init_or_outside() -> None:
+    """``$$`` forged to 1 (the sandbox's init: its children are every orphan) or to a number
+    that only a process outside the sandbox has (inner pid 0 or less) selects nothing."""
+    assert forked_since(TREE, STARTS, 1, inner7, 60, OTHER.__contains__) == set()
+    outside = {1: 1, 100: 0, 200: -1}
+    assert forked_since(TREE, STARTS, 100, lambda pid: outside.get(pid, pid), 60,
+                        OTHER.__contains__) == set()
+    # 200 is not the shell: its child started after the send is not taken either.
+    assert 201 not in forked_since(TREE, STARTS, 7, inner7, 60, OTHER.__contains__)
+
+
+def test_the_marker_is_read_only_in_the_sends_own_tick() -> None:
+    looked: list[int] = []
+
+    def earlier(pid: int) -> bool:
+        looked.append(pid)
+        return pid in OTHER
+
+    forked_since(TREE, STARTS, 7, inner7, 60, earlier)
+    assert set(looked) <= {102, 103, 104, 105}
+
+
+def test_boot_tick_is_the_clock_of_a_process_start() -> None:
+    """A process started after `boot_tick` shows a start (``/proc/<pid>/stat`` field 22) of
+    at least that tick; the test's own process, started before, at most."""
+    before = boot_tick()
+    with subprocess.Popen(["sleep", "5"]) as child:
+        try:
+            stat = Path(f"/proc/{child.pid}/stat").read_text()
+            started = int(stat.rpartition(")")[2].split()[19])
+        finally:
+            child.kill()
+    after = boot_tick()
+    assert before <= started <= after
+    own = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+    assert own <= before

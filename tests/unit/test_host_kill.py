@@ -75,6 +75,49 @@ def test_a_session_commands_subshells_up_to_its_shell_are_targets(tmp_path: Path
     assert found is not None and set(found) == {52, 71}
 
 
+def test_a_session_shells_children_since_the_send_are_targets(tmp_path: Path) -> None:
+    """A subshell of builtins alone (no marked process anywhere below it) that the shell
+    forked once the command was sent is taken, with all below it; an earlier command's job
+    is not, nor one started in the send's own tick that carries the earlier marker (start
+    ticks here: 1000 + pid, the command sent in tick 1055)."""
+    cmd = b"SANDBOX_SESSION_CMD=new"
+    shell_env = b"PATH=/bin\0SANDBOX_EXEC_ID=sh\0"  # the session's shell is an exec
+    cg = fake(tmp_path, {
+        50: (5, "S", shell_env),                   # the session's shell (parent: the shim)
+        51: (50, "S", shell_env),                  # an earlier command's subshell
+        55: (50, "S", shell_env + b"SANDBOX_SESSION_CMD=old\0"),  # earlier job, send's tick
+        56: (50, "R", shell_env),                  # the command's subshell of builtins
+        57: (56, "R", shell_env),                  # its own subshell
+        58: (57, "Z", shell_env),                  # a zombie: already dead
+        60: (5, "S", b"PATH=/bin\0SANDBOX_EXEC_ID=x\0"),  # another exec, and
+        61: (60, "S", b"PATH=/bin\0"),            # its child since the send
+    })
+    for pid, inner in {50: 7, 51: 8, 55: 9, 56: 10, 57: 11, 58: 12, 60: 13, 61: 14}.items():
+        (tmp_path / "proc" / str(pid) / "status").write_text(f"Name:\tx\nNSpid:\t{pid}\t{inner}\n")
+    found = _targets(cg, cmd, 0, tmp_path / "proc", shell=7, since=1055)
+    assert found is not None and set(found) == {56, 57}
+    # Unknown send tick or shell: nothing of them (no marked process either).
+    assert _targets(cg, cmd, 0, tmp_path / "proc", shell=7) == {}
+    assert _targets(cg, cmd, 0, tmp_path / "proc", since=1055) == {}
+
+
+def test_only_an_execs_own_process_is_taken_for_the_shell(tmp_path: Path) -> None:
+    """A ``$$`` that names a process without the exec's marker (gVisor's own processes seen
+    from the host, the container's init and keepalive) or one whose parent is in the
+    container (not an exec's own process) selects none of its children."""
+    cg = fake(tmp_path, {
+        50: (5, "S", b"PATH=/bin\0"),                     # no exec marker
+        51: (50, "S", b"PATH=/bin\0"),
+        52: (50, "S", b"SANDBOX_EXEC_ID=x\0"),            # an exec's marker, parent inside
+        53: (52, "S", b"SANDBOX_EXEC_ID=x\0"),
+    })
+    for pid, inner in {50: 7, 51: 8, 52: 9, 53: 10}.items():
+        (tmp_path / "proc" / str(pid) / "status").write_text(f"Name:\tx\nNSpid:\t{pid}\t{inner}\n")
+    for shell in (7, 9):
+        assert _targets(cg, b"SANDBOX_SESSION_CMD=new", 0, tmp_path / "proc", shell=shell,
+                        since=1040) == {}
+
+
 def test_an_unreadable_cgroup_is_no_answer(tmp_path: Path) -> None:
     cg = ContainerCgroup(procs=tmp_path / "missing", freeze=None, v2=False)
     assert _targets(cg, MARK, 1, tmp_path) is None

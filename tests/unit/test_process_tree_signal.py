@@ -21,3 +21,22 @@ def test_the_command_gets_a_signal_before_its_children(monkeypatch: pytest.Monke
     assert _tree.sweep(root, "m", "ns", signal.SIGTERM)
     assert sent == [(root, signal.SIGTERM), (child, signal.SIGTERM),
                     (grandchild, signal.SIGTERM)]
+
+
+def test_a_sessions_subshell_of_builtins_is_a_member(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subshell of builtins alone shows no marker anywhere below it: with the session's
+    shell (pid 5 in the sandbox) and the tick its command was sent (60), the shell's children
+    started since are members with all below them; an earlier job is not."""
+    # 900 bwrap (outside), 901 the sandbox's init, 902 the shell, 903 an earlier job, 904 the
+    # command's subshell and 905 below it, 906 a process of another namespace, child of 902.
+    parents = {900: 1, 901: 900, 902: 901, 903: 902, 904: 902, 905: 904, 906: 902}
+    starts = {900: 1, 901: 2, 902: 3, 903: 50, 904: 61, 905: 62, 906: 63}
+    inner = {901: 1, 902: 5, 903: 6, 904: 7, 905: 8, 906: 2}
+    monkeypatch.setattr(_tree, "_table", lambda: (parents, starts))
+    monkeypatch.setattr(_tree, "_pid_ns", lambda pid: "host" if pid in (900, 906) else "ns")
+    monkeypatch.setattr(_tree, "ns_pid", lambda pid: inner.get(pid, 0))
+    monkeypatch.setattr(_tree, "read_environ", lambda pid: b"PATH=/bin\0")
+    entry = "SANDBOX_COMMAND=abc"
+    assert _tree.members(set(), "", "ns", entry=entry, shell=5, since=60) == {904, 905}
+    assert _tree.members(set(), "", "ns", entry=entry, shell=5) == set()
+    assert _tree.members(set(), "", "ns", entry=entry, shell=1, since=60) == set()
