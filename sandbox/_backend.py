@@ -391,12 +391,15 @@ class SupportsEgressStats(Protocol):
 class SupportsKillMarked(Protocol):
     """The backend can kill a session's command from outside the sandbox."""
 
-    async def kill_marked(self, entry: str, shell: int = 0, since: int = 0) -> bool | None:
+    async def kill_marked(self, entry: str, shell: int = 0, since: int = 0,
+                          spare: tuple[str, ...] = ()) -> bool | None:
         """SIGKILL every process whose environment holds ``entry`` and all below them, the
         subshells between those and the session's ``shell`` (its pid in the sandbox, 0:
         unknown), and the shell's children that started at or after ``since`` (the boot-clock
-        tick the command was sent, 0: unknown; `._below_shell`): True when none is left, None
-        where it cannot (the session then sweeps from inside)."""
+        tick the command was sent, 0: unknown), but for one started in that very tick with a
+        process holding one of ``spare`` (the markers of commands that ended in it) at or
+        below it (`._below_shell`): True when none is left, None where it cannot (the session
+        then sweeps from inside)."""
         ...
 
 

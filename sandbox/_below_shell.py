@@ -15,11 +15,14 @@ its own children, so a child of the shell that started once this command was sen
 command's (`forked_since`), with everything below it. The SDK reads the boot clock when it
 sends the command (`boot_tick`, nothing else per command) and compares it at the kill with
 each process's start in ``/proc/<pid>/stat``, the same clock in clock ticks (10 ms). Within
-the send's own tick the two cannot be told apart: a child of the shell started in that tick
-is spared when it or a process below it carries another command's marker (an earlier
-command's job, ``prog &`` sent just before); an earlier command's subshell of builtins alone
-started in that very tick is killed with this one, and a command that gives a program it
-starts within that tick another value of the marker variable keeps it alive.
+the send's own tick the two cannot be told apart, but only when an earlier command ended in
+that tick too (the shell makes no child between two commands): then a child of the shell
+started in that tick is spared when it or a process below it carries the exact marker of a
+command that ended in it (``prog &`` sent just before); such a command's subshell of builtins
+alone is killed with this one, and a command that gives a program it starts one of those
+markers (it can read them from that command's jobs) keeps it alive. A subshell that leaves
+the shell's children (a double fork, ``( (loop) & )``: the sandbox's init adopts it) is not
+found this way.
 """
 
 from __future__ import annotations
@@ -95,8 +98,8 @@ def forked_since(parents: Mapping[int, int], starts: Mapping[int, int], shell: i
     ``starts``: pid -> start tick of each live process; ``shell`` and ``inner_pid`` as in
     `between` (the shell is matched by its pid inside the sandbox, never the sandbox's init
     nor a process outside it). A child started in the send's own tick is left out when
-    ``earlier`` (pid -> it carries another command's marker) holds for it or for a process
-    below it. Their descendants are the caller's to add."""
+    ``earlier`` (pid -> it carries the marker of a command that ended in that tick) holds for
+    it or for a process below it. Their descendants are the caller's to add."""
     out: set[int] = set()
     if shell <= 0 or since <= 0:
         return out

@@ -933,9 +933,11 @@ async def _sizes(sb: Sandbox, path: str) -> tuple[int, int]:
 @_check("sessions", needs=["commands"])
 async def _session_timeout_kills_builtin_subshells(ctx: Context) -> None:
     """A timeout kills the command's subshells that run builtins alone (no process of it
-    carries its marker), not the shell nor an earlier command's such subshell."""
+    carries its marker), those the shell starts after the kill too, not the shell nor an
+    earlier command's such subshell."""
     sb, m = await ctx.shared(), ctx.marker()
-    mine, theirs = (f"{sb.get_working_directory()}/{_unique(n)}" for n in ("mine", "theirs"))
+    mine, theirs, after = (f"{sb.get_working_directory()}/{_unique(n)}"
+                           for n in ("mine", "theirs", "after"))
     try:
         async with sb.session() as sh:
             # Each loop appends a newline to its file with builtins alone: its heartbeat.
@@ -955,11 +957,20 @@ async def _session_timeout_kills_builtin_subshells(ctx: Context) -> None:
                     f"killed by a later command's timeout ({first}, then {then} bytes)")
             r = await sh.run("echo $Y")
             _expect(r.stdout == "2\n", f"the session lost its state at a timeout: {r!r}")
+            # What the shell starts after the kill (the rest of the line, once the sleep is
+            # killed, here after counting a while in builtins: past the kill's last look) is
+            # the command's too: a look once its end is reported takes it.
+            r = await sh.run(f"sleep {m}; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
+                             f"(while :; do echo >> {after}; done) &", timeout=1)
+            _expect(r.timed_out and "shell_ended" not in r.metadata, f"timeout: {r!r}")
+            first, then = await _sizes(sb, after)
+            _expect(then == first, "a subshell the shell started after a timeout's kill "
+                    f"outlived the command (its file grew from {first} to {then} bytes)")
         first, then = await _sizes(sb, theirs)
         _expect(then == first, "an earlier command's subshell outlived the session's end")
     finally:
         with contextlib.suppress(SandboxError):
-            await sb.execute_command(f"rm -f {mine} {theirs}")
+            await sb.execute_command(f"rm -f {mine} {theirs} {after}")
 
 
 # -- pools -------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["MAX_ENVIRON", "has_entry", "has_name", "holds_other", "read_environ_file"]
+__all__ = ["MAX_ENVIRON", "has_entry", "has_name", "read_environ_file"]
 
 #: The most bytes of one process's environment read: an exec's arguments and environment
 #: together are bounded by a quarter of its stack limit (2 MiB at the usual 8 MiB).
@@ -36,19 +36,3 @@ def read_environ_file(path: str | Path) -> bytes:
     """The first `MAX_ENVIRON` bytes of an ``environ`` file (OSError: it cannot be read)."""
     with open(path, "rb") as f:
         return f.read(MAX_ENVIRON)
-
-
-def holds_other(environ: bytes, entry: bytes) -> bool:
-    """Whether the NUL-separated ``environ`` sets ``entry``'s name ("NAME=value") to another
-    value than ``entry``'s (another command's marker)."""
-    name = entry.split(b"=", 1)[0] + b"="
-    at = 0 if environ.startswith(name) else environ.find(b"\0" + name)
-    while at >= 0:
-        start = at + 1 if environ[at : at + 1] == b"\0" else at
-        end = environ.find(b"\0", start)
-        if environ[start : len(environ) if end < 0 else end] != entry:
-            return True
-        if end < 0:
-            return False
-        at = environ.find(b"\0" + name, end)
-    return False

@@ -66,6 +66,8 @@ __all__ = ["Callback", "Session", "SessionJob", "head_tail"]
 
 #: How long a killed command's shell may take to print its end markers before it is replaced.
 KILL_GRACE = 3.0
+#: The most markers of commands ended in one clock tick that a kill spares (`_note_end`).
+MAX_SPARED = 32
 #: The usage of a result without a measurement: built once (validating one costs ~0.5 ms).
 _NO_USAGE = ResourceUsage()
 #: How long the forked stdin reader of a command may take to start.
@@ -117,6 +119,9 @@ class Session:
         self._spec: ProcessSpec | None = None
         self._lost = ""  # how the last shell ended under a command, until a new one starts
         self._last_nonce = ""  # the previous command's marker nonce
+        # The clock tick the last commands ended in, and their markers (`_note_end`).
+        self._end_tick = 0
+        self._ended: list[str] = []
         self._guarded = False
         self._fifo_off = False  # its shells keep the attach stream (a FIFO handshake failed)
 
@@ -306,8 +311,9 @@ class Session:
         kind, _, rest = result.stdout.partition(":")
         pid, _, guard = rest.partition(":")
         self._kind = "bash" if kind == "bash" else "sh"
-        shell.pid = pid if pid.isdigit() and copy.path else ""
-        shell.own_pid = int(pid) if pid.isdigit() and len(pid) < 10 else 0
+        digits = pid.isascii() and pid.isdigit()  # not "²": int() refuses it
+        shell.pid = pid if digits and copy.path else ""
+        shell.own_pid = int(pid) if digits and len(pid) < 10 else 0
         closed = ":" + guard == GUARDED
         if sealed and closed and not await self._to_fifo(shell):
             await self._stop_shell()
@@ -581,6 +587,7 @@ class Session:
             with anyio.CancelScope(shield=True):
                 await self._close_stdin(run)
             self._running = None
+            self._note_end(run)
         if run.callback_error is not None:
             raise run.callback_error
         result = self._result(run)
@@ -610,6 +617,32 @@ class Session:
         if not run.done.is_set():
             await self._kill_command(run)
 
+    def _note_end(self, run: Run) -> None:
+        """Keep ``run``'s marker while the clock tick it ended in lasts: a command sent in that
+        same tick, timed out, spares the shell's children carrying one of these (an earlier
+        command's jobs, started in that tick too; `_below_shell.forked_since`). A later tick
+        leaves nothing to tell apart: the shell makes no child between two commands."""
+        tick = boot_tick()
+        if tick != self._end_tick:
+            self._end_tick, self._ended = tick, []
+        if len(self._ended) < MAX_SPARED:
+            self._ended.append(f"{COMMAND_VAR}={run.command_id}")
+
+    def _spared(self, run: Run) -> tuple[str, ...]:
+        """The markers a kill of ``run`` spares (see `_note_end`)."""
+        return tuple(self._ended) if run.sent and self._end_tick >= run.sent else ()
+
+    async def _kill_marked(self, run: Run) -> bool | None:
+        """`SupportsKillMarked.kill_marked` for ``run``'s processes; None where the backend
+        cannot (or it failed)."""
+        if not isinstance(self._backend, SupportsKillMarked):
+            return None
+        with contextlib.suppress(SandboxError):
+            return await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}",
+                                                   run.shell.own_pid, run.sent,
+                                                   self._spared(run))
+        return None
+
     async def _kill_command(self, run: Run) -> None:
         """Kill every process ``run`` started; replace the shell if it does not come back."""
         if run.done.is_set():
@@ -629,11 +662,7 @@ class Session:
             assert spec is not None
             # From outside the sandbox where the backend can (nothing in it can starve that:
             # a fork bomb at the process limit leaves no pid for a sweep), else the sweep.
-            gone: bool | None = None
-            if isinstance(self._backend, SupportsKillMarked):
-                with contextlib.suppress(SandboxError):
-                    gone = await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}",
-                                                           run.shell.own_pid, run.sent)
+            gone = await self._kill_marked(run)
             if gone is None:
                 sweep = ProcessSpec(argv=shell_sweep_argv(f"{COMMAND_VAR}={run.command_id}",
                                                           run.shell.pid, "",
@@ -650,6 +679,11 @@ class Session:
                 # outlived the kill (a subshell carries no marker), ends at this line.
                 await self._close_stdin(run)
                 await run.done.wait()
+            if run.done.is_set() and gone is not None:
+                # Once the shell said the command ended, nothing of it forks again: one more
+                # look takes what the shell started after the kill's last look (the rest of a
+                # line such as ``sleep 100; (while :; do :; done) &``).
+                await self._kill_marked(run)
             if not run.done.is_set():
                 # Stuck in the shell itself (a builtin loop), or it cleared its environment.
                 run.shell.why = ("the command did not end when its processes were killed "

@@ -80,21 +80,24 @@ async def kill_command(engine: Engine, container_id: str, exec_id: str, user: st
 
 
 async def kill_marked(engine: Engine, container_id: str, entry: str,
-                      gate: ExecGate, shell: int = 0, since: int = 0) -> bool | None:
+                      gate: ExecGate, shell: int = 0, since: int = 0,
+                      spare: tuple[str, ...] = ()) -> bool | None:
     """SIGKILL from the host every process whose environment holds ``entry`` ("NAME=value")
     and their descendants (a session's command), the subshells between those and the
-    session's ``shell``, and the shell's children started since the tick ``since``
-    (`.._below_shell`); None where the host path is not available or sees none of them (then
-    the caller sweeps)."""
+    session's ``shell``, and the shell's children started since the tick ``since`` (but for
+    ``spare``'s, `.._below_shell`); None where the host path is not available or sees none
+    of them (then the caller sweeps)."""
     done: bool | None = None
     if os.geteuid() == 0:
         with anyio.CancelScope(shield=True):
-            done = await _kill_from_host(engine, container_id, "", entry, gate, shell, since)
+            done = await _kill_from_host(engine, container_id, "", entry, gate, shell, since,
+                                         spare)
     return done
 
 
 async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, entry: str,
-                          gate: ExecGate, shell: int = 0, since: int = 0) -> bool | None:
+                          gate: ExecGate, shell: int = 0, since: int = 0,
+                          spare: tuple[str, ...] = ()) -> bool | None:
     """`kill_from_host` for the exec (or, with no ``exec_id``, for ``entry`` alone); None
     when the host cannot see it (see there)."""
     try:
@@ -119,6 +122,6 @@ async def _kill_from_host(engine: Engine, container_id: str, exec_id: str, entry
         async with gate.closed(engine, settle=5) as settled:
             done = await anyio.to_thread.run_sync(
                 functools.partial(kill_from_host, cgroup, entry, pid, freeze=settled,
-                                  shell=shell, since=since),
+                                  shell=shell, since=since, spare=spare),
                 abandon_on_cancel=True)
     return done

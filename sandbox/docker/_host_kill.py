@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from .._below_shell import between, forked_since, ns_pid
-from .._proc_environ import has_entry, has_name, holds_other, read_environ_file
+from .._proc_environ import has_entry, has_name, read_environ_file
 from .._sweep import MARKER_VAR
 from ._host import PROC_ROOT, ContainerCgroup, ProcStat, read_stat
 
@@ -66,17 +66,20 @@ def _environ_has(pid: int, name: bytes, proc: Path) -> bool:
     return has_name(environ, name)
 
 
-def _other(pid: int, needle: bytes, proc: Path) -> bool:
-    """It carries another command's marker (and not this one's)."""
+def _spared(pid: int, spare: tuple[bytes, ...], proc: Path) -> bool:
+    """It carries the exact marker of a command that ended in the send's tick."""
+    if not spare:
+        return False
     try:
         environ = read_environ_file(proc / str(pid) / "environ")
     except OSError:
         return False
-    return holds_other(environ, needle) and not has_entry(environ, needle)
+    return any(has_entry(environ, entry) for entry in spare)
 
 
 def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
-             shell: int = 0, since: int = 0) -> dict[int, int] | None:
+             shell: int = 0, since: int = 0,
+             spare: tuple[bytes, ...] = ()) -> dict[int, int] | None:
     """pid -> start time of every live process to kill, read while the cgroup is frozen;
     None when the cgroup cannot be listed. A session's ``shell`` (its pid in the container):
     the subshells between its command's marked processes and it too, and the shell's
@@ -103,7 +106,7 @@ def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
 
     seeds.extend(forked_since(parents,
                               {pid: st.start for pid, st in procs.items() if not st.zombie},
-                              shell, exec_root, since, lambda pid: _other(pid, needle, proc)))
+                              shell, exec_root, since, lambda pid: _spared(pid, spare, proc)))
     children: dict[int, list[int]] = {}
     for pid, st in procs.items():
         children.setdefault(st.ppid, []).append(pid)
@@ -131,7 +134,7 @@ def _wait_frozen(cg: ContainerCgroup) -> None:
 
 def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
                    freeze: bool = True, proc: Path = PROC_ROOT,
-                   shell: int = 0, since: int = 0) -> bool | None:
+                   shell: int = 0, since: int = 0, spare: tuple[str, ...] = ()) -> bool | None:
     """SIGKILL the command's processes (see the module doc); True once a frozen look finds
     none left, False if they could not be confirmed gone; None when the host does not see the
     command at all (the first look found none of its processes: another runtime such as
@@ -146,6 +149,7 @@ def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
     may then outrun it, which is reported as False, never claimed.
     """
     needle = marker_entry.encode()
+    spared = tuple(entry.encode() for entry in spare)
     for round_ in range(ROUNDS):
         state = cg.state()
         thawed = state == "THAWED"
@@ -153,7 +157,7 @@ def kill_from_host(cg: ContainerCgroup, marker_entry: str, root_pid: int, *,
         try:
             if froze:
                 _wait_frozen(cg)
-            found = _targets(cg, needle, root_pid, proc, shell, since)
+            found = _targets(cg, needle, root_pid, proc, shell, since, spared)
             for pid in found or ():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)

@@ -518,13 +518,14 @@ class DockerBackend(BackendBase, HelperFiles, PoolPrimitives):
         """Where sessions may take FIFOs (`sandbox._session_fifo`): host dir, path inside."""
         return None if self._fifo is None else (self._fifo, FIFO_TARGET)
 
-    async def kill_marked(self, entry: str, shell: int = 0, since: int = 0) -> bool | None:
+    async def kill_marked(self, entry: str, shell: int = 0, since: int = 0,
+                          spare: tuple[str, ...] = ()) -> bool | None:
         """SIGKILL from the host what holds ``entry`` (a session's command marker), all below,
         the subshells up to ``shell`` and its children since ``since`` (`_backend`): True when
         none is left, None where the SDK cannot reach the container's cgroup (the session then
         sweeps from inside)."""
         engine, container_id = self._running()
-        return await kill_marked(engine, container_id, entry, self._gate, shell, since)
+        return await kill_marked(engine, container_id, entry, self._gate, shell, since, spare)
 
     async def command_finalizer(self) -> Finalizer:  # usage and OOM for a session's results
         return await cast(ResultFinisher, self._finisher).finalizer()

@@ -400,18 +400,19 @@ class ProcessBackend(BackendBase, HelperFiles):
             finally:
                 self._live.discard(proc)
 
-    async def kill_marked(self, entry: str, shell: int = 0, since: int = 0) -> bool | None:
+    async def kill_marked(self, entry: str, shell: int = 0, since: int = 0,
+                          spare: tuple[str, ...] = ()) -> bool | None:
         """SIGKILL from the host every process of the sandbox whose environment holds
         ``entry`` (a session's command marker), the subshells between those and the session's
         ``shell`` (its pid in the sandbox) and the shell's children started since the tick
-        ``since`` (`.._below_shell`): True when none is left. Needs no process in the
-        sandbox, so a fork bomb at its process limit cannot starve it."""
+        ``since`` but ``spare``'s (`.._below_shell`): True when none is left. Needs no process
+        in the sandbox, so a fork bomb at its process limit cannot starve it."""
         self._life.require_running()
         gone = False
         with anyio.CancelScope(shield=True):
             gone = await anyio.to_thread.run_sync(
                 lambda: sweep(0, "", self._pid_ns, signal.SIGKILL, entry=entry, shell=shell,
-                              since=since))
+                              since=since, spare=spare))
         return gone
 
     async def run_process(self, spec: ProcessSpec, *, on_stdout: OutputCallback | None = None,

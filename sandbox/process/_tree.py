@@ -15,7 +15,7 @@ import signal as _signal
 import time
 
 from .._below_shell import between, forked_since, ns_pid
-from .._proc_environ import has_entry, holds_other
+from .._proc_environ import has_entry
 from .._sweep import MARKER_VAR
 from ._environ import read_environ
 
@@ -51,19 +51,21 @@ def _has_marker(pid: int, marker: bytes) -> bool:
     return env is not None and has_entry(env, marker)
 
 
-def _has_other(pid: int, marker: bytes) -> bool:
-    """It carries another command's marker (and not this one's)."""
+def _spared(pid: int, spare: tuple[bytes, ...]) -> bool:
+    """It carries the exact marker of a command that ended in the send's tick."""
+    if not spare:
+        return False
     env = read_environ(pid)
-    return env is not None and holds_other(env, marker) and not has_entry(env, marker)
+    return env is not None and any(has_entry(env, entry) for entry in spare)
 
 
 def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
-            shell: int = 0, since: int = 0) -> set[int]:
+            shell: int = 0, since: int = 0, spare: tuple[str, ...] = ()) -> set[int]:
     """Descendants of ``roots`` in the sandbox's pid namespace ``sandbox_ns``, plus its
     processes carrying ``marker`` (or, given, the environment entry ``entry``) and, with a
     session's ``shell`` (its pid in the sandbox), the subshells between those and the shell
-    and the shell's children started since the tick ``since`` with all below them
-    (`.._below_shell`)."""
+    and the shell's children started since the tick ``since`` with all below them, but
+    ``spare``'s (`.._below_shell`)."""
     roots = roots - {0}
     parents, starts = _table()
     children: dict[int, list[int]] = {}
@@ -84,12 +86,14 @@ def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
         if pid not in found and _pid_ns(pid) == sandbox_ns and _has_marker(pid, wanted):
             found.add(pid)
     if shell:
+        spared = tuple(item.encode() for item in spare)
+
         def inner(pid: int) -> int:
             return ns_pid(pid) if _pid_ns(pid) == sandbox_ns else 0
         found |= {pid for pid in between(found, parents, shell, inner)
                   if _pid_ns(pid) == sandbox_ns}
         todo = [pid for pid in forked_since(parents, starts, shell, inner, since,
-                                            lambda pid: _has_other(pid, wanted))
+                                            lambda pid: _spared(pid, spared))
                 if _pid_ns(pid) == sandbox_ns]
         while todo:
             pid = todo.pop()
@@ -108,7 +112,8 @@ def _signal_all(pids: set[int], sig: int, *, first: int = 0) -> None:
 
 
 def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50,
-          entry: str = "", shell: int = 0, since: int = 0) -> bool:
+          entry: str = "", shell: int = 0, since: int = 0, spare: tuple[str, ...] = ()
+          ) -> bool:
     """Send ``sig`` to the command's processes; with SIGKILL repeat until none is left.
 
     For KILL, every member is stopped first and the tree read again until it stops growing
@@ -119,7 +124,8 @@ def sweep(root: int, marker: str, sandbox_ns: str, sig: int, *, rounds: int = 50
     children since ``since`` (`members`).
     """
     def look(roots: set[int]) -> set[int]:
-        return members(roots, marker, sandbox_ns, entry=entry, shell=shell, since=since)
+        return members(roots, marker, sandbox_ns, entry=entry, shell=shell, since=since,
+                       spare=spare)
 
     if sig != _signal.SIGKILL:
         # The command itself first: signalled after a child, a shell in ``wait`` could see

@@ -58,15 +58,15 @@ def test_a_walk_ends_at_the_sandboxs_init_and_at_its_edge() -> None:
 
 
 # The shell 100 (inner pid 7) and its children, the command sent in tick 60: 101 an earlier
-# job (started 50); 102 a subshell of builtins forked in the send's tick; 103 an earlier
-# command's program in that tick, 104 an earlier subshell in that tick whose program 105
-# carries that command's marker; 106 started later with a forged other marker; 107 a
+# job (started 50); 102 a subshell of builtins forked in the send's tick; 103 a program of a
+# command that ended in that tick, 104 such a command's subshell in that tick whose program
+# 105 carries its marker; 106 started later with such a marker (forged); 107 a
 # subshell started later and 108 below it; 200 a process beside the shell and 201 its child.
 TREE = {1: 0, 100: 1, 101: 100, 102: 100, 103: 100, 104: 100, 105: 104, 106: 100, 107: 100,
         108: 107, 200: 1, 201: 200}
 STARTS = {1: 0, 100: 10, 101: 50, 102: 60, 103: 60, 104: 60, 105: 61, 106: 61, 107: 70,
           108: 75, 200: 20, 201: 80}
-OTHER = {103, 105, 106}  # carry another command's marker
+OTHER = {103, 105, 106}  # carry the marker of a command that ended in the send's tick
 
 
 def inner7(pid: int) -> int:
@@ -75,7 +75,8 @@ def inner7(pid: int) -> int:
 
 def test_the_shells_children_since_the_send_are_the_commands() -> None:
     """Started after the send's tick: the command's, whatever their environment says; in that
-    tick: the command's unless they or one below them carry another command's marker; before
+    tick: the command's unless they or one below them carry the marker of a command that
+    ended in that tick; before
     it, or not the shell's children: not taken here (the caller adds descendants)."""
     assert forked_since(TREE, STARTS, 7, inner7, 60, OTHER.__contains__) == {102, 106, 107}
 

@@ -78,8 +78,8 @@ def test_a_session_commands_subshells_up_to_its_shell_are_targets(tmp_path: Path
 def test_a_session_shells_children_since_the_send_are_targets(tmp_path: Path) -> None:
     """A subshell of builtins alone (no marked process anywhere below it) that the shell
     forked once the command was sent is taken, with all below it; an earlier command's job
-    is not, nor one started in the send's own tick that carries the earlier marker (start
-    ticks here: 1000 + pid, the command sent in tick 1055)."""
+    is not, nor one started in the send's own tick that carries the exact marker of a command
+    that ended in that tick (start ticks here: 1000 + pid, the command sent in tick 1055)."""
     cmd = b"SANDBOX_SESSION_CMD=new"
     shell_env = b"PATH=/bin\0SANDBOX_EXEC_ID=sh\0"  # the session's shell is an exec
     cg = fake(tmp_path, {
@@ -94,8 +94,16 @@ def test_a_session_shells_children_since_the_send_are_targets(tmp_path: Path) ->
     })
     for pid, inner in {50: 7, 51: 8, 55: 9, 56: 10, 57: 11, 58: 12, 60: 13, 61: 14}.items():
         (tmp_path / "proc" / str(pid) / "status").write_text(f"Name:\tx\nNSpid:\t{pid}\t{inner}\n")
-    found = _targets(cg, cmd, 0, tmp_path / "proc", shell=7, since=1055)
+    found = _targets(cg, cmd, 0, tmp_path / "proc", shell=7, since=1055,
+                     spare=(b"SANDBOX_SESSION_CMD=old",))
     assert found is not None and set(found) == {56, 57}
+    # No command ended in the send's tick: every child of the shell since then is this
+    # command's, whatever marker it shows (a forged one, or one of a command ended earlier).
+    found = _targets(cg, cmd, 0, tmp_path / "proc", shell=7, since=1055)
+    assert found is not None and set(found) == {55, 56, 57}
+    found = _targets(cg, cmd, 0, tmp_path / "proc", shell=7, since=1055,
+                     spare=(b"SANDBOX_SESSION_CMD=ol",))
+    assert found is not None and set(found) == {55, 56, 57}
     # Unknown send tick or shell: nothing of them (no marked process either).
     assert _targets(cg, cmd, 0, tmp_path / "proc", shell=7) == {}
     assert _targets(cg, cmd, 0, tmp_path / "proc", since=1055) == {}

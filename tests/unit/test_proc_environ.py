@@ -9,7 +9,6 @@ from sandbox._proc_environ import (
     MAX_ENVIRON,
     has_entry,
     has_name,
-    holds_other,
     read_environ_file,
 )
 
@@ -34,20 +33,6 @@ def test_a_huge_environment_is_read_only_to_the_bound(tmp_path: Path) -> None:
     data = read_environ_file(path)
     assert len(data) == MAX_ENVIRON
     assert not has_entry(data, b"SANDBOX_EXEC_ID=abc")
-
-
-def test_another_value_of_the_entrys_name_is_found() -> None:
-    """Another command's marker: the same name with another value, anywhere in the block."""
-    mark = b"SANDBOX_COMMAND=abc"
-    assert holds_other(b"SANDBOX_COMMAND=xyz\0", mark)
-    assert holds_other(b"A=1\0SANDBOX_COMMAND=ab", mark)  # last, without its NUL
-    assert holds_other(b"A=1\0SANDBOX_COMMAND=abc\0SANDBOX_COMMAND=d\0", mark)
-    assert holds_other(b"SANDBOX_COMMAND=\0", mark)
-    assert not holds_other(b"SANDBOX_COMMAND=abc\0", mark)
-    assert not holds_other(b"A=1\0SANDBOX_COMMAND=abc", mark)
-    assert not holds_other(b"XSANDBOX_COMMAND=d\0A=SANDBOX_COMMAND=d\0", mark)
-    assert not holds_other(b"", mark)
-    assert not holds_other(b"\0\0", mark)
 
 
 def test_a_name_is_found_whole_at_any_value() -> None:

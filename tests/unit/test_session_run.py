@@ -163,3 +163,32 @@ async def test_closing_stdin_with_nothing_to_send_still_stops_a_cancelled_caller
         await session._close_stdin(run)
         reached = True
     assert scope.cancelled_caught and not reached
+
+
+async def test_a_kill_spares_only_markers_of_commands_ended_in_its_send_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The markers a timed-out command's kill spares (`Session._spared`): those of commands
+    that ended in the clock tick it was sent in, none when the last ended in an earlier one
+    (the shell makes no child between two commands), none for a command not sent yet."""
+    from types import SimpleNamespace
+
+    from sandbox import _session
+
+    host = SimpleNamespace(backend=None, working_directory=lambda: "/")
+    session = _session.Session(host,  # type: ignore[arg-type]
+                               shell=None, restart=False)
+    first, second, third = new_run(), new_run(), new_run()
+    ticks = iter([500, 500, 501])
+    monkeypatch.setattr(_session, "boot_tick", lambda: next(ticks))
+    session._note_end(first)
+    session._note_end(second)
+    third.sent = 500
+    assert session._spared(third) == tuple(
+        f"{_session.COMMAND_VAR}={run.command_id}" for run in (first, second))
+    third.sent = 501
+    assert session._spared(third) == ()
+    third.sent = 0
+    assert session._spared(third) == ()
+    session._note_end(first)  # tick 501: a new tick forgets the earlier ones
+    third.sent = 501
+    assert session._spared(third) == (f"{_session.COMMAND_VAR}={first.command_id}",)
