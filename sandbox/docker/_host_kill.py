@@ -46,35 +46,17 @@ def _stat(pid: int, proc: Path) -> ProcStat | None:
         return None
 
 
-def _marked(pid: int, needle: bytes, proc: Path) -> bool:
-    try:
-        environ = read_environ_file(proc / str(pid) / "environ")
-    except OSError:
-        return False
-    return has_entry(environ, needle)
-
-
 #: The variable every exec of the SDK carries (`._exec_kill`), the session's shell included.
 _EXEC_NAME = MARKER_VAR.encode()
 
 
-def _environ_has(pid: int, name: bytes, proc: Path) -> bool:
+def _environ(pid: int, proc: Path) -> bytes:
+    """The process's environment as /proc gives it (at most `MAX_ENVIRON` bytes; empty when
+    it cannot be read)."""
     try:
-        environ = read_environ_file(proc / str(pid) / "environ")
+        return read_environ_file(proc / str(pid) / "environ")
     except OSError:
-        return False
-    return has_name(environ, name)
-
-
-def _spared(pid: int, spare: tuple[bytes, ...], proc: Path) -> bool:
-    """It carries the exact marker of a command that ended in the send's tick."""
-    if not spare:
-        return False
-    try:
-        environ = read_environ_file(proc / str(pid) / "environ")
-    except OSError:
-        return False
-    return any(has_entry(environ, entry) for entry in spare)
+        return b""
 
 
 def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
@@ -88,7 +70,9 @@ def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
     if pids is None:
         return None
     procs = {pid: st for pid in pids if (st := _stat(pid, proc)) is not None}
-    seeds = [pid for pid, st in procs.items() if not st.zombie and _marked(pid, needle, proc)]
+    environ = functools.cache(lambda pid: _environ(pid, proc))  # read once per look
+    seeds = [pid for pid, st in procs.items()
+             if not st.zombie and has_entry(environ(pid), needle)]
     # The exec's own process: its parent (the engine's shim) is outside the container.
     if root in procs and procs[root].ppid not in procs:
         seeds.append(root)
@@ -100,13 +84,14 @@ def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
         """Its pid in the container when it is an exec's own process, as the session's shell
         is (its parent outside, the exec's marker set), else 0: no other process of the
         container (gVisor's own, seen from the host) can be taken for the shell."""
-        if procs[pid].ppid in procs or not _environ_has(pid, _EXEC_NAME, proc):
+        if procs[pid].ppid in procs or not has_name(environ(pid), _EXEC_NAME):
             return 0
         return inner(pid)
 
     seeds.extend(forked_since(parents,
                               {pid: st.start for pid, st in procs.items() if not st.zombie},
-                              shell, exec_root, since, lambda pid: _spared(pid, spare, proc)))
+                              shell, exec_root, since,
+                              lambda pid: any(has_entry(environ(pid), e) for e in spare)))
     children: dict[int, list[int]] = {}
     for pid, st in procs.items():
         children.setdefault(st.ppid, []).append(pid)
