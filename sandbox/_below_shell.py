@@ -21,8 +21,12 @@ started in that tick is spared when it or a process below it carries the exact m
 command that ended in it (``prog &`` sent just before); such a command's subshell of builtins
 alone is killed with this one, and a command that gives a program it starts one of those
 markers (it can read them from that command's jobs) keeps it alive. A subshell that leaves
-the shell's children (a double fork, ``( (loop) & )``: the sandbox's init adopts it) is not
-found this way.
+the shell's children (a double fork, ``( (loop) & )``: the sandbox's init adopts it) is
+found by its environment: a fork that ran no program shows the shell's own, byte for byte
+(the shell's exec marker or spawn marker makes it unique), and one started since the send is
+this command's too. An earlier command's subshell that forks again after the send (its
+``$( )`` before the program's ``execve``) shows it as well, and a kill that looks at that
+instant takes that fork.
 """
 
 from __future__ import annotations
@@ -92,27 +96,36 @@ def between(pids: Iterable[int], parents: Mapping[int, int], shell: int,
 
 def forked_since(parents: Mapping[int, int], starts: Mapping[int, int], shell: int,
                  inner_pid: Callable[[int], int], since: int,
-                 earlier: Callable[[int], bool]) -> set[int]:
+                 earlier: Callable[[int], bool],
+                 shell_fork: Callable[[int], bool] = lambda pid: False) -> set[int]:
     """The shell's children that started at or after tick ``since`` (the command's send,
-    `boot_tick`): this command's (see the module doc). ``parents``: pid -> parent pid,
-    ``starts``: pid -> start tick of each live process; ``shell`` and ``inner_pid`` as in
-    `between` (the shell is matched by its pid inside the sandbox, never the sandbox's init
-    nor a process outside it). A child started in the send's own tick is left out when
+    `boot_tick`): this command's (see the module doc); so too any process started then that
+    ``shell_fork`` says is a fork of the shell that ran no program (its environment, byte for
+    byte the shell's: a subshell that left the shell's children by a double fork, adopted by
+    the sandbox's init). ``parents``: pid -> parent pid, ``starts``: pid -> start tick of
+    each live process; ``shell`` and ``inner_pid`` as in `between` (the shell is matched by
+    its pid inside the sandbox, never the sandbox's init nor a process outside it; the shell
+    itself is never taken). A process started in the send's own tick is left out when
     ``earlier`` (pid -> it carries the marker of a command that ended in that tick) holds for
     it or for a process below it. Their descendants are the caller's to add."""
     out: set[int] = set()
     if shell <= 0 or since <= 0:
         return out
     is_shell: dict[int, bool] = {}
+
+    def the_shell(pid: int) -> bool:
+        if pid not in is_shell:
+            inner = inner_pid(pid)
+            is_shell[pid] = inner > 1 and inner == shell
+        return is_shell[pid]
+
     children: dict[int, list[int]] | None = None
     for pid, start in starts.items():
         parent = parents.get(pid, 0)
-        if start < since or parent <= 1 or parent not in parents:
+        if start < since:
             continue
-        if parent not in is_shell:
-            inner = inner_pid(parent)
-            is_shell[parent] = inner > 1 and inner == shell
-        if not is_shell[parent]:
+        shells_child = parent > 1 and parent in parents and the_shell(parent)
+        if not shells_child and (the_shell(pid) or not shell_fork(pid)):
             continue
         if start == since:
             if children is None:

@@ -933,11 +933,11 @@ async def _sizes(sb: Sandbox, path: str) -> tuple[int, int]:
 @_check("sessions", needs=["commands"])
 async def _session_timeout_kills_builtin_subshells(ctx: Context) -> None:
     """A timeout kills the command's subshells that run builtins alone (no process of it
-    carries its marker), those the shell starts after the kill too, not the shell nor an
-    earlier command's such subshell."""
+    carries its marker), those the shell starts after the kill and those a double fork hands
+    to the sandbox's init too, not the shell nor an earlier command's such subshell."""
     sb, m = await ctx.shared(), ctx.marker()
-    mine, theirs, after = (f"{sb.get_working_directory()}/{_unique(n)}"
-                           for n in ("mine", "theirs", "after"))
+    mine, theirs, after, adopted = (f"{sb.get_working_directory()}/{_unique(n)}"
+                                    for n in ("mine", "theirs", "after", "adopted"))
     try:
         async with sb.session() as sh:
             # Each loop appends a newline to its file with builtins alone: its heartbeat.
@@ -966,11 +966,18 @@ async def _session_timeout_kills_builtin_subshells(ctx: Context) -> None:
             first, then = await _sizes(sb, after)
             _expect(then == first, "a subshell the shell started after a timeout's kill "
                     f"outlived the command (its file grew from {first} to {then} bytes)")
+            # A double fork: the loop leaves the shell's children (the init adopts it).
+            r = await sh.run(f"( (while :; do echo >> {adopted}; done) & ); sleep {m}",
+                             timeout=1)
+            _expect(r.timed_out and "shell_ended" not in r.metadata, f"timeout: {r!r}")
+            first, then = await _sizes(sb, adopted)
+            _expect(then == first, "a double-forked subshell of builtins alone outlived the "
+                    f"command's timeout (its file grew from {first} to {then} bytes)")
         first, then = await _sizes(sb, theirs)
         _expect(then == first, "an earlier command's subshell outlived the session's end")
     finally:
         with contextlib.suppress(SandboxError):
-            await sb.execute_command(f"rm -f {mine} {theirs} {after}")
+            await sb.execute_command(f"rm -f {mine} {theirs} {after} {adopted}")
 
 
 # -- pools -------------------------------------------------------------------------------------

@@ -584,10 +584,14 @@ class Session:
                 with anyio.CancelScope(shield=True):
                     run.kill_reason = run.kill_reason or "the call was cancelled"
                     await self._kill_command(run)
-            with anyio.CancelScope(shield=True):
-                await self._close_stdin(run)
-            self._running = None
-            self._note_end(run)
+            try:
+                with anyio.CancelScope(shield=True):
+                    if run.kill_started:  # by another task (`SessionJob.kill`): its last look
+                        await run.kill_finished.wait()
+                    await self._close_stdin(run)
+            finally:
+                self._running = None
+                self._note_end(run)
         if run.callback_error is not None:
             raise run.callback_error
         result = self._result(run)
@@ -637,11 +641,12 @@ class Session:
         cannot (or it failed)."""
         if not isinstance(self._backend, SupportsKillMarked):
             return None
-        with contextlib.suppress(SandboxError):
+        try:
             return await self._backend.kill_marked(f"{COMMAND_VAR}={run.command_id}",
                                                    run.shell.own_pid, run.sent,
                                                    self._spared(run))
-        return None
+        except (SandboxError, OSError):  # the sweep from inside decides instead
+            return None
 
     async def _kill_command(self, run: Run) -> None:
         """Kill every process ``run`` started; replace the shell if it does not come back."""
@@ -650,9 +655,18 @@ class Session:
         run.killed = True
         if run.kill_started:  # another task kills it: wait for the same end
             with anyio.CancelScope(shield=True):
-                await run.done.wait()
+                await run.kill_finished.wait()
             return
         run.kill_started = True
+        try:
+            await self._kill_started(run)
+        finally:
+            run.kill_finished.set()
+
+    async def _kill_started(self, run: Run) -> None:
+        """`_kill_command`'s work, once per command (``run.kill_finished`` follows it: the
+        session's lock is not let go before, so the next command is never sent while a look
+        that takes the shell's children since this command's send may still come)."""
         with anyio.CancelScope(shield=True):
             # Nothing is written before the kill: a writer may hold the input's lock, blocked
             # on a full FIFO or pipe the command does not read, and the end line itself can
@@ -662,8 +676,8 @@ class Session:
             assert spec is not None
             # From outside the sandbox where the backend can (nothing in it can starve that:
             # a fork bomb at the process limit leaves no pid for a sweep), else the sweep.
-            gone = await self._kill_marked(run)
-            if gone is None:
+            host = gone = await self._kill_marked(run)
+            if host is None:
                 sweep = ProcessSpec(argv=shell_sweep_argv(f"{COMMAND_VAR}={run.command_id}",
                                                           run.shell.pid, "",
                                                           "sandbox-session-kill",
@@ -679,11 +693,12 @@ class Session:
                 # outlived the kill (a subshell carries no marker), ends at this line.
                 await self._close_stdin(run)
                 await run.done.wait()
-            if run.done.is_set() and gone is not None:
-                # Once the shell said the command ended, nothing of it forks again: one more
-                # look takes what the shell started after the kill's last look (the rest of a
-                # line such as ``sleep 100; (while :; do :; done) &``).
-                await self._kill_marked(run)
+            # Once the shell said the command ended, nothing of it forks again: one more look
+            # takes what the shell started after the kill's last look (the rest of a line
+            # such as ``sleep 100; (while :; do :; done) &``).
+            if run.done.is_set() and host is not None and not run.shell_lost and \
+                    await self._kill_marked(run) is False:
+                run.kill_confirmed = False
             if not run.done.is_set():
                 # Stuck in the shell itself (a builtin loop), or it cleared its environment.
                 run.shell.why = ("the command did not end when its processes were killed "

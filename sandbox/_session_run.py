@@ -89,6 +89,7 @@ class Run:
         self.finalize: Callable[[CommandResult], Awaitable[CommandResult]] | None = None
         self.timed_out = False
         self.kill_started = False
+        self.kill_finished = Flag()  # the kill (and its look after the end) is over
         self.kill_confirmed = False  # the kill saw none of its processes left
         self.status = -1
         self.got_end = False

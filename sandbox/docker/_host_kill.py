@@ -70,9 +70,15 @@ def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
     if pids is None:
         return None
     procs = {pid: st for pid in pids if (st := _stat(pid, proc)) is not None}
-    environ = functools.cache(lambda pid: _environ(pid, proc))  # read once per look
-    seeds = [pid for pid, st in procs.items()
-             if not st.zombie and has_entry(environ(pid), needle)]
+
+    @functools.cache
+    def facts(pid: int) -> tuple[bool, bool]:
+        """(it holds this command's marker, it sets the exec's variable): its environment
+        read once per look, and not kept (4 MiB per process of a fork bomb would add up)."""
+        env = _environ(pid, proc)
+        return has_entry(env, needle), has_name(env, _EXEC_NAME)
+
+    seeds = [pid for pid, st in procs.items() if not st.zombie and facts(pid)[0]]
     # The exec's own process: its parent (the engine's shim) is outside the container.
     if root in procs and procs[root].ppid not in procs:
         seeds.append(root)
@@ -84,14 +90,26 @@ def _targets(cg: ContainerCgroup, needle: bytes, root: int, proc: Path,
         """Its pid in the container when it is an exec's own process, as the session's shell
         is (its parent outside, the exec's marker set), else 0: no other process of the
         container (gVisor's own, seen from the host) can be taken for the shell."""
-        if procs[pid].ppid in procs or not has_name(environ(pid), _EXEC_NAME):
+        if procs[pid].ppid in procs or not facts(pid)[1]:
             return 0
         return inner(pid)
+
+    # The shell's environment: a fork of it that ran no program shows the same bytes.
+    shell_pid = next((pid for pid in procs if exec_root(pid) == shell), 0) \
+        if shell > 1 and since > 0 else 0
+    shell_env = _environ(shell_pid, proc) if shell_pid else b""
+
+    def shell_fork(pid: int) -> bool:
+        return bool(shell_env) and pid != shell_pid and _environ(pid, proc) == shell_env
+
+    def spared(pid: int) -> bool:
+        env = _environ(pid, proc) if spare else b""
+        return any(has_entry(env, entry) for entry in spare)
 
     seeds.extend(forked_since(parents,
                               {pid: st.start for pid, st in procs.items() if not st.zombie},
                               shell, exec_root, since,
-                              lambda pid: any(has_entry(environ(pid), e) for e in spare)))
+                              spared, shell_fork))
     children: dict[int, list[int]] = {}
     for pid, st in procs.items():
         children.setdefault(st.ppid, []).append(pid)

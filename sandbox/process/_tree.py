@@ -92,8 +92,17 @@ def members(roots: set[int], marker: str, sandbox_ns: str, *, entry: str = "",
             return ns_pid(pid) if _pid_ns(pid) == sandbox_ns else 0
         found |= {pid for pid in between(found, parents, shell, inner)
                   if _pid_ns(pid) == sandbox_ns}
+        # The shell's environment: a fork of it that ran no program shows the same bytes.
+        shell_pid = next((pid for pid in parents if inner(pid) == shell), 0) \
+            if shell > 1 and since > 0 else 0
+        shell_env = (read_environ(shell_pid) or b"") if shell_pid else b""
+
+        def shell_fork(pid: int) -> bool:
+            return bool(shell_env) and pid != shell_pid and _pid_ns(pid) == sandbox_ns and \
+                read_environ(pid) == shell_env
+
         todo = [pid for pid in forked_since(parents, starts, shell, inner, since,
-                                            lambda pid: _spared(pid, spared))
+                                            lambda pid: _spared(pid, spared), shell_fork)
                 if _pid_ns(pid) == sandbox_ns]
         while todo:
             pid = todo.pop()

@@ -122,3 +122,17 @@ def test_boot_tick_is_the_clock_of_a_process_start() -> None:
     assert before <= started <= after
     own = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
     assert own <= before
+
+
+def test_a_fork_of_the_shell_adopted_by_init_is_the_commands() -> None:
+    """A double fork leaves the shell's children: the loop's parent is the sandbox's init.
+    Started since the send with the shell's own environment (``shell_fork``), it is the
+    command's; the shell itself (started in the send's tick: a first command sent at once)
+    and an older fork are not."""
+    tree = {**TREE, 300: 1, 301: 1}
+    starts = {**STARTS, 100: 60, 300: 65, 301: 40}
+    forks = {100, 300, 301}  # the shell's environment, byte for byte
+    assert forked_since(tree, starts, 7, inner7, 60, OTHER.__contains__,
+                        forks.__contains__) == {102, 106, 107, 300}
+    # Without the environment test, the adopted loop is not found.
+    assert 300 not in forked_since(tree, starts, 7, inner7, 60, OTHER.__contains__)

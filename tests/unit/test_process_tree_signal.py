@@ -40,3 +40,25 @@ def test_a_sessions_subshell_of_builtins_is_a_member(monkeypatch: pytest.MonkeyP
     assert _tree.members(set(), "", "ns", entry=entry, shell=5, since=60) == {904, 905}
     assert _tree.members(set(), "", "ns", entry=entry, shell=5) == set()
     assert _tree.members(set(), "", "ns", entry=entry, shell=1, since=60) == set()
+
+
+def test_a_session_kill_spares_and_adopts_by_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sent in tick 60: 903, started in that tick with the marker of a command that ended in
+    it, is spared only when that marker is in ``spare``; 907, adopted by the sandbox's init
+    (a double fork) with the shell's own environment, is a member; 908, adopted too but
+    with another environment (a program an earlier job left), is not."""
+    parents = {900: 1, 901: 900, 902: 901, 903: 902, 907: 901, 908: 901}
+    starts = {900: 1, 901: 2, 902: 3, 903: 60, 907: 61, 908: 62}
+    inner = {901: 1, 902: 5, 903: 6, 907: 7, 908: 8}
+    shell_env = b"PATH=/bin\0SPAWN=1\0"
+    envs = {902: shell_env, 903: b"PATH=/bin\0SANDBOX_COMMAND=old\0", 907: shell_env,
+            908: b"PATH=/bin\0SANDBOX_COMMAND=older\0"}
+    monkeypatch.setattr(_tree, "_table", lambda: (parents, starts))
+    monkeypatch.setattr(_tree, "_pid_ns", lambda pid: "host" if pid == 900 else "ns")
+    monkeypatch.setattr(_tree, "ns_pid", lambda pid: inner.get(pid, 0))
+    monkeypatch.setattr(_tree, "read_environ", envs.get)
+    entry = "SANDBOX_COMMAND=new"
+    assert _tree.members(set(), "", "ns", entry=entry, shell=5, since=60,
+                         spare=("SANDBOX_COMMAND=old",)) == {907}
+    assert _tree.members(set(), "", "ns", entry=entry, shell=5, since=60) == {903, 907}
